@@ -1,0 +1,214 @@
+// Package memory is an in-process idem store for tests and single-process
+// programs that do not need records to outlive the process.
+package memory
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idem-dev/idem/store"
+)
+
+// Store keeps records in a map guarded by one mutex. Its zero value is not
+// usable; call New.
+type Store struct {
+	mu      sync.Mutex
+	records map[string]*store.Record // guarded by mu; keyed by KeyHash
+	expiry  expiryHeap               // guarded by mu
+	closed  bool                     // guarded by mu
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{records: make(map[string]*store.Record)}
+}
+
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// Reserve implements store.Store.
+func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
+	if err := s.lock(ctx); err != nil {
+		return store.Reservation{}, err
+	}
+	defer s.mu.Unlock()
+	cur, ok := s.records[req.Record.KeyHash]
+	tookOver := false
+	if ok && !cur.Expired(req.Now) {
+		if !(req.TakeOverStale && cur.Stale(req.Now) &&
+			cur.Fingerprint == req.Record.Fingerprint && cur.Binding == req.Record.Binding) {
+			return store.Reservation{Existing: clone(cur)}, nil
+		}
+		tookOver = true
+	}
+	r := clone(&req.Record)
+	r.State = store.InProgress
+	r.Value = nil
+	s.put(&r)
+	return store.Reservation{Acquired: true, TookOver: tookOver}, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (store.Record, error) {
+	if err := s.lock(ctx); err != nil {
+		return store.Record{}, err
+	}
+	defer s.mu.Unlock()
+	cur, ok := s.records[keyHash]
+	if !ok || cur.Expired(now) {
+		return store.Record{}, store.ErrNotFound
+	}
+	return clone(cur), nil
+}
+
+// held returns the in_progress record that f's token holds. s.mu is held.
+func (s *Store) held(f store.Fence) (*store.Record, error) {
+	cur, ok := s.records[f.KeyHash]
+	if !ok || cur.State != store.InProgress || cur.Token != f.Token {
+		return nil, store.ErrLeaseLost
+	}
+	return cur, nil
+}
+
+// Renew implements store.Store.
+func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	cur, err := s.held(f)
+	if err != nil {
+		return err
+	}
+	cur.LeaseUntil = leaseUntil
+	return nil
+}
+
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, c store.Completion) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	cur, err := s.held(c.Fence)
+	if err != nil {
+		return err
+	}
+	r := *cur
+	r.State = c.State
+	r.Value = append([]byte(nil), c.Value...)
+	r.UpdatedAt = c.Now
+	r.ExpiresAt = c.ExpiresAt
+	s.put(&r)
+	return nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, f store.Fence) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if _, err := s.held(f); err != nil {
+		return err
+	}
+	delete(s.records, f.KeyHash)
+	return nil
+}
+
+// Cleanup implements store.Store. It pops the expiry heap, so its cost is
+// proportional to the expired entries, never to the live ones.
+func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for len(s.expiry) > 0 && (limit <= 0 || n < limit) {
+		top := s.expiry[0]
+		if now.Before(top.at) {
+			break
+		}
+		heap.Pop(&s.expiry)
+		// The heap holds one entry per write; only the entry matching the
+		// record's current expiry speaks for it.
+		if cur, ok := s.records[top.keyHash]; ok && cur.ExpiresAt.Equal(top.at) && cur.Expired(now) {
+			delete(s.records, top.keyHash)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Len returns the number of records held, expired or not.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records)
+}
+
+// Keys returns the index keys of the records held (key hashes).
+func (s *Store) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.records))
+	for k := range s.records {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.records = nil
+	s.expiry = nil
+	return nil
+}
+
+// put stores r and indexes its expiry. s.mu is held.
+func (s *Store) put(r *store.Record) {
+	s.records[r.KeyHash] = r
+	heap.Push(&s.expiry, expiryEntry{at: r.ExpiresAt, keyHash: r.KeyHash})
+}
+
+func clone(r *store.Record) store.Record {
+	c := *r
+	if r.Value != nil {
+		c.Value = append([]byte(nil), r.Value...)
+	}
+	return c
+}
+
+type expiryEntry struct {
+	at      time.Time
+	keyHash string
+}
+
+type expiryHeap []expiryEntry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiryEntry)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}

@@ -1,0 +1,16 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New:       func(t *testing.T) store.Store { return memory.New() },
+		IndexKeys: func(t *testing.T, s store.Store) []string { return s.(*memory.Store).Keys() },
+	})
+}
