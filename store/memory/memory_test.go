@@ -14,3 +14,7 @@ func TestConformance(t *testing.T) {
 		IndexKeys: func(t *testing.T, s store.Store) []string { return s.(*memory.Store).Keys() },
 	})
 }
+
+func BenchmarkEngine(b *testing.B) {
+	storetest.Bench(b, func(b *testing.B) store.Store { return memory.New() })
+}

@@ -1,0 +1,84 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// cleanupBatch is how many records one Cleanup call removes; small batches
+// keep each store transaction (and its locks) short.
+const cleanupBatch = 1000
+
+// maybeCleanup starts a background cleanup when the last one is older than
+// the policy's CleanupInterval (seed 000: every call may trigger it, but not
+// more often than the interval). At most one runs at a time per engine
+// family.
+func (e *Engine) maybeCleanup() {
+	if e.policy.CleanupInterval < 0 {
+		return
+	}
+	now := e.now()
+	e.cleanMu.Lock()
+	if e.closed || e.cleaning || (!e.lastClean.IsZero() && now.Sub(e.lastClean) < e.policy.CleanupInterval) {
+		e.cleanMu.Unlock()
+		return
+	}
+	e.cleaning = true
+	e.lastClean = now
+	e.cleanWG.Add(1)
+	e.cleanMu.Unlock()
+
+	go func() {
+		defer e.cleanWG.Done()
+		defer func() {
+			e.cleanMu.Lock()
+			e.cleaning = false
+			e.cleanMu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n, err := e.Cleanup(ctx, cleanupBatch, nil)
+		if err != nil {
+			e.logger.Warn("idem: background cleanup failed", "removed", n, "err", err)
+			return
+		}
+		if n > 0 {
+			e.logger.Debug("idem: background cleanup", "removed", n)
+		}
+	}()
+}
+
+// Cleanup removes every record expired at the engine's clock, in batches of
+// batch records (1000 when batch <= 0), calling progress with the running
+// total after each batch. It returns how many it removed. `idem cleanup`
+// runs it; engines also run it in the background.
+func (e *Engine) Cleanup(ctx context.Context, batch int, progress func(removed int)) (int, error) {
+	if batch <= 0 {
+		batch = cleanupBatch
+	}
+	now := e.now()
+	total := 0
+	for {
+		n, err := e.store.Cleanup(ctx, now, batch)
+		total += n
+		if err != nil {
+			return total, &StoreError{Op: "cleanup", Err: err}
+		}
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if n < batch {
+			return total, nil
+		}
+	}
+}
+
+// Close stops background cleanup and waits for a running one to finish. It
+// does not close the store. Calls to Do still work after Close.
+func (e *Engine) Close() error {
+	e.cleanMu.Lock()
+	e.closed = true
+	e.cleanMu.Unlock()
+	e.cleanWG.Wait()
+	return nil
+}

@@ -1,0 +1,155 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idem-dev/idem/store"
+)
+
+// Sentinel errors. Every error Do returns for a conflict, an invalid key or
+// a store failure matches one of them with errors.Is; the typed errors below
+// carry the details.
+var (
+	// ErrInvalidKey: the key is empty, too long or not printable (HTTP 400).
+	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+	// ErrInProgress: another call with the key is still running (HTTP 409).
+	ErrInProgress = errors.New("idem: a request with this key is in progress")
+	// ErrFingerprintMismatch: the key was used with a different request
+	// (HTTP 422, conflict_type payload_mismatch).
+	ErrFingerprintMismatch = errors.New("idem: key reused with a different request")
+	// ErrKeyReused: the key is bound to another action or target (HTTP 422,
+	// conflict_type key_reused).
+	ErrKeyReused = errors.New("idem: key bound to another action or target")
+	// ErrPreviousFailure: the first call with the key failed and the policy
+	// keeps that failure (OnFailureCache or OnFailureConflict).
+	ErrPreviousFailure = errors.New("idem: the first request with this key failed")
+	// ErrLeaseLost: this call's hold on the key was taken over (its lease
+	// expired) or the record was removed; its outcome was not stored.
+	ErrLeaseLost = store.ErrLeaseLost
+	// ErrStoreUnavailable: the store failed; nothing was run (unless the
+	// policy is OnStoreErrorFailOpen).
+	ErrStoreUnavailable = errors.New("idem: store unavailable")
+)
+
+// KeyError explains why a key is invalid. It matches ErrInvalidKey.
+type KeyError struct {
+	Reason string
+}
+
+func (e *KeyError) Error() string { return "idem: invalid idempotency key: key " + e.Reason }
+
+// Is reports whether target is ErrInvalidKey.
+func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// ConflictType names why a key could not be used; HTTP layers report it as
+// the problem's conflict_type member.
+type ConflictType string
+
+// The conflict types.
+const (
+	ConflictInProgress      ConflictType = "in_progress"
+	ConflictPayloadMismatch ConflictType = "payload_mismatch"
+	ConflictKeyReused       ConflictType = "key_reused"
+	ConflictPreviousFailure ConflictType = "previous_failure"
+)
+
+// ConflictError is returned when an existing record prevents the call from
+// running. It matches the sentinel of its Type: ErrInProgress,
+// ErrFingerprintMismatch, ErrKeyReused or ErrPreviousFailure.
+type ConflictError struct {
+	Type  ConflictType
+	Scope string
+	Key   string
+	// Record is the record that caused the conflict. For
+	// ConflictPreviousFailure its Value holds the stored failure.
+	Record store.Record
+	// Stale is set for ConflictInProgress when the holder's lease is over
+	// and the policy is OnStaleConflict.
+	Stale bool
+}
+
+func (e *ConflictError) Error() string {
+	var what string
+	switch e.Type {
+	case ConflictInProgress:
+		what = ErrInProgress.Error()
+		if e.Stale {
+			what += " (its holder stopped renewing its lease)"
+		}
+	case ConflictPayloadMismatch:
+		what = ErrFingerprintMismatch.Error()
+	case ConflictKeyReused:
+		what = fmt.Sprintf("%s (bound to %q)", ErrKeyReused, e.Record.Binding)
+	case ConflictPreviousFailure:
+		what = ErrPreviousFailure.Error()
+	default:
+		what = "idem: conflict " + string(e.Type)
+	}
+	return fmt.Sprintf("%s: key %q", what, e.Key)
+}
+
+// Is matches the sentinel of e.Type.
+func (e *ConflictError) Is(target error) bool {
+	switch e.Type {
+	case ConflictInProgress:
+		return target == ErrInProgress
+	case ConflictPayloadMismatch:
+		return target == ErrFingerprintMismatch
+	case ConflictKeyReused:
+		return target == ErrKeyReused
+	case ConflictPreviousFailure:
+		return target == ErrPreviousFailure
+	}
+	return false
+}
+
+// StoreError wraps a failure of the store. It matches ErrStoreUnavailable
+// and unwraps to the store's error.
+type StoreError struct {
+	Op  string
+	Err error
+}
+
+func (e *StoreError) Error() string { return "idem: store " + e.Op + ": " + e.Err.Error() }
+
+// Is reports whether target is ErrStoreUnavailable.
+func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Failure lets an operation choose what is stored when it fails: return
+// &Failure{Value: v, Err: err} (or an error wrapping one) and, under
+// OnFailureCache or OnFailureConflict, v is kept as the record's value
+// instead of err's message. HTTP middleware uses it to keep the failed
+// response.
+type Failure struct {
+	Value []byte
+	Err   error
+}
+
+func (f *Failure) Error() string {
+	if f.Err == nil {
+		return "idem: operation failed"
+	}
+	return f.Err.Error()
+}
+
+// Unwrap returns the underlying error.
+func (f *Failure) Unwrap() error { return f.Err }
+
+// RetryAfter suggests when a caller that got ErrInProgress should retry:
+// the rest of the holder's lease, bounded to [1s, lease].
+func RetryAfter(err error, now time.Time) time.Duration {
+	var ce *ConflictError
+	if !errors.As(err, &ce) || ce.Type != ConflictInProgress {
+		return 0
+	}
+	d := ce.Record.LeaseUntil.Sub(now)
+	if d < time.Second {
+		d = time.Second
+	}
+	return d
+}

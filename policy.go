@@ -1,0 +1,189 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of a Policy's zero fields.
+const (
+	DefaultTTL             = 24 * time.Hour
+	DefaultLease           = 60 * time.Second
+	DefaultCleanupInterval = 300 * time.Second
+)
+
+// OnFailure says what happens to a key whose first call failed.
+type OnFailure int
+
+const (
+	// OnFailureRelease removes the record: a retry runs the operation again.
+	// The default, as in Stripe's API for errors before execution, the IETF
+	// draft, and AWS Powertools.
+	OnFailureRelease OnFailure = iota
+	// OnFailureCache keeps the failure: retries get it back, replayed.
+	OnFailureCache
+	// OnFailureConflict keeps the failure: retries get a conflict with the
+	// failure attached (seed 000's 409 with previous failure context).
+	OnFailureConflict
+)
+
+// OnStale says what happens to an in_progress record whose holder stopped
+// renewing its lease (it crashed or was killed).
+type OnStale int
+
+const (
+	// OnStaleRetry lets the next call with the same request take the key
+	// over and run the operation again. This is the one place where idem is
+	// at-least-once rather than at-most-once: the dead holder may have done
+	// part or all of the work. The default, since a key blocked forever is
+	// what users of crashed workers complain about most.
+	OnStaleRetry OnStale = iota
+	// OnStaleConflict keeps answering ErrInProgress until the record expires.
+	OnStaleConflict
+)
+
+// OnStoreError says what happens when the store cannot be reached.
+type OnStoreError int
+
+const (
+	// OnStoreErrorFailClosed returns the error and runs nothing (HTTP 503).
+	OnStoreErrorFailClosed OnStoreError = iota
+	// OnStoreErrorFailOpen runs the operation without protection; the
+	// result is marked Unprotected so it can be logged and counted.
+	OnStoreErrorFailOpen
+)
+
+// Policy holds the knobs of one kind of call. The zero value is the default
+// policy; New applies WithDefaults.
+type Policy struct {
+	// TTL is how long a record lives after it was last written. 0 means
+	// DefaultTTL (24 h).
+	TTL time.Duration
+	// Lease is how long a holder may run without renewing before its record
+	// is stale. The engine renews it every Lease/3 while the operation runs.
+	// 0 means DefaultLease (60 s).
+	Lease time.Duration
+	// MaxKeyBytes bounds the trimmed key. 0 means DefaultMaxKeyBytes (255).
+	MaxKeyBytes int
+	// OnFailure: release (default), cache or conflict.
+	OnFailure OnFailure
+	// OnStale: retry (default) or conflict.
+	OnStale OnStale
+	// OnStoreError: fail closed (default) or open.
+	OnStoreError OnStoreError
+	// Wait is how long a call waits for a running call with the same key
+	// to finish, and then replays its outcome. 0 (the default) answers
+	// ErrInProgress at once, as Stripe and seed 003 do.
+	Wait time.Duration
+	// CleanupInterval throttles background cleanup of expired records to
+	// once per interval per store (seed 000). 0 means 300 s; negative
+	// disables it (run `idem cleanup` from a scheduler instead).
+	CleanupInterval time.Duration
+}
+
+// WithDefaults returns p with every zero field set to its default.
+func (p Policy) WithDefaults() Policy {
+	if p.TTL == 0 {
+		p.TTL = DefaultTTL
+	}
+	if p.Lease == 0 {
+		p.Lease = DefaultLease
+	}
+	if p.MaxKeyBytes == 0 {
+		p.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if p.CleanupInterval == 0 {
+		p.CleanupInterval = DefaultCleanupInterval
+	}
+	return p
+}
+
+// Validate reports the first invalid field of p (after WithDefaults).
+func (p Policy) Validate() error {
+	switch {
+	case p.TTL < 0:
+		return errors.New("idem: policy: TTL is negative")
+	case p.Lease < 0:
+		return errors.New("idem: policy: Lease is negative")
+	case p.TTL > 0 && p.Lease > p.TTL:
+		return fmt.Errorf("idem: policy: Lease %v is longer than TTL %v", p.Lease, p.TTL)
+	case p.Lease > 0 && p.Lease < 10*time.Millisecond:
+		return fmt.Errorf("idem: policy: Lease %v is too short to renew", p.Lease)
+	case p.MaxKeyBytes < 0:
+		return errors.New("idem: policy: MaxKeyBytes is negative")
+	case p.OnFailure < OnFailureRelease || p.OnFailure > OnFailureConflict:
+		return fmt.Errorf("idem: policy: unknown OnFailure %d", p.OnFailure)
+	case p.OnStale < OnStaleRetry || p.OnStale > OnStaleConflict:
+		return fmt.Errorf("idem: policy: unknown OnStale %d", p.OnStale)
+	case p.OnStoreError < OnStoreErrorFailClosed || p.OnStoreError > OnStoreErrorFailOpen:
+		return fmt.Errorf("idem: policy: unknown OnStoreError %d", p.OnStoreError)
+	case p.Wait < 0:
+		return errors.New("idem: policy: Wait is negative")
+	}
+	return nil
+}
+
+// String forms, used by configuration files and logs.
+
+func (o OnFailure) String() string {
+	switch o {
+	case OnFailureRelease:
+		return "release"
+	case OnFailureCache:
+		return "cache"
+	case OnFailureConflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("OnFailure(%d)", int(o))
+}
+
+// ParseOnFailure parses "release", "cache" or "conflict".
+func ParseOnFailure(s string) (OnFailure, error) {
+	for _, o := range []OnFailure{OnFailureRelease, OnFailureCache, OnFailureConflict} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("idem: on_failure %q: want release, cache or conflict", s)
+}
+
+func (o OnStale) String() string {
+	switch o {
+	case OnStaleRetry:
+		return "retry"
+	case OnStaleConflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("OnStale(%d)", int(o))
+}
+
+// ParseOnStale parses "retry" or "conflict".
+func ParseOnStale(s string) (OnStale, error) {
+	for _, o := range []OnStale{OnStaleRetry, OnStaleConflict} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("idem: on_stale %q: want retry or conflict", s)
+}
+
+func (o OnStoreError) String() string {
+	switch o {
+	case OnStoreErrorFailClosed:
+		return "fail_closed"
+	case OnStoreErrorFailOpen:
+		return "fail_open"
+	}
+	return fmt.Sprintf("OnStoreError(%d)", int(o))
+}
+
+// ParseOnStoreError parses "fail_closed" or "fail_open".
+func ParseOnStoreError(s string) (OnStoreError, error) {
+	for _, o := range []OnStoreError{OnStoreErrorFailClosed, OnStoreErrorFailOpen} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("idem: on_store_error %q: want fail_closed or fail_open", s)
+}
