@@ -1,0 +1,64 @@
+package idemhttp_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+// BenchmarkMiddleware measures the middleware in process, on the memory
+// store, against the bare handler as the baseline: a first execution (a new
+// key every request) and a replay (one of 1024 known keys).
+func BenchmarkMiddleware(b *testing.B) {
+	const body = `{"amount":1000,"currency":"eur","customer":"cus_123"}`
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"id":"ch_1","amount":1000,"currency":"eur","status":"succeeded"}`))
+	})
+	newMW := func() http.Handler {
+		eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
+		b.Cleanup(func() { eng.Close() })
+		return idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet})(handler)
+	}
+	serve := func(b *testing.B, h http.Handler, key func(i int64) string) {
+		b.ReportAllocs()
+		var seq atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				req := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				if key != nil {
+					req.Header.Set("Idempotency-Key", key(seq.Add(1)))
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusCreated {
+					b.Fatalf("status %d: %s", rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+	b.Run("baseline", func(b *testing.B) { serve(b, handler, nil) })
+	b.Run("first", func(b *testing.B) {
+		serve(b, newMW(), func(i int64) string { return "first-" + strconv.FormatInt(i, 10) })
+	})
+	b.Run("replay", func(b *testing.B) {
+		h := newMW()
+		key := func(i int64) string { return "replay-" + strconv.FormatInt(i%1024, 10) }
+		for i := range int64(1024) {
+			req := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", key(i))
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}
+		serve(b, h, key)
+	})
+}

@@ -1,0 +1,264 @@
+package idemhttp
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idem-dev/idem"
+)
+
+// Scope says what, besides the tenant, separates keys.
+type Scope int
+
+const (
+	// ScopeTenant: one key space per tenant. A key reused on another
+	// endpoint is a key_reused conflict (the IETF draft, seed 000).
+	ScopeTenant Scope = iota
+	// ScopeTenantEndpoint: one key space per tenant and endpoint (method and
+	// path): the same key may be used on two endpoints (Stripe-style
+	// seed 003, seed 001).
+	ScopeTenantEndpoint
+)
+
+// Profile is a named bundle of behaviour: which policy, which responses are
+// outcomes, which headers mark a replay, and the shape of errors. Routes
+// pick one; the built-in ones reproduce the seeds.
+type Profile struct {
+	Name string
+	// Policy is the engine policy of routes using the profile (TTL,
+	// OnFailure, MaxKeyBytes, Wait...).
+	Policy idem.Policy
+	Scope  Scope
+	// Cache reports whether a response status is an outcome to record and
+	// replay; other statuses follow Policy.OnFailure. nil means 2xx and 409.
+	Cache StatusSet
+	// ReplayedHeader, when set, is sent on every keyed response with
+	// "true" or "false" (Idempotent-Replayed).
+	ReplayedHeader string
+	// OriginalRequestIDHeader, when set, carries the first request's ID on
+	// replays (Original-Request-Id).
+	OriginalRequestIDHeader string
+	// CachedHeader, when set, is sent as "true" on replays only
+	// (seed 001's X-Idempotency-Cached).
+	CachedHeader string
+	// BodyFlag, when set, is added to JSON object bodies as a boolean:
+	// false on the first response, true on replays (seed 000's
+	// "idempotency_replayed").
+	BodyFlag string
+	// Status maps a kind of problem to its HTTP status; kinds not in the
+	// map get DefaultStatus.
+	Status map[Kind]int
+	// WriteProblem writes idem's own answers. nil means WriteProblemJSON.
+	WriteProblem func(w http.ResponseWriter, p *Problem)
+}
+
+// DefaultStatus is the status of each kind of problem in the IETF profile.
+var DefaultStatus = map[Kind]int{
+	KindMissingKey:        http.StatusBadRequest,
+	KindInvalidKey:        http.StatusBadRequest,
+	KindMultipleKeys:      http.StatusBadRequest,
+	KindTenantRequired:    http.StatusUnauthorized,
+	KindRequestTooLarge:   http.StatusRequestEntityTooLarge,
+	KindUnreadableBody:    http.StatusBadRequest,
+	KindInProgress:        http.StatusConflict,
+	KindPayloadMismatch:   http.StatusUnprocessableEntity,
+	KindKeyReused:         http.StatusUnprocessableEntity,
+	KindPreviousFailure:   http.StatusConflict,
+	KindResponseNotStored: http.StatusConflict,
+	KindStoreUnavailable:  http.StatusServiceUnavailable,
+}
+
+func (p *Profile) status(k Kind) int {
+	if s, ok := p.Status[k]; ok {
+		return s
+	}
+	return DefaultStatus[k]
+}
+
+func (p *Profile) writeProblem(w http.ResponseWriter, pr *Problem) {
+	pr.Status = p.status(pr.Kind)
+	if p.WriteProblem != nil {
+		p.WriteProblem(w, pr)
+		return
+	}
+	WriteProblemJSON(w, pr)
+}
+
+func (p *Profile) cache(status int) bool {
+	if p.Cache == nil {
+		return DefaultCache.Contains(status)
+	}
+	return p.Cache.Contains(status)
+}
+
+// IETF is the default profile: the IETF draft's 400, 409 and 422 with
+// problem+json, Idempotent-Replayed and Original-Request-Id on responses,
+// failures released so a retry runs again.
+func IETF() *Profile {
+	return &Profile{
+		Name:                    "ietf",
+		ReplayedHeader:          "Idempotent-Replayed",
+		OriginalRequestIDHeader: "Original-Request-Id",
+	}
+}
+
+// Stripe is seed 003's profile: keys scoped by organization and endpoint,
+// 409 while the first request runs (no waiting), Idempotent-Replayed and
+// Original-Request-Id, 422 when the body differs. As in Stripe's API, every
+// response the handler produced is an outcome, even a 500, except 429 (the
+// request was not executed); set Cache to change that.
+func Stripe() *Profile {
+	p := IETF()
+	p.Name = "stripe"
+	p.Scope = ScopeTenantEndpoint
+	p.Cache = StatusSet{{100, 428}, {430, 599}}
+	return p
+}
+
+// Mobile is seed 001's profile: keys scoped by user and endpoint, 2xx and
+// 409 responses cached for 24 h, X-Idempotency-Cached: true on replays, and
+// errors in the app's {"success": false, "error": {...}} shape with 409
+// DUPLICATE_OPERATION on a payload mismatch.
+func Mobile() *Profile {
+	return &Profile{
+		Name:         "mobile",
+		Policy:       idem.Policy{TTL: 24 * time.Hour},
+		Scope:        ScopeTenantEndpoint,
+		Cache:        DefaultCache,
+		CachedHeader: "X-Idempotency-Cached",
+		Status: map[Kind]int{
+			KindPayloadMismatch: http.StatusConflict,
+			KindKeyReused:       http.StatusConflict,
+		},
+		WriteProblem: writeMobileProblem,
+	}
+}
+
+// WorkflowAdmin is seed 000's profile: keys of at most 200 bytes, bound to
+// their action and target (a key reused on another endpoint or workflow is
+// a conflict), every conflict a 409, a failed first call kept and reported
+// with its failure on retries, "idempotency_replayed" in JSON bodies, and
+// records kept 7 days.
+func WorkflowAdmin() *Profile {
+	return &Profile{
+		Name: "workflow-admin",
+		Policy: idem.Policy{
+			TTL:         7 * 24 * time.Hour,
+			MaxKeyBytes: 200,
+			OnFailure:   idem.OnFailureConflict,
+		},
+		Scope:    ScopeTenant,
+		Cache:    StatusSet{{200, 299}},
+		BodyFlag: "idempotency_replayed",
+		Status: map[Kind]int{
+			KindPayloadMismatch: http.StatusConflict,
+			KindKeyReused:       http.StatusConflict,
+		},
+	}
+}
+
+// Profiles returns the built-in profiles by name.
+func Profiles() map[string]*Profile {
+	m := map[string]*Profile{}
+	for _, p := range []*Profile{IETF(), Stripe(), Mobile(), WorkflowAdmin()} {
+		m[p.Name] = p
+	}
+	return m
+}
+
+var mobileCodes = map[Kind]struct{ code, message string }{
+	KindMissingKey:        {"IDEMPOTENCY_KEY_REQUIRED", "Idempotency-Key fehlt."},
+	KindInvalidKey:        {"INVALID_IDEMPOTENCY_KEY", "Idempotency-Key ist ungültig."},
+	KindMultipleKeys:      {"INVALID_IDEMPOTENCY_KEY", "Mehr als ein Idempotency-Key."},
+	KindTenantRequired:    {"UNAUTHORIZED", "Nicht angemeldet."},
+	KindRequestTooLarge:   {"PAYLOAD_TOO_LARGE", "Anfrage ist zu groß."},
+	KindUnreadableBody:    {"BAD_REQUEST", "Anfrage konnte nicht gelesen werden."},
+	KindInProgress:        {"OPERATION_IN_PROGRESS", "Eine Anfrage mit diesem Idempotency-Key wird noch verarbeitet."},
+	KindPayloadMismatch:   {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits mit unterschiedlichen Daten verwendet."},
+	KindKeyReused:         {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits für eine andere Aktion verwendet."},
+	KindPreviousFailure:   {"PREVIOUS_OPERATION_FAILED", "Die erste Anfrage mit diesem Idempotency-Key ist fehlgeschlagen."},
+	KindResponseNotStored: {"RESPONSE_NOT_STORED", "Die Antwort auf diesen Idempotency-Key wurde nicht gespeichert."},
+	KindStoreUnavailable:  {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
+}
+
+// writeMobileProblem writes seed 001's error shape:
+//
+//	{"success":false,"error":{"code":"DUPLICATE_OPERATION","message":"...",
+//	 "details":{"idempotencyKey":"...","conflictType":"payload_mismatch"}}}
+func writeMobileProblem(w http.ResponseWriter, p *Problem) {
+	c := mobileCodes[p.Kind]
+	details := map[string]any{}
+	if p.Key != "" {
+		details["idempotencyKey"] = p.Key
+	}
+	if p.Kind.IsConflict() {
+		details["conflictType"] = p.Kind
+	}
+	if p.Previous != nil {
+		details["previousFailure"] = p.Previous
+	}
+	body := map[string]any{
+		"success": false,
+		"error": map[string]any{
+			"code":    c.code,
+			"message": c.message,
+			"details": details,
+		},
+	}
+	writeJSON(w, p, "application/json", body)
+}
+
+// StatusSet is a set of HTTP statuses, as closed ranges.
+type StatusSet [][2]int
+
+// DefaultCache is the default set of outcomes: 2xx, and 409, a
+// deterministic answer (seed 001).
+var DefaultCache = StatusSet{{200, 299}, {409, 409}}
+
+// Contains reports whether status is in s.
+func (s StatusSet) Contains(status int) bool {
+	for _, r := range s {
+		if status >= r[0] && status <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseStatusSet parses a list such as "2xx, 409" or "200-299,409" or "all".
+func ParseStatusSet(list []string) (StatusSet, error) {
+	var s StatusSet
+	for _, item := range list {
+		for _, f := range strings.Split(item, ",") {
+			f = strings.ToLower(strings.TrimSpace(f))
+			switch {
+			case f == "":
+			case f == "all" || f == "*":
+				s = append(s, [2]int{100, 599})
+			case len(f) == 3 && strings.HasSuffix(f, "xx") && f[0] >= '1' && f[0] <= '5':
+				base := int(f[0]-'0') * 100
+				s = append(s, [2]int{base, base + 99})
+			case strings.Contains(f, "-"):
+				lo, hi, _ := strings.Cut(f, "-")
+				a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+				b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+				if err1 != nil || err2 != nil || a < 100 || b > 599 || a > b {
+					return nil, fmt.Errorf("idemhttp: bad status range %q", f)
+				}
+				s = append(s, [2]int{a, b})
+			default:
+				n, err := strconv.Atoi(f)
+				if err != nil || n < 100 || n > 599 {
+					return nil, fmt.Errorf("idemhttp: bad status %q", f)
+				}
+				s = append(s, [2]int{n, n})
+			}
+		}
+	}
+	sort.Slice(s, func(i, j int) bool { return s[i][0] < s[j][0] })
+	return s, nil
+}
