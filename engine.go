@@ -343,37 +343,56 @@ func failureValue(err error) []byte {
 
 // renew extends the lease every third of its length until stop is called.
 // If the lease is lost, the operation's context is canceled with cause
-// ErrLeaseLost so it can stop early.
+// ErrLeaseLost so it can stop early. It uses a timer rather than a goroutine
+// with a ticker: most operations end long before the first renewal, and a
+// timer that never fires costs almost nothing.
 func (e *Engine) renew(ctx context.Context, f store.Fence, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(e.policy.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			err := e.store.Renew(ctx, f, e.now().Add(e.policy.Lease))
-			switch {
-			case err == nil:
-			case errors.Is(err, store.ErrLeaseLost):
-				cancel(ErrLeaseLost)
-				return
-			case ctx.Err() == nil:
-				e.logger.Warn("idem: lease renewal failed", "scope", f.Scope, "err", err)
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool // guarded by mu
+		running sync.WaitGroup
+		timer   *time.Timer
+	)
+	every := e.policy.Lease / 3
+	var tick func()
+	tick = func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
 		}
-	}()
-	var once sync.Once
+		running.Add(1)
+		mu.Unlock()
+		defer running.Done()
+		err := e.store.Renew(ctx, f, e.now().Add(e.policy.Lease))
+		switch {
+		case errors.Is(err, store.ErrLeaseLost):
+			cancel(ErrLeaseLost)
+			return
+		case err != nil && ctx.Err() == nil:
+			e.logger.Warn("idem: lease renewal failed", "scope", f.Scope, "err", err)
+		case ctx.Err() != nil:
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			timer.Reset(every)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(every, tick)
+	mu.Unlock()
 	return func() {
-		once.Do(func() { close(done); wg.Wait() })
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		running.Wait() // a renewal in flight finishes before the outcome is written
 	}
 }
 

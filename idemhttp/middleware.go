@@ -341,12 +341,13 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		tenant = t
 	}
 
-	// The request is cloned, never mutated: it gets a request ID and a
-	// re-readable body.
-	r = r.Clone(r.Context())
+	// The incoming request is copied, never mutated: the copy gets a
+	// request ID (in a copy of the headers) and a re-readable body.
+	r = r.WithContext(r.Context())
 	reqID := r.Header.Get(m.reqIDHeader)
 	if reqID == "" {
 		reqID = newRequestID()
+		r.Header = r.Header.Clone()
 		r.Header.Set(m.reqIDHeader, reqID)
 	}
 	fp := ""

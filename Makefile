@@ -1,0 +1,53 @@
+# idem's tasks. `make help` lists them.
+GO        ?= go
+PKGS      ?= ./...
+FUZZTIME  ?= 30s
+BENCHTIME ?= 2s
+
+.DEFAULT_GOAL := help
+.PHONY: help test test-race test-short vet fmt-check lint bench fuzz long services demo build clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
+
+test: vet fmt-check ## the test command: vet, gofmt, and every test with the race detector
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+test-race: test ## same as test (the race detector is always on)
+
+test-short: ## tests without the race detector, for a quick loop
+	$(GO) test -count=1 $(PKGS)
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+fmt-check: ## fail if a file is not gofmt-formatted
+	@out=$$(gofmt -l . | grep -v '^testdata/' || true); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: vet fmt-check ## staticcheck (installed on first use)
+	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	staticcheck $(PKGS)
+
+bench: ## go test benchmarks of the engine, stores and middleware
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./ ./store/... ./idemhttp/
+
+fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./idemhttp
+	$(GO) test -run '^$$' -fuzz '^FuzzMiddleware$$' -fuzztime $(FUZZTIME) ./idemhttp
+
+long: ## long soak and scale runs (IDEM_LONG=1), not part of `make test`
+	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 60m -run 'Long' $(PKGS)
+
+services: ## start PostgreSQL and Redis if they are not running
+	./scripts/services.sh
+
+demo: ## run the gateway demo
+	$(GO) run ./cmd/idem demo
+
+build: ## build bin/idem
+	$(GO) build -o bin/idem ./cmd/idem
+
+clean: ## remove build output and the demo's data
+	rm -rf bin idem-data
