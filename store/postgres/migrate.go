@@ -1,0 +1,170 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// MigrationsTable is the table, in Options.Schema, that records which
+// migrations have been applied to which records table. It is not called
+// schema_migrations so that it never collides with an application's own
+// migration tool sharing the schema.
+const MigrationsTable = "idem_schema_migrations"
+
+// migration is one embedded, versioned SQL file.
+type migration struct {
+	version int
+	name    string
+	tmpl    *template.Template
+}
+
+// migrations returns the embedded migrations in version order.
+func migrations() ([]migration, error) {
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, f := range files {
+		base := path.Base(f)
+		num, _, ok := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if !ok || err != nil || version <= 0 {
+			return nil, fmt.Errorf("postgres store: migration %s: name must start with a positive version number", base)
+		}
+		text, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		t, err := template.New(base).Funcs(template.FuncMap{
+			"ident": func(parts ...string) string { return pgx.Identifier{strings.Join(parts, "")}.Sanitize() },
+		}).Option("missingkey=error").Parse(string(text))
+		if err != nil {
+			return nil, fmt.Errorf("postgres store: migration %s: %w", base, err)
+		}
+		ms = append(ms, migration{version: version, name: strings.TrimSuffix(base, ".sql"), tmpl: t})
+	}
+	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("postgres store: two migrations with version %d", ms[i].version)
+		}
+	}
+	return ms, nil
+}
+
+// SchemaVersion is the version of the newest embedded migration: the schema
+// this build of the store expects.
+func SchemaVersion() int {
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+// Migrate creates or upgrades the records table named by opts, applying the
+// embedded migrations that have not been applied yet, all in one
+// transaction. It is idempotent and safe to run from several processes at
+// once: a transaction-scoped advisory lock per schema serialises them, and
+// whoever comes second finds nothing left to do.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return wrapErr(ctx, "migrate", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(opts.Schema)); err != nil {
+		return wrapErr(ctx, "migrate: lock", err)
+	}
+	// CREATE SCHEMA IF NOT EXISTS demands the CREATE privilege on the
+	// database even when the schema exists, so look first: a role that may
+	// only use an existing schema can still migrate.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, opts.Schema).Scan(&exists); err != nil {
+		return wrapErr(ctx, "migrate: look up schema", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{opts.Schema}.Sanitize()); err != nil {
+			return wrapErr(ctx, "migrate: create schema", err)
+		}
+	}
+	mt := pgx.Identifier{opts.Schema, MigrationsTable}.Sanitize()
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
+		table_name text        NOT NULL,
+		version    integer     NOT NULL,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (table_name, version)
+	)`); err != nil {
+		return wrapErr(ctx, "migrate: create "+MigrationsTable, err)
+	}
+	rows, err := tx.Query(ctx, `SELECT version FROM `+mt+` WHERE table_name = $1`, opts.Table)
+	if err != nil {
+		return wrapErr(ctx, "migrate: read versions", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return wrapErr(ctx, "migrate: read versions", err)
+	}
+	data := struct{ Schema, Table, Name string }{
+		Schema: pgx.Identifier{opts.Schema}.Sanitize(),
+		Table:  opts.qualified(),
+		Name:   opts.Table,
+	}
+	for _, m := range ms {
+		if slices.Contains(applied, int32(m.version)) {
+			continue
+		}
+		var sql strings.Builder
+		if err := m.tmpl.Execute(&sql, data); err != nil {
+			return fmt.Errorf("postgres store: migration %s: %w", m.name, err)
+		}
+		// No arguments: pgx sends it with the simple protocol, which runs
+		// every statement of the file.
+		if _, err := tx.Exec(ctx, sql.String()); err != nil {
+			return wrapErr(ctx, "migrate: "+m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+mt+` (table_name, version, name) VALUES ($1, $2, $3)`,
+			opts.Table, m.version, m.name); err != nil {
+			return wrapErr(ctx, "migrate: record "+m.name, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrapErr(ctx, "migrate: commit", err)
+	}
+	return nil
+}
+
+// migrateLockKey is the advisory lock that serialises migrations of one
+// schema (creating a schema or table concurrently fails even with IF NOT
+// EXISTS).
+func migrateLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("idem migrate\x00"))
+	h.Write([]byte(schema))
+	return int64(h.Sum64())
+}

@@ -1,0 +1,386 @@
+package postgres
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-dev/idem/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultSchema       = "public"
+	DefaultTable        = "idem_records"
+	DefaultCleanupBatch = 1000
+)
+
+// ErrInvalidKeyHash: a KeyHash is not a hex SHA-256 (store.HashKey's form),
+// the only form the table's primary key holds.
+var ErrInvalidKeyHash = errors.New("postgres store: key hash is not a hex SHA-256")
+
+// Options says where the store keeps its records. The zero value uses
+// public.idem_records.
+type Options struct {
+	// Schema holds the records table and the migrations table; "" means
+	// "public". Tests give each store its own schema to isolate it.
+	Schema string
+	// Table is the records table; "" means "idem_records". Several tables
+	// may live in one schema.
+	Table string
+	// CleanupBatch is how many rows one Cleanup transaction deletes at
+	// most; 0 means 1000. Each batch commits on its own, so no row lock is
+	// held for longer than one batch.
+	CleanupBatch int
+}
+
+// WithDefaults returns o with its zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if o.CleanupBatch <= 0 {
+		o.CleanupBatch = DefaultCleanupBatch
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	// PostgreSQL truncates identifiers to 63 bytes; the table name also
+	// prefixes its index and constraint names ("_expires_at_idx").
+	if len(o.Schema) > 63 {
+		return fmt.Errorf("postgres store: schema name %q is longer than 63 bytes", o.Schema)
+	}
+	if len(o.Table) > 48 {
+		return fmt.Errorf("postgres store: table name %q is longer than 48 bytes", o.Table)
+	}
+	return nil
+}
+
+func (o Options) qualified() string { return pgx.Identifier{o.Schema, o.Table}.Sanitize() }
+
+// Store keeps idempotency records in a PostgreSQL table. It is safe for
+// concurrent use, and any number of Stores in any number of processes may
+// share one table.
+type Store struct {
+	pool   *pgxpool.Pool
+	opts   Options
+	sql    statements
+	closed atomic.Bool
+
+	// retries counts re-runs of the reserve statement (tests read it).
+	retries atomic.Int64
+
+	// afterBatch, when set (by tests), is told how long each Cleanup batch
+	// took: an upper bound of how long its row locks were held.
+	afterBatch func(deleted int, took time.Duration)
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a store over the table named by opts, which Migrate must have
+// created. New does no I/O. The store does not own pool: Close does not
+// close it.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres store: nil pool")
+	}
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, opts: opts, sql: newStatements(opts.qualified())}, nil
+}
+
+// Options returns the store's options, defaults filled in.
+func (s *Store) Options() Options { return s.opts }
+
+// columns are the record columns every read returns, in scan order.
+const columns = `scope, key, fingerprint, binding, state, token, value, request_id,
+	created_at, updated_at, expires_at, lease_until`
+
+type statements struct {
+	reserve, get, renew, complete, release, cleanup string
+}
+
+func newStatements(table string) statements {
+	return statements{
+		// One statement, one round trip. The INSERT writes when the key is
+		// absent, or replaces the row when it is expired or, with $13, a
+		// stale in_progress row of the same request. When it writes
+		// nothing, the second branch returns the row read by "old".
+		//
+		// "old" reads the statement's snapshot, while ON CONFLICT judges the
+		// newest committed row version. They differ when another
+		// transaction committed this key after the snapshot was taken: then
+		// "old" finds no row, or a row the INSERT would have replaced, and
+		// Reserve runs the statement again with a new snapshot.
+		//
+		// xmax is 0 on a freshly inserted row and not 0 on a replaced one;
+		// a replaced row that "old" saw unexpired was a stale lease. (A
+		// replaced row that "old" did not see was committed meanwhile and
+		// is already stale or expired, which takes clocks that disagree:
+		// it is reported as a takeover, the cautious answer.)
+		reserve: `WITH old AS (
+	SELECT ` + columns + ` FROM ` + table + ` WHERE key_hash = $1
+), ins AS (
+	INSERT INTO ` + table + ` AS r (key_hash, scope, key, fingerprint, binding, state, token, value,
+		request_id, created_at, updated_at, expires_at, lease_until)
+	VALUES ($1, $2, $3, $4, $5, 'in_progress', $6, NULL, $7, $8, $9, $10, $11)
+	ON CONFLICT (key_hash) DO UPDATE SET
+		scope = excluded.scope, key = excluded.key, fingerprint = excluded.fingerprint,
+		binding = excluded.binding, state = 'in_progress', token = excluded.token, value = NULL,
+		request_id = excluded.request_id, created_at = excluded.created_at,
+		updated_at = excluded.updated_at, expires_at = excluded.expires_at,
+		lease_until = excluded.lease_until
+	WHERE r.expires_at <= $12
+		OR ($13 AND r.state = 'in_progress' AND r.lease_until <= $12
+			AND r.fingerprint = excluded.fingerprint AND r.binding = excluded.binding)
+	RETURNING xmax
+)
+SELECT true, ins.xmax <> 0 AND COALESCE((SELECT o.expires_at > $12 FROM old o), true),
+	'', '', '', '', '', 0::bigint, NULL::bytea, '', $12, $12, $12, $12
+FROM ins
+UNION ALL
+SELECT false, false, ` + columns + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)`,
+
+		get: `SELECT ` + columns + ` FROM ` + table + ` WHERE key_hash = $1 AND expires_at > $2`,
+
+		// Every write out of in_progress is fenced by the holder's token.
+		renew: `UPDATE ` + table + ` SET lease_until = $3
+	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
+		complete: `UPDATE ` + table + ` SET state = $3, value = $4, updated_at = $5, expires_at = $6
+	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
+		release: `DELETE FROM ` + table + ` WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
+
+		// One batch: walk the expires_at index, lock what it finds (skipping
+		// rows another transaction holds, such as a Reserve replacing an
+		// expired row), and delete those rows by their physical address. A
+		// row updated since the snapshot is re-checked by FOR UPDATE, and
+		// again by the outer condition.
+		cleanup: `DELETE FROM ` + table + ` WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM ` + table + ` WHERE expires_at <= $1
+	ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND expires_at <= $1`,
+	}
+}
+
+// maxReserveAttempts bounds the re-runs of the reserve statement. One re-run
+// is enough unless the key is written again between every two attempts.
+const maxReserveAttempts = 16
+
+// Reserve implements store.Store in one statement, so one round trip, except
+// when a concurrent writer commits the same key while it runs.
+func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Reservation{}, err
+	}
+	r := &req.Record
+	kh, err := keyHash(r.KeyHash)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	for range maxReserveAttempts {
+		var (
+			acquired, tookOver bool
+			got                row
+		)
+		err := s.pool.QueryRow(ctx, s.sql.reserve,
+			kh, r.Scope, r.Key, r.Fingerprint, r.Binding, int64(r.Token), r.RequestID,
+			r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil, req.Now, req.TakeOverStale,
+		).Scan(append([]any{&acquired, &tookOver}, got.dest()...)...)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			s.retries.Add(1) // the conflicting row is newer than the snapshot
+			continue
+		case retryable(err):
+			s.retries.Add(1)
+			continue
+		case err != nil:
+			return store.Reservation{}, wrapErr(ctx, "reserve", err)
+		case acquired:
+			return store.Reservation{Acquired: true, TookOver: tookOver}, nil
+		}
+		cur := got.record(kh)
+		if !cur.Expired(req.Now) && !(req.TakeOverStale && cur.Stale(req.Now) &&
+			cur.Fingerprint == r.Fingerprint && cur.Binding == r.Binding) {
+			return store.Reservation{Existing: cur}, nil
+		}
+		// The snapshot shows a row the INSERT would have replaced, so the
+		// newest version, which stopped it, is another one: look again.
+		s.retries.Add(1)
+	}
+	return store.Reservation{}, fmt.Errorf("postgres store: reserve: key %s changed under %d attempts in a row", r.KeyHash, maxReserveAttempts)
+}
+
+// Get implements store.Store. The scope is part of the key hash already.
+func (s *Store) Get(ctx context.Context, _, keyHashHex string, now time.Time) (store.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return store.Record{}, err
+	}
+	kh, err := keyHash(keyHashHex)
+	if err != nil {
+		return store.Record{}, err
+	}
+	var got row
+	err = s.pool.QueryRow(ctx, s.sql.get, kh, now).Scan(got.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Record{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Record{}, wrapErr(ctx, "get", err)
+	}
+	return got.record(kh), nil
+}
+
+// Renew implements store.Store.
+func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+	return s.fenced(ctx, "renew", s.sql.renew, f, leaseUntil)
+}
+
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, c store.Completion) error {
+	if !c.State.Valid() || c.State == store.InProgress {
+		return fmt.Errorf("postgres store: complete: state %q is not succeeded or failed", c.State)
+	}
+	return s.fenced(ctx, "complete", s.sql.complete, c.Fence, string(c.State), c.Value, c.Now, c.ExpiresAt)
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, f store.Fence) error {
+	return s.fenced(ctx, "release", s.sql.release, f)
+}
+
+// fenced runs a write guarded by f's token: no row written means the token
+// no longer holds the record.
+func (s *Store) fenced(ctx context.Context, op, sql string, f store.Fence, args ...any) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	kh, err := keyHash(f.KeyHash)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, sql, append([]any{kh, int64(f.Token)}, args...)...)
+	if err != nil {
+		return wrapErr(ctx, op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+// Cleanup implements store.Store. It deletes in batches of
+// Options.CleanupBatch rows, each its own transaction, and stops at limit,
+// when a batch comes back short, or when ctx is done (returning what it
+// deleted so far with the context's error).
+func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+	total := 0
+	for limit <= 0 || total < limit {
+		if err := s.check(ctx); err != nil {
+			return total, err
+		}
+		n := s.opts.CleanupBatch
+		if limit > 0 {
+			n = min(n, limit-total)
+		}
+		start := time.Now()
+		tag, err := s.pool.Exec(ctx, s.sql.cleanup, now, n)
+		if err != nil {
+			return total, wrapErr(ctx, "cleanup", err)
+		}
+		deleted := int(tag.RowsAffected())
+		if s.afterBatch != nil {
+			s.afterBatch(deleted, time.Since(start))
+		}
+		total += deleted
+		if deleted < n {
+			// Nothing left, or only rows other transactions hold right
+			// now; those are for the next run.
+			break
+		}
+	}
+	return total, nil
+}
+
+// Close implements store.Store. Later calls fail with store.ErrClosed; the
+// pool stays open, as it belongs to the caller.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// keyHash decodes a store.HashKey string into the 32 bytes the primary key
+// holds.
+func keyHash(s string) ([]byte, error) {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 32 {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidKeyHash, s)
+	}
+	return b, nil
+}
+
+// row receives the record columns of a result.
+type row struct {
+	r     store.Record
+	token int64 // the uint64 token's bits; pgx refuses negative int8 into uint64
+}
+
+// dest returns the scan destinations of columns, in order.
+func (x *row) dest() []any {
+	r := &x.r
+	return []any{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State),
+		&x.token, &r.Value, &r.RequestID, &r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil}
+}
+
+// record returns the scanned record, its times in UTC.
+func (x *row) record(keyHash []byte) store.Record {
+	r := x.r
+	r.KeyHash = hex.EncodeToString(keyHash)
+	r.Token = uint64(x.token)
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	r.ExpiresAt, r.LeaseUntil = r.ExpiresAt.UTC(), r.LeaseUntil.UTC()
+	return r
+}
+
+// retryable reports errors after which re-running a whole statement is
+// harmless: the server rolled it back (serialization failure, deadlock),
+// which READ COMMITTED sessions see only under an unusual
+// default_transaction_isolation.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// wrapErr gives err the operation's name and, when the context ended while
+// the driver was busy, makes sure errors.Is finds the context's error.
+func wrapErr(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("postgres store: %s: %w: %w", op, ctxErr, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("postgres store: %s: %w (run postgres.Migrate or `idem migrate`)", op, err)
+	}
+	return fmt.Errorf("postgres store: %s: %w", op, err)
+}

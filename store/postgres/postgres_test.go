@@ -1,0 +1,352 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	pool := testPool(t, 16)
+	peerPool := testPool(t, 16) // a second client, as another process would be
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			return newTestStore(t, pool, freshSchema(t, pool))
+		},
+		Peer: func(t *testing.T, s store.Store) store.Store {
+			return newTestStore(t, peerPool, s.(*Store).Options())
+		},
+		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(t, s.(*Store)) },
+	})
+}
+
+// TestConformanceCacheDescribe runs the suite without named prepared
+// statements, the mode for poolers in transaction mode (see the package
+// documentation).
+func TestConformanceCacheDescribe(t *testing.T) {
+	describe := func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe }
+	dsn := testenv.Postgres(t)
+	pool := openPool(t, dsn, 8, describe)
+	peerPool := openPool(t, dsn, 8, describe)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			return newTestStore(t, pool, freshSchema(t, pool))
+		},
+		Peer: func(t *testing.T, s store.Store) store.Store {
+			return newTestStore(t, peerPool, s.(*Store).Options())
+		},
+		Racers: 32,
+	})
+}
+
+func request(key string, now time.Time, token uint64) store.ReserveRequest {
+	return store.ReserveRequest{
+		Record: store.Record{
+			KeyHash: store.HashKey("test", key), Scope: "test", Key: key,
+			Fingerprint: "fp", Binding: "POST /x", State: store.InProgress, Token: token,
+			RequestID: "req", CreatedAt: now, UpdatedAt: now,
+			ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute),
+		},
+		Now:           now,
+		TakeOverStale: true,
+	}
+}
+
+var t0 = storetest.T0
+
+func TestMigrateConcurrentAndIdempotent(t *testing.T) {
+	pool := testPool(t, 8)
+	opts := Options{Schema: uniqueName("idem_migrate"), Table: "records"}
+	t.Cleanup(func() { dropSchema(t, pool, opts.Schema) })
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() { errs <- Migrate(ctx, pool, opts) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Migrate: %v", err)
+		}
+	}
+	if err := Migrate(ctx, pool, opts); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	// A second table in the same schema has its own versions.
+	if err := Migrate(ctx, pool, Options{Schema: opts.Schema, Table: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT table_name, version FROM `+pgx.Identifier{opts.Schema, MigrationsTable}.Sanitize()+` ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type applied struct {
+		Table   string
+		Version int32
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[applied])
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := int32(SchemaVersion())
+	if v < 1 || len(got) != 2*int(v) || got[0] != (applied{"other", 1}) || got[len(got)-1] != (applied{"records", v}) {
+		t.Fatalf("applied migrations: %v (schema version %d)", got, v)
+	}
+	s := newTestStore(t, pool, opts)
+	if _, err := s.Reserve(ctx, request("k", t0, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnmigratedTable(t *testing.T) {
+	pool := testPool(t, 2)
+	s := newTestStore(t, pool, Options{Schema: uniqueName("idem_absent")})
+	_, err := s.Reserve(context.Background(), request("k", t0, 1))
+	if err == nil || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("Reserve on a missing table: %v, want a hint to migrate", err)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	pool := testPool(t, 1)
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	if _, err := New(pool, Options{Table: strings.Repeat("t", 49)}); err == nil {
+		t.Error("a 49-byte table name was accepted")
+	}
+	s, err := New(pool, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Options(); got != (Options{Schema: "public", Table: "idem_records", CleanupBatch: 1000}) {
+		t.Errorf("defaults: %+v", got)
+	}
+}
+
+// TestTokenBits checks that tokens with the top bit set survive the int64
+// column, and that fencing compares all 64 bits.
+func TestTokenBits(t *testing.T) {
+	pool := testPool(t, 2)
+	s := newTestStore(t, pool, freshSchema(t, pool))
+	ctx := context.Background()
+	for _, tok := range []uint64{1<<63 | 12345, ^uint64(0), 1 << 63} {
+		req := request("tok-"+time.Now().String(), t0, tok)
+		if res, err := s.Reserve(ctx, req); err != nil || !res.Acquired {
+			t.Fatalf("Reserve: %+v, %v", res, err)
+		}
+		got, err := s.Get(ctx, "test", req.Record.KeyHash, t0)
+		if err != nil || got.Token != tok {
+			t.Fatalf("token %d came back as %d (%v)", tok, got.Token, err)
+		}
+		wrong := store.Fence{KeyHash: req.Record.KeyHash, Token: tok ^ 1<<63}
+		if err := s.Renew(ctx, wrong, t0.Add(time.Hour)); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("Renew with the top bit flipped: %v", err)
+		}
+		if err := s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: req.Record.KeyHash, Token: tok},
+			State: store.Succeeded, Now: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestInvalidKeyHash(t *testing.T) {
+	pool := testPool(t, 2)
+	s := newTestStore(t, pool, freshSchema(t, pool))
+	ctx := context.Background()
+	req := request("k", t0, 1)
+	req.Record.KeyHash = "not-a-hash"
+	if _, err := s.Reserve(ctx, req); !errors.Is(err, ErrInvalidKeyHash) {
+		t.Errorf("Reserve: %v", err)
+	}
+	if _, err := s.Get(ctx, "test", strings.Repeat("ab", 31), t0); !errors.Is(err, ErrInvalidKeyHash) {
+		t.Errorf("Get with a 31-byte hash: %v", err)
+	}
+	if err := s.Release(ctx, store.Fence{KeyHash: "zz"}); !errors.Is(err, ErrInvalidKeyHash) {
+		t.Errorf("Release: %v", err)
+	}
+}
+
+// TestTookOver checks that replacing an expired record is not reported as a
+// takeover, and replacing a stale lease is.
+func TestTookOver(t *testing.T) {
+	pool := testPool(t, 2)
+	s := newTestStore(t, pool, freshSchema(t, pool))
+	ctx := context.Background()
+	mustReserve := func(req store.ReserveRequest, tookOver bool) {
+		t.Helper()
+		res, err := s.Reserve(ctx, req)
+		if err != nil || !res.Acquired || res.TookOver != tookOver {
+			t.Fatalf("Reserve: %+v, %v; want acquired, TookOver %v", res, err, tookOver)
+		}
+	}
+	mustReserve(request("a", t0, 1), false)
+	mustReserve(request("a", t0.Add(2*time.Minute), 2), true)              // stale lease
+	mustReserve(request("a", t0.Add(2*time.Minute+2*time.Hour), 3), false) // expired
+}
+
+func TestCloseLeavesPoolOpen(t *testing.T) {
+	pool := testPool(t, 2)
+	s := newTestStore(t, pool, freshSchema(t, pool))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Reserve(ctx, request("k", t0, 1)); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Reserve after Close: %v", err)
+	}
+	if _, err := s.Cleanup(ctx, t0, 0); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Cleanup after Close: %v", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		t.Errorf("the pool was closed with the store: %v", err)
+	}
+}
+
+// TestCleanupBatches checks that Cleanup deletes in batches of CleanupBatch
+// and honours limit across them.
+func TestCleanupBatches(t *testing.T) {
+	pool := testPool(t, 2)
+	opts := freshSchema(t, pool)
+	opts.CleanupBatch = 7
+	s := newTestStore(t, pool, opts)
+	ctx := context.Background()
+	for i := range 30 {
+		req := request("c"+string(rune('a'+i)), t0, uint64(i+1))
+		req.Record.ExpiresAt = t0.Add(time.Duration(i) * time.Second)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batches []int
+	s.afterBatch = func(n int, _ time.Duration) { batches = append(batches, n) }
+	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 16)
+	if err != nil || n != 16 {
+		t.Fatalf("Cleanup limit 16: %d, %v", n, err)
+	}
+	if want := []int{7, 7, 2}; !equalInts(batches, want) {
+		t.Fatalf("batches %v, want %v", batches, want)
+	}
+	batches = nil
+	n, err = s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	if err != nil || n != 14 {
+		t.Fatalf("Cleanup rest: %d, %v", n, err)
+	}
+	if want := []int{7, 7, 0}; !equalInts(batches, want) {
+		t.Fatalf("batches %v, want %v", batches, want)
+	}
+	// The oldest go first.
+	if _, err := s.Get(ctx, "test", store.HashKey("test", "c"+string(rune('a'+29))), t0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the newest record survived: %v", err)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCleanupSkipsLockedRows checks that a batch does not wait for a row
+// another transaction holds.
+func TestCleanupSkipsLockedRows(t *testing.T) {
+	pool := testPool(t, 4)
+	s := newTestStore(t, pool, freshSchema(t, pool))
+	ctx := context.Background()
+	for i, key := range []string{"x", "y"} {
+		req := request(key, t0, uint64(i+1))
+		req.Record.ExpiresAt = t0.Add(time.Second)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	kh, _ := keyHash(store.HashKey("test", "x"))
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.opts.qualified()+` WHERE key_hash = $1 FOR UPDATE`, kh); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := s.Cleanup(cctx, t0.Add(time.Hour), 0)
+	if err != nil || n != 1 {
+		t.Fatalf("Cleanup beside a locked row: %d, %v; want 1", n, err)
+	}
+}
+
+// TestReserveRetriesAfterConcurrentWrite drives the cases the reserve
+// statement cannot answer in one go: the row that stops its INSERT was
+// committed after the statement's snapshot, so the snapshot shows no row,
+// or an expired one. A transaction holds the new row uncommitted while
+// Reserve waits on it, then commits; Reserve must report the new row.
+func TestReserveRetriesAfterConcurrentWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		expired bool // an expired row exists before
+	}{{"absent", false}, {"expired", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := testPool(t, 4)
+			s := newTestStore(t, pool, freshSchema(t, pool))
+			ctx := context.Background()
+			now := t0.Add(3 * time.Hour)
+			if tc.expired {
+				if _, err := s.Reserve(ctx, request("late", t0, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			first := request("late", now, 2)
+			kh, _ := keyHash(first.Record.KeyHash)
+			r := first.Record
+			if _, err := tx.Exec(ctx, s.sql.reserve, kh, r.Scope, r.Key, r.Fingerprint, r.Binding, int64(r.Token), r.RequestID,
+				r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil, first.Now, true); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				res store.Reservation
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				res, err := s.Reserve(ctx, request("late", now, 3))
+				done <- result{res, err}
+			}()
+			time.Sleep(200 * time.Millisecond) // let Reserve take its snapshot and block
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := <-done
+			if got.err != nil || got.res.Acquired || got.res.Existing.Token != 2 {
+				t.Fatalf("Reserve behind a concurrent write: %+v, %v; want the committed record (token 2)", got.res, got.err)
+			}
+			if n := s.retries.Load(); n != 1 {
+				t.Fatalf("%d re-runs of the reserve statement, want 1", n)
+			}
+		})
+	}
+}

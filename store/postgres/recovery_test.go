@@ -1,0 +1,346 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/store"
+)
+
+// pgServer is a throwaway PostgreSQL server that a test may stop, freeze
+// and restart (ENVIRONMENT.md's recipe).
+type pgServer struct {
+	t      testing.TB
+	bin    string // directory of initdb and pg_ctl
+	dir    string
+	port   int
+	asUser string // run the binaries as this user: initdb refuses root
+}
+
+// startPGServer initialises and starts a server on a free port; it is
+// stopped and removed when t ends.
+func startPGServer(t testing.TB) *pgServer {
+	t.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if dir := os.Getenv("IDEM_TEST_PG_BIN"); dir != "" {
+		bins = []string{filepath.Join(dir, "initdb")}
+	}
+	slices.Sort(bins)
+	if len(bins) == 0 {
+		testenv.Unavailable(t, "no PostgreSQL server binaries (initdb) under /usr/lib/postgresql/*/bin or IDEM_TEST_PG_BIN")
+	}
+	srv := &pgServer{t: t, bin: filepath.Dir(bins[len(bins)-1])}
+	dir, err := os.MkdirTemp("", "idem-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.dir = dir
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			testenv.Unavailable(t, "running as root and there is no postgres user for initdb: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		srv.asUser = "postgres"
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.port = l.Addr().(*net.TCPAddr).Port
+	l.Close()
+
+	srv.run("initdb", "-D", srv.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+	srv.start()
+	t.Cleanup(func() { srv.stop("immediate") })
+	return srv
+}
+
+func (s *pgServer) data() string { return filepath.Join(s.dir, "data") }
+
+func (s *pgServer) dsn() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+}
+
+func (s *pgServer) run(prog string, args ...string) {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, prog), args...)
+	if s.asUser != "" {
+		cmd = exec.Command("runuser", append([]string{"-u", s.asUser, "--", cmd.Path}, args...)...)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
+		s.t.Fatalf("%s %s: %v\n%s\nserver log:\n%s", prog, strings.Join(args, " "), err, out, log)
+	}
+}
+
+func (s *pgServer) start() {
+	s.t.Helper()
+	s.run("pg_ctl", "-D", s.data(), "-l", filepath.Join(s.dir, "log"), "-w", "-o",
+		fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=20 -c shared_buffers=16MB", s.port, s.dir),
+		"start")
+}
+
+// stop stops the server; mode "immediate" is a crash, recovered from the
+// WAL at the next start.
+func (s *pgServer) stop(mode string) {
+	s.t.Helper()
+	if _, err := os.Stat(filepath.Join(s.data(), "postmaster.pid")); err != nil {
+		return // not running
+	}
+	s.run("pg_ctl", "-D", s.data(), "-m", mode, "-w", "stop")
+}
+
+// signal sends sig to the postmaster and every process it started: SIGSTOP
+// freezes the server with its sockets open, as a network partition would.
+func (s *pgServer) signal(sig syscall.Signal) {
+	s.t.Helper()
+	pidFile, err := os.ReadFile(filepath.Join(s.data(), "postmaster.pid"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	master, err := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	pids := []int{master}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		stat, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(master) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			pids = append(pids, pid)
+		}
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// TestRecovery runs a store against a server that freezes, crashes and
+// comes back. While the server is gone, every call returns an error within
+// its context's deadline (no hang, no panic); once it is back, the same
+// Store works again, and everything completed before the crash is there.
+func TestRecovery(t *testing.T) {
+	srv := startPGServer(t)
+	pool := openPool(t, srv.dsn(), 4)
+	ctx := context.Background()
+	opts := Options{Schema: "idem"}
+	if err := Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestStore(t, pool, opts)
+
+	var (
+		seq       atomic.Uint64
+		mu        sync.Mutex
+		completed []store.ReserveRequest // Complete returned nil
+	)
+	// pair reserves and completes one new key, each call bounded by a
+	// deadline, and returns the first error and the longest call.
+	pair := func(deadline time.Duration) (longest time.Duration, err error) {
+		n := seq.Add(1)
+		now := time.Now()
+		req := request(fmt.Sprintf("k-%d", n), now, n)
+		call := func(f func(ctx context.Context) error) error {
+			cctx, cancel := context.WithTimeout(ctx, deadline)
+			defer cancel()
+			start := time.Now()
+			defer func() { longest = max(longest, time.Since(start)) }()
+			return f(cctx)
+		}
+		if err := call(func(ctx context.Context) error {
+			res, err := s.Reserve(ctx, req)
+			if err == nil && !res.Acquired {
+				err = fmt.Errorf("fresh key %d not acquired", n)
+			}
+			return err
+		}); err != nil {
+			return longest, err
+		}
+		err = call(func(ctx context.Context) error {
+			return s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: req.Record.KeyHash, Token: n},
+				State: store.Succeeded, Value: []byte(req.Record.Key), Now: now, ExpiresAt: now.Add(time.Hour)})
+		})
+		if err == nil {
+			mu.Lock()
+			completed = append(completed, req)
+			mu.Unlock()
+		}
+		return longest, err
+	}
+
+	for range 100 {
+		if _, err := pair(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Load runs in the background through every phase below.
+	const deadline = 500 * time.Millisecond
+	var (
+		stop         = make(chan struct{})
+		wg           sync.WaitGroup
+		calls, fails atomic.Int64
+		longestNanos atomic.Int64
+		firstErrMu   sync.Mutex
+		firstErrs    = map[string]int{}
+		panicked     atomic.Value
+	)
+	for range 4 {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					panicked.Store(fmt.Sprint(p))
+				}
+			}()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				longest, err := pair(deadline)
+				calls.Add(1)
+				for {
+					old := longestNanos.Load()
+					if int64(longest) <= old || longestNanos.CompareAndSwap(old, int64(longest)) {
+						break
+					}
+				}
+				if err != nil {
+					fails.Add(1)
+					msg := err.Error()
+					if len(msg) > 90 {
+						msg = msg[:90]
+					}
+					firstErrMu.Lock()
+					firstErrs[msg]++
+					firstErrMu.Unlock()
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	// Phase 1: the server freezes with its connections open. Calls must
+	// give up at their deadline, reporting it.
+	srv.signal(syscall.SIGSTOP)
+	frozenCalls := calls.Load()
+	time.Sleep(1500 * time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, deadline)
+	begin := time.Now()
+	_, err := s.Get(cctx, "test", store.HashKey("test", "k-1"), time.Now())
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Get from a frozen server: %v, want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(begin); took > deadline+time.Second {
+		t.Errorf("Get from a frozen server took %v with a %v deadline", took, deadline)
+	}
+	srv.signal(syscall.SIGCONT)
+	t.Logf("frozen: %d pairs attempted during 1.5 s", calls.Load()-frozenCalls)
+	time.Sleep(500 * time.Millisecond)
+
+	// Phase 2: the server crashes (immediate stop: no shutdown checkpoint)
+	// and stays down. Calls fail fast.
+	crashed := time.Now()
+	srv.stop("immediate")
+	failsBefore := fails.Load()
+	time.Sleep(time.Second)
+	for name, f := range map[string]func(context.Context) error{
+		"Reserve": func(ctx context.Context) error { _, err := s.Reserve(ctx, request("down", time.Now(), 1)); return err },
+		"Get": func(ctx context.Context) error {
+			_, err := s.Get(ctx, "test", store.HashKey("test", "k-1"), time.Now())
+			return err
+		},
+		"Complete": func(ctx context.Context) error {
+			return s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: store.HashKey("test", "down"), Token: 1},
+				State: store.Succeeded, Now: time.Now(), ExpiresAt: time.Now()})
+		},
+		"Cleanup": func(ctx context.Context) error { _, err := s.Cleanup(ctx, time.Now(), 0); return err },
+	} {
+		cctx, cancel := context.WithTimeout(ctx, deadline)
+		begin := time.Now()
+		err := f(cctx)
+		cancel()
+		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLeaseLost) {
+			t.Errorf("%s against a stopped server: %v, want an error", name, err)
+		}
+		if took := time.Since(begin); took > deadline+time.Second {
+			t.Errorf("%s against a stopped server took %v", name, took)
+		}
+	}
+	if fails.Load() == failsBefore {
+		t.Error("no call failed while the server was down")
+	}
+
+	// Phase 3: the server comes back. The same Store serves again.
+	srv.start()
+	restarted := time.Now()
+	var failedAfter int
+	for {
+		if _, err := pair(2 * time.Second); err == nil {
+			break
+		} else if time.Since(restarted) > 15*time.Second {
+			t.Fatalf("the store did not recover within 15 s of the restart: %v", err)
+		} else {
+			failedAfter++
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // let the background load succeed again
+	close(stop)
+	wg.Wait()
+	if p := panicked.Load(); p != nil {
+		t.Fatalf("a call panicked: %v", p)
+	}
+	if l := time.Duration(longestNanos.Load()); l > deadline+time.Second {
+		t.Errorf("the longest call took %v with a %v deadline", l, deadline)
+	}
+	t.Logf("background: %d pairs, %d failed; longest call %v (deadline %v); failed pairs after restart before the first success: %d; down %v",
+		calls.Load(), fails.Load(), time.Duration(longestNanos.Load()), deadline, failedAfter, restarted.Sub(crashed).Round(time.Millisecond))
+	for msg, n := range firstErrs {
+		t.Logf("  %4d × %s", n, msg)
+	}
+
+	// Everything whose Complete returned nil survived the crash.
+	mu.Lock()
+	defer mu.Unlock()
+	for _, req := range completed {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := s.Get(cctx, "test", req.Record.KeyHash, req.Now)
+		cancel()
+		if err != nil || got.State != store.Succeeded || string(got.Value) != req.Record.Key {
+			t.Fatalf("record %s after the crash: %+v, %v", req.Record.Key, got, err)
+		}
+	}
+	t.Logf("%d completed records, all present after the crash", len(completed))
+}
