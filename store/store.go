@@ -48,7 +48,8 @@ func HashKey(scope, key string) string {
 
 // Record is what a store keeps per key.
 type Record struct {
-	// KeyHash is HashKey(Scope, Key): the record's identity.
+	// KeyHash is HashKey(Scope, Key): the record's identity, 64 lowercase
+	// hex digits. Stores may reject any other form.
 	KeyHash string
 	// Scope is the namespace the key lives in (tenant, endpoint, task type).
 	Scope string

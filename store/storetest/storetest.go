@@ -575,8 +575,8 @@ func testTTL(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Acquired {
-		t.Fatalf("reserve over an expired record: %+v", res)
+	if !res.Acquired || res.TookOver {
+		t.Fatalf("reserve over an expired record: %+v; want acquired, not a takeover", res)
 	}
 	checkRecord(t, mustGet(t, s, later, later.Now), later.Record)
 }
