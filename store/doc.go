@@ -2,7 +2,7 @@
 // it keeps idempotency records.
 //
 // Most users never touch this package: they construct a store
-// (memory.New, file.Open, postgres.New, redis.New) and hand it to idem.New.
+// (memory.New, file.Open, postgres.New, redisstore.New) and hand it to idem.New.
 // It is for people writing a new store. A store is a small, dumb, atomic
 // key-value table: the engine decides what an existing record means (replay,
 // conflict, wait); the store only guarantees that the transitions below are
