@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/dsn"
+)
+
+// expiredCounter is the optional store method behind `cleanup --dry-run`:
+// how many records are expired at now, without removing them.
+type expiredCounter interface {
+	CountExpired(ctx context.Context, now time.Time) (int, error)
+}
+
+// CleanupCommand removes expired records.
+type CleanupCommand struct{ m *Main }
+
+// Run parses flags and cleans the store.
+func (c *CleanupCommand) Run(ctx context.Context, args []string) error {
+	fs := c.m.flagSet("cleanup", "cleanup [--store DSN] [--dry-run] [--batch N]")
+	storeFlag := fs.String("store", "", "store `DSN` (default $IDEM_STORE, the config's store, or file:./idem-data)")
+	configPath := fs.String("config", "", "read the store DSN from this config `file`")
+	dryRun := fs.Bool("dry-run", false, "count the expired records without removing them")
+	batch := fs.Int("batch", 1000, "records removed per store transaction")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("cleanup: unexpected arguments %q", fs.Args())
+	}
+	dsnStr, err := c.m.storeDSN(*storeFlag, *configPath)
+	if err != nil {
+		return err
+	}
+	opened, err := dsn.Open(ctx, dsnStr, dsn.Options{})
+	if err != nil {
+		return err
+	}
+	defer opened.Close()
+
+	now := time.Now()
+	if *dryRun {
+		ec, ok := opened.Store.(expiredCounter)
+		if !ok {
+			return fmt.Errorf("cleanup --dry-run: the %s store cannot count expired records without removing them; nothing was removed", opened.DSN.Kind)
+		}
+		n, err := ec.CountExpired(ctx, now)
+		if err != nil {
+			return fmt.Errorf("cleanup --dry-run: %w", err)
+		}
+		fmt.Fprintf(c.m.Stdout, "%d expired records in %s (dry run: nothing removed)\n", n, opened.DSN)
+		return nil
+	}
+
+	// No background cleanup: this command is the cleanup.
+	eng := idem.New(opened.Store, idem.Policy{CleanupInterval: -1})
+	defer eng.Close()
+	tty := false
+	if f, ok := c.m.Stderr.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	start := time.Now()
+	progress := func(removed int) {
+		if tty {
+			fmt.Fprintf(c.m.Stderr, "\rremoved %d expired records...", removed)
+		} else {
+			fmt.Fprintf(c.m.Stderr, "removed %d expired records so far\n", removed)
+		}
+	}
+	n, err := eng.Cleanup(ctx, *batch, progress)
+	if tty && n > 0 {
+		fmt.Fprintln(c.m.Stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("cleanup: removed %d records, then: %w", n, err)
+	}
+	fmt.Fprintf(c.m.Stdout, "removed %d expired records from %s in %v\n", n, opened.DSN, time.Since(start).Round(time.Millisecond))
+	return nil
+}

@@ -1,0 +1,50 @@
+// Command idem is the idem gateway: a reverse proxy that gives any HTTP
+// API idempotency keys without code changes. A POST, PUT, PATCH or DELETE
+// carrying an Idempotency-Key header runs the upstream at most once per
+// key; every retry gets the first response back, byte for byte, with
+// Idempotent-Replayed: true and Original-Request-Id.
+//
+//	idem serve   [--config FILE] [--listen ADDR] [--upstream URL] [--store DSN]
+//	idem cleanup [--store DSN] [--dry-run] [--batch N]
+//	idem inspect --store DSN [--scope S] --key K
+//	idem migrate --store postgres://...
+//	idem demo    [--listen ADDR] [--api-listen ADDR] [--data DIR]
+//	idem version
+//
+// # Configuration
+//
+// serve reads a YAML file (--config, or IDEM_CONFIG; see package
+// internal/config for every field), then IDEM_LISTEN, IDEM_UPSTREAM,
+// IDEM_STORE, IDEM_ADMIN_LISTEN, IDEM_ADMIN_TOKEN, IDEM_LOG_FORMAT and
+// IDEM_LOG_LEVEL, then the flags: flags win over the environment, which
+// wins over the file. Without a store, records go to the embedded store in
+// ./idem-data (file:./idem-data). A PostgreSQL store is migrated at
+// start-up unless migrate: false (or --migrate=false).
+//
+// # What the gateway adds
+//
+// Every request gets an X-Request-Id (a sane one from the client is kept),
+// echoed on the response. The Idempotency-Key header is forwarded, so the
+// upstream may dedupe too. Keyed requests are detached from their client's
+// connection: if the client hangs up, the upstream call still completes and
+// is recorded, and the retry replays it. Upstream failures are 502 (504 on
+// timeout) problem+json; when the upstream could not even be reached, the
+// key is released so the retry runs.
+//
+// # Admin listener
+//
+// admin_listen (default 127.0.0.1:9090; "off" disables it) serves
+// /healthz (200 when the store answers, 503 when not or while shutting
+// down), /metrics (Prometheus: idem_executions_total, idem_replays_total,
+// idem_conflicts_total{conflict_type}, idem_rejections_total{kind},
+// idem_pass_throughs_total, idem_upstream_errors_total,
+// idem_store_operation_duration_seconds{operation}, Go and process
+// metrics) and, with admin_token set, /keys?scope=S&key=K (Authorization:
+// Bearer TOKEN) showing one record as `idem inspect` does.
+//
+// # Shutdown
+//
+// On SIGINT or SIGTERM the gateway stops accepting, lets in-flight requests
+// finish and record their outcomes (up to shutdown_timeout, 30 s), then
+// closes the store. A second signal exits at once.
+package main

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idem-dev/idem/internal/dsn"
+)
+
+// MigrateCommand creates or upgrades the PostgreSQL schema.
+type MigrateCommand struct{ m *Main }
+
+// Run parses flags and migrates.
+func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
+	fs := c.m.flagSet("migrate", "migrate --store postgres://...")
+	storeFlag := fs.String("store", "", "PostgreSQL store `DSN` (default $IDEM_STORE or the config's store);\n"+
+		"?idem_schema=S&idem_table=T choose the schema and table")
+	configPath := fs.String("config", "", "read the store DSN from this config `file`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
+	}
+	dsnStr, err := c.m.storeDSN(*storeFlag, *configPath)
+	if err != nil {
+		return err
+	}
+	v, err := dsn.Migrate(ctx, dsnStr)
+	if errors.Is(err, dsn.ErrNotPostgres) {
+		return fmt.Errorf("%w (the other stores need no migration)", err)
+	}
+	if err != nil {
+		return err
+	}
+	d, _ := dsn.Parse(dsnStr)
+	fmt.Fprintf(c.m.Stdout, "%s: schema at version %d\n", d, v)
+	return nil
+}

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/config"
+	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway"
+	"github.com/idem-dev/idem/internal/metrics"
+)
+
+// ServeCommand runs the gateway.
+type ServeCommand struct{ m *Main }
+
+// Run parses flags, loads the configuration and serves until ctx is done.
+func (c *ServeCommand) Run(ctx context.Context, args []string) error {
+	cfg, err := c.loadConfig(args)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c.m.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	s, err := startServer(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return s.serve(ctx)
+}
+
+// loadConfig reads the file (--config, else IDEM_CONFIG), then applies the
+// IDEM_* variables, then the flags: flags win over the environment, which
+// wins over the file.
+func (c *ServeCommand) loadConfig(args []string) (*config.Config, error) {
+	fs := c.m.flagSet("serve", "serve [--config FILE] [--listen ADDR] [--upstream URL] [--store DSN] [flags]")
+	path := fs.String("config", "", "YAML configuration `file` (default $IDEM_CONFIG)")
+	fs.String("listen", "", "proxy `address` (default "+config.DefaultListen+")")
+	fs.String("upstream", "", "upstream `URL`, e.g. http://127.0.0.1:3000")
+	fs.String("store", "", "store `DSN`: memory:, file:PATH, postgres://..., redis://... (default "+config.DefaultStore+")")
+	fs.String("admin-listen", "", "admin `address` for /healthz, /metrics, /keys; off disables (default "+config.DefaultAdminListen+")")
+	fs.String("log-format", "", "log `format`: text or json")
+	fs.String("log-level", "", "log `level`: debug, info, warn, error")
+	migrate := fs.String("migrate", "", "run PostgreSQL migrations at start-up: true or false (default true)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	if *path == "" {
+		*path = c.m.Getenv("IDEM_CONFIG")
+	}
+	cfg := &config.Config{}
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			return nil, err
+		}
+	}
+	cfg.ApplyEnv(c.m.Getenv)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, dst := range map[string]*string{
+		"listen": &cfg.Listen, "upstream": &cfg.Upstream, "store": &cfg.Store,
+		"admin-listen": &cfg.AdminListen, "log-format": &cfg.LogFormat, "log-level": &cfg.LogLevel,
+	} {
+		if set[name] {
+			*dst = fs.Lookup(name).Value.String()
+		}
+	}
+	if set["migrate"] {
+		v, err := strconv.ParseBool(*migrate)
+		if err != nil {
+			return nil, fmt.Errorf("--migrate %q: want true or false", *migrate)
+		}
+		cfg.Migrate = &v
+	}
+	if err := cfg.Validate(); err != nil {
+		if *path != "" {
+			return nil, fmt.Errorf("invalid configuration (%s):\n%w", *path, err)
+		}
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	if _, err := dsn.Parse(cfg.Store); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// server is a running gateway: proxy and admin listeners over one store.
+type server struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	opened   *dsn.Opened
+	eng      *idem.Engine
+	proxy    *gateway.Proxy
+	http     *http.Server
+	admin    *http.Server
+	ln       net.Listener
+	adminLn  net.Listener
+	draining atomic.Bool
+	errc     chan error
+	fresh    freshConns
+}
+
+// freshConns tracks connections on which no request has arrived yet.
+// http.Server.Shutdown waits up to 5 s for them, as they may be about to
+// send one; clients open them ahead of need (Go's Transport when it
+// races dials, browsers), so the gateway closes them itself while draining.
+type freshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]time.Time // guarded by mu
+}
+
+func (f *freshConns) track(c net.Conn, st http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st == http.StateNew {
+		if f.conns == nil {
+			f.conns = map[net.Conn]time.Time{}
+		}
+		f.conns[c] = time.Now()
+		return
+	}
+	delete(f.conns, c)
+}
+
+// closeOlder closes the fresh connections accepted more than age ago.
+func (f *freshConns) closeOlder(age time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c, t := range f.conns {
+		if time.Since(t) > age {
+			c.Close()
+			delete(f.conns, c)
+		}
+	}
+}
+
+// startServer opens the store, builds the handlers and starts listening.
+// The listeners are open when it returns.
+func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *server, err error) {
+	built, err := cfg.Build()
+	if err != nil {
+		return nil, err
+	}
+	upstream, err := cfg.UpstreamURL()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, log: log, errc: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			for _, l := range []net.Listener{s.ln, s.adminLn} {
+				if l != nil {
+					l.Close()
+				}
+			}
+			s.closeAll()
+		}
+	}()
+	s.opened, err = dsn.Open(ctx, cfg.Store, dsn.Options{Logger: log, Migrate: cfg.MigrateEnabled()})
+	if err != nil {
+		return nil, err
+	}
+	met := metrics.New()
+	s.eng = idem.New(met.WrapStore(s.opened.Store), built.Policy, idem.WithLogger(log))
+	built.Options.Logger = log
+	built.Options.Observe = met.Observe
+	s.proxy, err = gateway.New(gateway.Options{
+		Upstream:        upstream,
+		Engine:          s.eng,
+		Middleware:      built.Options,
+		Transport:       gateway.NewTransport(time.Duration(cfg.UpstreamTimeout)),
+		Logger:          log,
+		OnUpstreamError: met.UpstreamError,
+	})
+	if err != nil {
+		return nil, err
+	}
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	s.http = &http.Server{Handler: s.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog,
+		ConnState: s.fresh.track}
+	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if cfg.AdminEnabled() {
+		s.admin = &http.Server{Handler: gateway.Admin(gateway.AdminOptions{
+			Store:    s.opened.Store,
+			Metrics:  met.Handler(),
+			Token:    cfg.AdminToken,
+			Draining: &s.draining,
+			Logger:   log,
+		}), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			return nil, fmt.Errorf("admin_listen: %w", err)
+		}
+		go func() { s.errc <- fmt.Errorf("admin listener: %w", s.admin.Serve(s.adminLn)) }()
+	}
+	go func() { s.errc <- s.http.Serve(s.ln) }()
+	attrs := []any{"addr", s.ln.Addr().String(), "upstream", upstream.Redacted(), "store", s.opened.DSN.String()}
+	if s.adminLn != nil {
+		attrs = append(attrs, "admin_addr", s.adminLn.Addr().String())
+	}
+	log.Info("idem gateway listening", attrs...)
+	return s, nil
+}
+
+// Addr is the proxy's address.
+func (s *server) Addr() string { return s.ln.Addr().String() }
+
+// AdminAddr is the admin listener's address, or "".
+func (s *server) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
+}
+
+// serve waits for ctx (a signal) or a listener failure, then shuts down.
+func (s *server) serve(ctx context.Context) error {
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-s.errc:
+	}
+	err := s.shutdown()
+	if failed != nil && !errors.Is(failed, http.ErrServerClosed) {
+		return errors.Join(failed, err)
+	}
+	return err
+}
+
+// shutdown stops accepting, lets in-flight requests finish and record their
+// outcomes (up to shutdown_timeout), and only then closes the store.
+func (s *server) shutdown() error {
+	s.draining.Store(true)
+	timeout := time.Duration(s.cfg.ShutdownTimeout)
+	s.log.Info("idem gateway shutting down", "timeout", timeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var errs []error
+	stopSweep := make(chan struct{})
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSweep:
+				return
+			case <-t.C:
+				s.fresh.closeOlder(250 * time.Millisecond)
+			}
+		}
+	}()
+	err := s.http.Shutdown(ctx)
+	close(stopSweep)
+	if err != nil {
+		s.log.Warn("idem: in-flight requests did not finish in time; closing connections", "err", err)
+		s.http.Close()
+	}
+	// Keyed requests run detached from their connections: give them a
+	// little more time to record their outcomes.
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := s.proxy.Wait(wctx); err != nil {
+		errs = append(errs, errors.New("requests still running at exit: their keys stay in progress until their lease ends"))
+	}
+	wcancel()
+	if s.admin != nil {
+		actx, acancel := context.WithTimeout(context.Background(), time.Second)
+		if err := s.admin.Shutdown(actx); err != nil {
+			s.admin.Close()
+		}
+		acancel()
+	}
+	s.closeAll()
+	s.log.Info("idem gateway stopped")
+	return errors.Join(errs...)
+}
+
+func (s *server) closeAll() {
+	if s.eng != nil {
+		s.eng.Close()
+	}
+	if s.opened != nil {
+		if err := s.opened.Close(); err != nil {
+			s.log.Warn("idem: closing the store", "err", err)
+		}
+		s.opened = nil
+	}
+}

@@ -1,0 +1,282 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
+)
+
+// Built is what a Config means for the middleware.
+type Built struct {
+	// Options are the middleware's options; the caller sets Logger and
+	// Observe.
+	Options idemhttp.Options
+	// Policy is the defaults' policy: the engine's own, used by commands
+	// that run outside a route (cleanup).
+	Policy idem.Policy
+}
+
+// Build turns the policy parts of c into middleware options. Every route
+// gets an explicit policy, so that cleanup_interval reaches all of them.
+func (c *Config) Build() (*Built, error) {
+	var errs []error
+	cleanup := time.Duration(0)
+	if c.CleanupInterval != nil {
+		cleanup = time.Duration(*c.CleanupInterval)
+	}
+
+	defProf, err := profile(c.Defaults.Profile)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("defaults.%w", err))
+		defProf = idemhttp.IETF()
+	}
+	base := defProf.Policy
+	if err := c.Defaults.apply(&base); err != nil {
+		errs = append(errs, fmt.Errorf("defaults: %w", err))
+	}
+	base.CleanupInterval = cleanup
+	if err := base.WithDefaults().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("defaults: %s", strings.TrimPrefix(err.Error(), "idem: policy: ")))
+	}
+
+	b := &Built{Policy: base}
+	b.Options = idemhttp.Options{
+		Profile:          defProf,
+		MaxRequestBytes:  int64(c.MaxRequestBytes),
+		MaxResponseBytes: int(c.MaxResponseBytes),
+		KeepHeaders:      c.KeepHeaders,
+		RequestIDHeader:  c.RequestIDHeader,
+	}
+	if c.Tenant != nil {
+		switch {
+		case c.Tenant.Header != "":
+			b.Options.Tenant = idemhttp.TenantHeader(c.Tenant.Header)
+		case c.Tenant.Authorization == "hash":
+			b.Options.Tenant = idemhttp.TenantAuthorization()
+		}
+	}
+
+	routes := c.Routes
+	if len(routes) == 0 {
+		routes = []Route{{Match: "/"}} // the catch-all, with the defaults
+	}
+	mux := http.NewServeMux()
+	for i, r := range routes {
+		where := fmt.Sprintf("routes[%d]", i)
+		if len(c.Routes) == 0 {
+			where = "defaults"
+		}
+		if r.Match == "" {
+			errs = append(errs, fmt.Errorf("%s: match is required (a ServeMux pattern such as \"POST /charges\")", where))
+			continue
+		}
+		where = fmt.Sprintf("%s (%s)", where, r.Match)
+		if err := register(mux, r.Match); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", where, err))
+			continue
+		}
+		rt, err := c.route(r, defProf, base)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			continue
+		}
+		b.Options.Routes = append(b.Options.Routes, rt)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// route resolves one route's layers: base (the defaults' profile and
+// fields), then the route's profile, then the route's own fields.
+func (c *Config) route(r Route, defProf *idemhttp.Profile, base idem.Policy) (idemhttp.Route, error) {
+	rt := idemhttp.Route{Pattern: r.Match}
+	pol := base
+	if r.Profile != "" {
+		p, err := profile(r.Profile)
+		if err != nil {
+			return rt, err
+		}
+		rt.Profile = p
+		overlay(&pol, p.Policy)
+	}
+	if err := r.apply(&pol); err != nil {
+		return rt, err
+	}
+	if err := pol.WithDefaults().Validate(); err != nil {
+		return rt, errors.New(strings.TrimPrefix(err.Error(), "idem: policy: "))
+	}
+	rt.Policy = &pol
+
+	var err error
+	switch {
+	case r.CacheStatuses != nil:
+		rt.Cache, err = statusSet(r.CacheStatuses)
+	case r.Profile == "" && c.Defaults.CacheStatuses != nil:
+		rt.Cache, err = statusSet(c.Defaults.CacheStatuses)
+	}
+	if err != nil {
+		return rt, err
+	}
+
+	key := firstOf(r.Key, c.Defaults.Key, "optional")
+	switch key {
+	case "optional":
+		rt.Key = idemhttp.KeyOptional
+	case "required":
+		rt.Key = idemhttp.KeyRequired
+	default:
+		return rt, fmt.Errorf("key %q: want required or optional", key)
+	}
+
+	fp := r.Fingerprint
+	if fp == nil {
+		fp = c.Defaults.Fingerprint
+	}
+	if fp != nil {
+		switch fp.Mode {
+		case "body":
+			rt.Fingerprint = idemhttp.FingerprintBody
+		case "none":
+			rt.Fingerprint = idemhttp.FingerprintNone
+		case "fields":
+			rt.Fingerprint, rt.Fields = idemhttp.FingerprintFields, fp.Fields
+		}
+	}
+	return rt, nil
+}
+
+func statusSet(l StringList) (idemhttp.StatusSet, error) {
+	s, err := idemhttp.ParseStatusSet(l)
+	if err != nil {
+		return nil, fmt.Errorf("cache_statuses: %s", strings.TrimPrefix(err.Error(), "idemhttp: "))
+	}
+	if len(s) == 0 {
+		return nil, errors.New("cache_statuses is empty: list the statuses to replay, e.g. [2xx, 409]")
+	}
+	return s, nil
+}
+
+// apply sets the fields p sets explicitly onto pol.
+func (p *Policy) apply(pol *idem.Policy) error {
+	var errs []error
+	if p.TTL != nil {
+		pol.TTL = time.Duration(*p.TTL)
+	}
+	if p.Lease != nil {
+		pol.Lease = time.Duration(*p.Lease)
+	}
+	if p.Wait != nil {
+		pol.Wait = time.Duration(*p.Wait)
+	}
+	if p.MaxKeyBytes != 0 {
+		pol.MaxKeyBytes = p.MaxKeyBytes
+	}
+	if p.OnFailure != "" {
+		v, err := idem.ParseOnFailure(p.OnFailure)
+		errs = append(errs, trim(err))
+		pol.OnFailure = v
+	}
+	if p.OnStale != "" {
+		v, err := idem.ParseOnStale(p.OnStale)
+		errs = append(errs, trim(err))
+		pol.OnStale = v
+	}
+	if p.OnStoreError != "" {
+		v, err := idem.ParseOnStoreError(p.OnStoreError)
+		errs = append(errs, trim(err))
+		pol.OnStoreError = v
+	}
+	for _, d := range []struct {
+		name string
+		v    *Duration
+	}{{"ttl", p.TTL}, {"lease", p.Lease}, {"wait", p.Wait}} {
+		if d.v != nil && *d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
+		}
+	}
+	if p.MaxKeyBytes < 0 {
+		errs = append(errs, errors.New("max_key_bytes must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// overlay sets the fields a profile sets (non-zero) onto pol.
+func overlay(pol *idem.Policy, p idem.Policy) {
+	if p.TTL != 0 {
+		pol.TTL = p.TTL
+	}
+	if p.Lease != 0 {
+		pol.Lease = p.Lease
+	}
+	if p.Wait != 0 {
+		pol.Wait = p.Wait
+	}
+	if p.MaxKeyBytes != 0 {
+		pol.MaxKeyBytes = p.MaxKeyBytes
+	}
+	if p.OnFailure != idem.OnFailureRelease {
+		pol.OnFailure = p.OnFailure
+	}
+	if p.OnStale != idem.OnStaleRetry {
+		pol.OnStale = p.OnStale
+	}
+	if p.OnStoreError != idem.OnStoreErrorFailClosed {
+		pol.OnStoreError = p.OnStoreError
+	}
+}
+
+func trim(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "idem: "))
+}
+
+func profile(name string) (*idemhttp.Profile, error) {
+	if name == "" {
+		name = "ietf"
+	}
+	ps := idemhttp.Profiles()
+	if p, ok := ps[name]; ok {
+		return p, nil
+	}
+	return nil, fmt.Errorf("profile %q: want one of ietf, stripe, mobile, workflow-admin", name)
+}
+
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// register checks a pattern the way the middleware will use it: ServeMux
+// panics on a bad or conflicting pattern.
+func register(mux *http.ServeMux, pattern string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return nil
+}
+
+// ParseLevel parses a log level name.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log_level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}

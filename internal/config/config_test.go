@@ -1,0 +1,348 @@
+package config
+
+import (
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
+)
+
+// specExample is SPEC section 3's file, as an operator would write it.
+const specExample = `
+listen: 127.0.0.1:8080
+upstream: http://127.0.0.1:3000
+store: file:./idem-data          # memory: | postgres://... | redis://...
+admin_listen: 127.0.0.1:9090
+tenant: { header: X-User-ID }
+defaults: { profile: ietf, ttl: 24h }
+routes:
+  - match: "POST /api/funnels/{slug}/assessments/{id}/answers/save"
+    key: optional
+    fingerprint: body
+    profile: mobile
+`
+
+func mustValid(t *testing.T, src string) (*Config, *Built) {
+	t.Helper()
+	c, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	b, err := c.Build()
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return c, b
+}
+
+func TestSpecExample(t *testing.T) {
+	c, b := mustValid(t, specExample)
+	if c.Listen != "127.0.0.1:8080" || c.Upstream != "http://127.0.0.1:3000" || c.Store != "file:./idem-data" || c.AdminListen != "127.0.0.1:9090" {
+		t.Errorf("basics: %+v", c)
+	}
+	if b.Options.Tenant == nil {
+		t.Fatal("tenant not set")
+	}
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("X-User-ID", "u1")
+	if id, ok := b.Options.Tenant(r); !ok || id != "u1" {
+		t.Errorf("tenant = %q, %v", id, ok)
+	}
+	if len(b.Options.Routes) != 1 {
+		t.Fatalf("routes = %d", len(b.Options.Routes))
+	}
+	rt := b.Options.Routes[0]
+	if rt.Profile == nil || rt.Profile.Name != "mobile" {
+		t.Errorf("route profile = %v", rt.Profile)
+	}
+	if rt.Key != idemhttp.KeyOptional || rt.Fingerprint != idemhttp.FingerprintBody {
+		t.Errorf("route key/fingerprint = %v/%v", rt.Key, rt.Fingerprint)
+	}
+	if rt.Policy == nil || rt.Policy.TTL != 24*time.Hour {
+		t.Errorf("route policy = %+v", rt.Policy)
+	}
+	if b.Options.Profile.Name != "ietf" {
+		t.Errorf("default profile = %s", b.Options.Profile.Name)
+	}
+	// The middleware accepts what Build made.
+	if _, err := idemhttp.New(idem.New(nil, b.Policy), b.Options); err != nil {
+		t.Errorf("idemhttp.New: %v", err)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, b := mustValid(t, "upstream: http://localhost:3000\n")
+	if c.Listen != DefaultListen || c.AdminListen != DefaultAdminListen || c.Store != DefaultStore {
+		t.Errorf("defaults: %+v", c)
+	}
+	if c.LogFormat != "text" || c.LogLevel != "info" || !c.MigrateEnabled() || !c.AdminEnabled() {
+		t.Errorf("defaults: %+v", c)
+	}
+	if len(b.Options.Routes) != 1 || b.Options.Routes[0].Pattern != "/" {
+		t.Fatalf("want one catch-all route, got %+v", b.Options.Routes)
+	}
+	if b.Options.Tenant != nil {
+		t.Error("tenant set without tenant config")
+	}
+	p := b.Options.Routes[0].Policy.WithDefaults()
+	if p.TTL != idem.DefaultTTL || p.OnFailure != idem.OnFailureRelease || p.Wait != 0 {
+		t.Errorf("policy = %+v", p)
+	}
+}
+
+func TestEmptyFileNeedsUpstream(t *testing.T) {
+	c, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "upstream is required") {
+		t.Fatalf("Validate = %v, want upstream is required", err)
+	}
+}
+
+func TestLayering(t *testing.T) {
+	_, b := mustValid(t, `
+upstream: http://u:1
+cleanup_interval: 10m
+defaults:
+  profile: stripe
+  ttl: 2d
+  wait: 5s
+  on_failure: cache
+  on_store_error: fail_open
+  cache_statuses: "2xx"
+  key: required
+  fingerprint: none
+routes:
+  - match: POST /a                # defaults only
+  - match: POST /b
+    profile: workflow-admin       # its TTL, max key bytes, on_failure win over defaults
+  - match: POST /c
+    profile: workflow-admin
+    ttl: 1h                       # the route's own field wins over its profile
+    on_failure: release
+    cache_statuses: [201, 409]
+    key: optional
+    fingerprint: { fields: [stepId, customer.id] }
+`)
+	rs := b.Options.Routes
+	if len(rs) != 3 {
+		t.Fatalf("routes = %d", len(rs))
+	}
+	a, bb, c := rs[0], rs[1], rs[2]
+	check := func(name string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	check("a.ttl", a.Policy.TTL, 48*time.Hour)
+	check("a.wait", a.Policy.Wait, 5*time.Second)
+	check("a.on_failure", a.Policy.OnFailure, idem.OnFailureCache)
+	check("a.on_store_error", a.Policy.OnStoreError, idem.OnStoreErrorFailOpen)
+	check("a.cleanup", a.Policy.CleanupInterval, 10*time.Minute)
+	check("a.profile", a.Profile == nil, true)
+	check("a.cache", a.Cache.Contains(201) && !a.Cache.Contains(409), true)
+	check("a.key", a.Key, idemhttp.KeyRequired)
+	check("a.fingerprint", a.Fingerprint, idemhttp.FingerprintNone)
+
+	check("b.ttl", bb.Policy.TTL, 7*24*time.Hour)
+	check("b.max_key", bb.Policy.MaxKeyBytes, 200)
+	check("b.on_failure", bb.Policy.OnFailure, idem.OnFailureConflict)
+	check("b.wait", bb.Policy.Wait, 5*time.Second) // not set by the profile
+	check("b.on_store_error", bb.Policy.OnStoreError, idem.OnStoreErrorFailOpen)
+	check("b.profile", bb.Profile.Name, "workflow-admin")
+	check("b.cache", bb.Cache == nil, true) // the profile's own
+
+	check("c.ttl", c.Policy.TTL, time.Hour)
+	check("c.on_failure", c.Policy.OnFailure, idem.OnFailureRelease)
+	check("c.cache", c.Cache.Contains(201) && c.Cache.Contains(409) && !c.Cache.Contains(200), true)
+	check("c.key", c.Key, idemhttp.KeyOptional)
+	check("c.fingerprint", c.Fingerprint, idemhttp.FingerprintFields)
+	check("c.fields", strings.Join(c.Fields, ","), "stepId,customer.id")
+
+	if b.Options.Profile.Name != "stripe" {
+		t.Errorf("default profile = %s", b.Options.Profile.Name)
+	}
+	if _, err := idemhttp.New(idem.New(nil, b.Policy), b.Options); err != nil {
+		t.Errorf("idemhttp.New: %v", err)
+	}
+}
+
+func TestTypes(t *testing.T) {
+	_, _ = mustValid(t, "upstream: http://u:1\n")
+	c, b := mustValid(t, `
+upstream: https://api.example.com/base
+max_request_bytes: 1MiB
+max_response_bytes: 512kb
+keep_headers: X-Charge-Id, X-Other
+cleanup_interval: off
+shutdown_timeout: 1m30s
+admin_listen: off
+migrate: false
+log_format: json
+log_level: debug
+tenant: { authorization: hash }
+`)
+	if c.MaxRequestBytes != 1<<20 || c.MaxResponseBytes != 512000 {
+		t.Errorf("sizes = %d, %d", c.MaxRequestBytes, c.MaxResponseBytes)
+	}
+	if got := strings.Join(c.KeepHeaders, "|"); got != "X-Charge-Id|X-Other" {
+		t.Errorf("keep_headers = %q", got)
+	}
+	if c.AdminEnabled() || c.MigrateEnabled() {
+		t.Error("admin_listen: off or migrate: false ignored")
+	}
+	if time.Duration(c.ShutdownTimeout) != 90*time.Second {
+		t.Errorf("shutdown_timeout = %v", time.Duration(c.ShutdownTimeout))
+	}
+	if b.Options.Routes[0].Policy.CleanupInterval >= 0 {
+		t.Errorf("cleanup_interval off = %v, want negative", b.Options.Routes[0].Policy.CleanupInterval)
+	}
+	r := httptest.NewRequest("POST", "/", nil)
+	if _, ok := b.Options.Tenant(r); ok {
+		t.Error("tenant without Authorization")
+	}
+	r.Header.Set("Authorization", "Bearer x")
+	if id, ok := b.Options.Tenant(r); !ok || strings.Contains(id, "Bearer") {
+		t.Errorf("tenant = %q, %v", id, ok)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour,
+		"500ms": 500 * time.Millisecond, "0": 0, "off": -1,
+	} {
+		got, err := ParseDuration(in)
+		if err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "10", "7days", "d", "1x"} {
+		if _, err := ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q): no error", in)
+		}
+	}
+}
+
+// TestErrors checks that every mistake is reported with the field's name.
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"typo", "upstream: http://u:1\nlisen: :80\n", `unknown field "lisen"`},
+		{"typo in defaults", "upstream: http://u:1\ndefaults: {tll: 1h}\n", `unknown field "tll"`},
+		{"typo in route", "upstream: http://u:1\nroutes: [{match: /a, profle: ietf}]\n", `unknown field "profle"`},
+		{"two documents", "upstream: http://u:1\n---\nlisten: :1\n", "more than one YAML document"},
+		{"no upstream", "listen: :8080\n", "upstream is required"},
+		{"bad upstream", "upstream: localhost:3000\n", "want an http:// or https:// URL"},
+		{"bad listen", "upstream: http://u:1\nlisten: 8080\n", "listen:"},
+		{"bad admin listen", "upstream: http://u:1\nadmin_listen: nope\n", "admin_listen:"},
+		{"bad duration", "upstream: http://u:1\ndefaults: {ttl: 10}\n", "bad duration"},
+		{"negative wait", "upstream: http://u:1\ndefaults: {wait: -1s}\n", "wait must not be negative"},
+		{"lease over ttl", "upstream: http://u:1\ndefaults: {ttl: 1m, lease: 2m}\n", "longer than TTL"},
+		{"bad on_failure", "upstream: http://u:1\ndefaults: {on_failure: retry}\n", "on_failure \"retry\""},
+		{"bad on_stale", "upstream: http://u:1\ndefaults: {on_stale: wait}\n", "on_stale"},
+		{"bad on_store_error", "upstream: http://u:1\ndefaults: {on_store_error: open}\n", "on_store_error"},
+		{"bad profile", "upstream: http://u:1\ndefaults: {profile: paypal}\n", `profile "paypal"`},
+		{"bad route profile", "upstream: http://u:1\nroutes: [{match: /a, profile: x}]\n", `routes[0] (/a): profile "x"`},
+		{"bad key mode", "upstream: http://u:1\ndefaults: {key: always}\n", `key "always"`},
+		{"bad fingerprint", "upstream: http://u:1\ndefaults: {fingerprint: headers}\n", "fingerprint \"headers\""},
+		{"empty fields", "upstream: http://u:1\ndefaults: {fingerprint: {fields: []}}\n", "fields is empty"},
+		{"fingerprint typo", "upstream: http://u:1\ndefaults: {fingerprint: {field: [a]}}\n", `unknown field "field"`},
+		{"bad cache_statuses", "upstream: http://u:1\ndefaults: {cache_statuses: [2xx, 700]}\n", "cache_statuses"},
+		{"route without match", "upstream: http://u:1\nroutes: [{key: required}]\n", "routes[0]: match is required"},
+		{"bad pattern", "upstream: http://u:1\nroutes: [{match: \"POST charges\"}]\n", "routes[0] (POST charges)"},
+		{"duplicate pattern", "upstream: http://u:1\nroutes: [{match: POST /a}, {match: POST /a}]\n", "routes[1] (POST /a)"},
+		{"tenant both", "upstream: http://u:1\ntenant: {header: X-User-ID, authorization: hash}\n", "not both"},
+		{"tenant empty", "upstream: http://u:1\ntenant: {}\n", "tenant: set header"},
+		{"tenant bad auth", "upstream: http://u:1\ntenant: {authorization: raw}\n", "only supported value is hash"},
+		{"tenant bad header", "upstream: http://u:1\ntenant: {header: \"X User\"}\n", "not a valid header name"},
+		{"bad size", "upstream: http://u:1\nmax_response_bytes: lots\n", "bad size"},
+		{"bad log format", "upstream: http://u:1\nlog_format: xml\n", "log_format"},
+		{"bad log level", "upstream: http://u:1\nlog_level: loud\n", "log_level"},
+		{"negative max key", "upstream: http://u:1\ndefaults: {max_key_bytes: -1}\n", "max_key_bytes"},
+		{"wrong type", "upstream: [a, b]\n", "line 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.src))
+			if err == nil {
+				err = c.Validate()
+			}
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSeveralErrorsAtOnce(t *testing.T) {
+	c, err := Parse([]byte("listen: x\ndefaults: {profile: nope}\nlog_format: xml\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	for _, want := range []string{"upstream is required", "listen:", "profile \"nope\"", "log_format"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not contain %q", err, want)
+		}
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	c, err := Parse([]byte("listen: 127.0.0.1:1\nupstream: http://file:1\nstore: \"memory:\"\nadmin_listen: 127.0.0.1:2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"IDEM_LISTEN":       "127.0.0.1:8081",
+		"IDEM_UPSTREAM":     "http://env:2",
+		"IDEM_STORE":        "file:/tmp/x",
+		"IDEM_ADMIN_LISTEN": "off",
+		"IDEM_ADMIN_TOKEN":  "s3cret",
+		"IDEM_LOG_FORMAT":   "json",
+		"IDEM_LOG_LEVEL":    "",
+	}
+	c.ApplyEnv(func(k string) string { return env[k] })
+	if c.Listen != "127.0.0.1:8081" || c.Upstream != "http://env:2" || c.Store != "file:/tmp/x" ||
+		c.AdminListen != "off" || c.AdminToken != "s3cret" || c.LogFormat != "json" {
+		t.Errorf("after env: %+v", c)
+	}
+	if c.LogLevel != "" {
+		t.Errorf("empty variable overrode: %q", c.LogLevel)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "idem.yaml")
+	if err := os.WriteFile(p, []byte(specExample), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil || c.Upstream != "http://127.0.0.1:3000" {
+		t.Fatalf("Load = %+v, %v", c, err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil {
+		t.Error("Load of a missing file: no error")
+	}
+	if err := os.WriteFile(p, []byte("lisen: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("Load error %v should name the file and the line", err)
+	}
+}

@@ -1,0 +1,29 @@
+// Package config reads the idem gateway's YAML configuration (SPEC section
+// 3), applies IDEM_* environment overrides, validates it, and turns it into
+// idemhttp.Options plus a store DSN.
+//
+// A minimal file:
+//
+//	upstream: http://127.0.0.1:3000
+//
+// A fuller one:
+//
+//	listen: 127.0.0.1:8080
+//	upstream: http://127.0.0.1:3000
+//	store: file:./idem-data        # memory: | postgres://... | redis://...
+//	admin_listen: 127.0.0.1:9090   # "off" disables the admin listener
+//	tenant: { header: X-User-ID }  # or { authorization: hash }
+//	defaults: { profile: ietf, ttl: 24h, wait: 0s, cache_statuses: [2xx, 409] }
+//	routes:
+//	  - match: "POST /api/funnels/{slug}/assessments/{id}/answers/save"
+//	    key: optional              # required | optional
+//	    fingerprint: { fields: [stepId, questionId] }   # body | none
+//	    profile: mobile
+//
+// Unknown fields are errors, so that a typo never silently falls back to a
+// default. Durations take Go's syntax plus days ("7d").
+//
+// Policy values are layered, from weakest to strongest: the defaults'
+// profile, the defaults' own fields, the route's profile (the fields it
+// sets), the route's own fields.
+package config

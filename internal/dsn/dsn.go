@@ -1,0 +1,275 @@
+package dsn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/file"
+	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/store/postgres"
+	redisstore "github.com/idem-dev/idem/store/redis"
+)
+
+// Kinds of store.
+const (
+	Memory   = "memory"
+	File     = "file"
+	Postgres = "postgres"
+	Redis    = "redis"
+)
+
+// ErrUnknownScheme: the DSN names no store this build knows.
+var ErrUnknownScheme = errors.New("unknown store DSN")
+
+// ErrNotPostgres: a PostgreSQL-only operation (migrate) on another store.
+var ErrNotPostgres = errors.New("not a PostgreSQL store")
+
+// DSN is a parsed store DSN.
+type DSN struct {
+	Kind string
+	// Path is the directory of a file store.
+	Path string
+	// URL is the driver's own DSN, idem_ parameters removed (postgres,
+	// redis).
+	URL string
+	// Params are the idem_ parameters, without the prefix.
+	Params map[string]string
+	raw    string
+}
+
+// Parse parses dsn without opening anything.
+func Parse(dsn string) (DSN, error) {
+	d := DSN{raw: dsn, Params: map[string]string{}}
+	scheme, rest, _ := strings.Cut(dsn, ":")
+	switch strings.ToLower(scheme) {
+	case "memory":
+		d.Kind = Memory
+		if rest != "" && rest != "//" {
+			return d, fmt.Errorf("store %q: memory takes no path (write memory:)", dsn)
+		}
+		return d, nil
+	case "file":
+		d.Kind = File
+		d.Path = rest
+		if strings.HasPrefix(rest, "//") { // file:///var/lib/idem
+			u, err := url.Parse(dsn)
+			if err != nil {
+				return d, fmt.Errorf("store %q: %v", dsn, err)
+			}
+			if u.Host != "" && u.Host != "localhost" {
+				return d, fmt.Errorf("store %q: a file store is local; write file:/path or file:///path", dsn)
+			}
+			d.Path = u.Path
+		}
+		if d.Path == "" {
+			return d, fmt.Errorf("store %q: file needs a directory, e.g. file:./idem-data", dsn)
+		}
+		return d, nil
+	case "postgres", "postgresql":
+		d.Kind = Postgres
+	case "redis", "rediss":
+		d.Kind = Redis
+	case "s3":
+		return d, fmt.Errorf("store %q: %w: the S3 store is not in this build of idem", dsn, ErrUnknownScheme)
+	default:
+		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, postgres://HOST/DB or redis://HOST:PORT", Redact(dsn), ErrUnknownScheme)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return d, fmt.Errorf("store %q: %v", Redact(dsn), err)
+	}
+	q := u.Query()
+	for k, vs := range q {
+		if name, ok := strings.CutPrefix(k, "idem_"); ok {
+			d.Params[name] = vs[len(vs)-1]
+			q.Del(k)
+		}
+	}
+	known := map[string][]string{Postgres: {"schema", "table"}, Redis: {"prefix"}}[d.Kind]
+	for k := range d.Params {
+		if !contains(known, k) {
+			return d, fmt.Errorf("store %q: unknown parameter idem_%s (want idem_%s)", Redact(dsn), k, strings.Join(known, ", idem_"))
+		}
+	}
+	u.RawQuery = q.Encode()
+	d.URL = u.String()
+	return d, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// String returns the DSN with any password hidden, for logs.
+func (d DSN) String() string { return Redact(d.raw) }
+
+// Redact hides the password of a URL-shaped DSN.
+func Redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn
+	}
+	return u.Redacted()
+}
+
+// Options tune Open.
+type Options struct {
+	// Logger is handed to stores that log. nil means slog.Default().
+	Logger *slog.Logger
+	// Migrate runs the PostgreSQL migrations after connecting.
+	Migrate bool
+	// ConnectTimeout bounds connecting (and migrating). 0 means 15 s.
+	ConnectTimeout time.Duration
+}
+
+// Opened is an open store and what it took to open it.
+type Opened struct {
+	store.Store
+	DSN DSN
+	// closers run after the store's Close, in order (pools, clients).
+	closers []func()
+}
+
+// Close closes the store, then the clients it was given.
+func (o *Opened) Close() error {
+	err := o.Store.Close()
+	for _, c := range o.closers {
+		c()
+	}
+	return err
+}
+
+// Open opens the store dsn names, checking that it answers.
+func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
+	d, err := Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	switch d.Kind {
+	case Memory:
+		return &Opened{Store: memory.New(), DSN: d}, nil
+	case File:
+		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger})
+		if err != nil {
+			if errors.Is(err, file.ErrLocked) {
+				return nil, fmt.Errorf("store %s: %w (is an idem gateway running on it? stop it first, or use its admin listener)", d, err)
+			}
+			return nil, fmt.Errorf("store %s: %w", d, err)
+		}
+		return &Opened{Store: s, DSN: d}, nil
+	case Postgres:
+		return openPostgres(ctx, d, opts)
+	case Redis:
+		return openRedis(ctx, d)
+	}
+	return nil, fmt.Errorf("store %s: %w", d, ErrUnknownScheme)
+}
+
+func (d DSN) postgresOptions() postgres.Options {
+	return postgres.Options{Schema: d.Params["schema"], Table: d.Params["table"]}
+}
+
+func pgPool(ctx context.Context, d DSN) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %v", d, err)
+	}
+	// pgx's default pool (4 connections on 2 cores) queues a gateway's
+	// concurrent requests; 16 unless the DSN says pool_max_conns.
+	if !strings.Contains(d.URL, "pool_max_conns") && cfg.MaxConns < 16 {
+		cfg.MaxConns = 16
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %v", d, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store %s: cannot connect: %w", d, err)
+	}
+	return pool, nil
+}
+
+func openPostgres(ctx context.Context, d DSN, opts Options) (*Opened, error) {
+	pool, err := pgPool(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	po := d.postgresOptions()
+	if opts.Migrate {
+		if err := postgres.Migrate(ctx, pool, po); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("store %s: migrate: %w", d, err)
+		}
+	}
+	s, err := postgres.New(pool, po)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store %s: %w", d, err)
+	}
+	o := s.Options()
+	return &Opened{Store: &pgStore{Store: s, pool: pool, table: pgxIdent(o.Schema, o.Table)}, DSN: d, closers: []func(){pool.Close}}, nil
+}
+
+// Migrate applies the PostgreSQL migrations of the store dsn names, and
+// returns the schema version it is at.
+func Migrate(ctx context.Context, dsn string) (int, error) {
+	d, err := Parse(dsn)
+	if err != nil {
+		return 0, err
+	}
+	if d.Kind != Postgres {
+		return 0, fmt.Errorf("store %s: %w: only PostgreSQL stores have a schema to migrate", d, ErrNotPostgres)
+	}
+	pool, err := pgPool(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, d.postgresOptions()); err != nil {
+		return 0, fmt.Errorf("store %s: migrate: %w", d, err)
+	}
+	return postgres.SchemaVersion(), nil
+}
+
+func openRedis(ctx context.Context, d DSN) (*Opened, error) {
+	ro, err := redis.ParseURL(d.URL)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %v", d, err)
+	}
+	// The store bounds its calls by their contexts (see redisstore.New).
+	ro.ContextTimeoutEnabled = true
+	client := redis.NewClient(ro)
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("store %s: cannot connect: %w", d, err)
+	}
+	s, err := redisstore.New(client, redisstore.Options{Prefix: d.Params["prefix"]})
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("store %s: %w", d, err)
+	}
+	return &Opened{Store: redisStore{s}, DSN: d, closers: []func(){func() { client.Close() }}}, nil
+}

@@ -1,0 +1,175 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/store"
+)
+
+// Metrics is a registry with idem's collectors. Its zero value is not
+// usable; call New.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	executions  *prometheus.CounterVec
+	replays     *prometheus.CounterVec
+	conflicts   *prometheus.CounterVec
+	rejections  *prometheus.CounterVec
+	passes      *prometheus.CounterVec
+	unprotected *prometheus.CounterVec
+	upstream    *prometheus.CounterVec
+	storeOps    *prometheus.HistogramVec
+}
+
+// New returns metrics registered in a new registry, with the Go and process
+// collectors.
+func New() *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idem", Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		Registry:    prometheus.NewRegistry(),
+		executions:  counter("executions_total", "Keyed requests for which the upstream ran, by response status class.", "route", "code"),
+		replays:     counter("replays_total", "Stored responses replayed instead of running the upstream.", "route", "code"),
+		conflicts:   counter("conflicts_total", "Keyed requests refused because of an existing record, by conflict type.", "route", "conflict_type"),
+		rejections:  counter("rejections_total", "Answers idem gave itself instead of the upstream's, by kind.", "route", "kind"),
+		passes:      counter("pass_throughs_total", "Requests on a route that carried no key and passed through.", "route"),
+		unprotected: counter("unprotected_total", "Keyed requests run without the store's protection (on_store_error: fail_open).", "route"),
+		upstream:    counter("upstream_errors_total", "Upstream calls that failed: unreachable (nothing sent), timeout or error.", "kind"),
+		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "idem",
+			Name:      "store_operation_duration_seconds",
+			Help:      "Latency of store operations, by operation and result.",
+			// From 100 µs (memory, file) to 10 s (a struggling remote store).
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"operation", "result"}),
+	}
+	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.storeOps,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// Observe counts one middleware event; it is idemhttp.Options.Observe.
+func (m *Metrics) Observe(_ *http.Request, e idemhttp.Event) {
+	switch e.Outcome {
+	case idemhttp.OutcomeExecuted:
+		m.executions.WithLabelValues(e.Route, class(e.Status)).Inc()
+	case idemhttp.OutcomeReplayed:
+		m.replays.WithLabelValues(e.Route, class(e.Status)).Inc()
+	case idemhttp.OutcomeRejected:
+		m.rejections.WithLabelValues(e.Route, string(e.Kind)).Inc()
+		if e.Kind.IsConflict() {
+			m.conflicts.WithLabelValues(e.Route, string(e.Kind)).Inc()
+		}
+	case idemhttp.OutcomePassThrough:
+		m.passes.WithLabelValues(e.Route).Inc()
+	case idemhttp.OutcomeUnprotected:
+		m.unprotected.WithLabelValues(e.Route).Inc()
+		m.executions.WithLabelValues(e.Route, class(e.Status)).Inc()
+	}
+}
+
+// UpstreamError counts a failed upstream call; it is
+// gateway.Options.OnUpstreamError.
+func (m *Metrics) UpstreamError(kind string) { m.upstream.WithLabelValues(kind).Inc() }
+
+func class(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+// WrapStore returns s with every operation timed.
+func (m *Metrics) WrapStore(s store.Store) store.Store { return &timed{s: s, h: m.storeOps} }
+
+// timed decorates a store with latency metrics.
+type timed struct {
+	s store.Store
+	h *prometheus.HistogramVec
+}
+
+var _ store.Store = (*timed)(nil)
+
+// Unwrap returns the decorated store, for callers that look for optional
+// methods.
+func (t *timed) Unwrap() store.Store { return t.s }
+
+func (t *timed) observe(op string, start time.Time, err error) {
+	t.h.WithLabelValues(op, result(err)).Observe(time.Since(start).Seconds())
+}
+
+// result names an operation's outcome; the expected refusals are not
+// errors.
+func result(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, store.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, store.ErrLeaseLost):
+		return "lease_lost"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "error"
+}
+
+func (t *timed) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
+	start := time.Now()
+	r, err := t.s.Reserve(ctx, req)
+	t.observe("reserve", start, err)
+	return r, err
+}
+
+func (t *timed) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+	start := time.Now()
+	r, err := t.s.Get(ctx, scope, keyHash, now)
+	t.observe("get", start, err)
+	return r, err
+}
+
+func (t *timed) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+	start := time.Now()
+	err := t.s.Renew(ctx, f, leaseUntil)
+	t.observe("renew", start, err)
+	return err
+}
+
+func (t *timed) Complete(ctx context.Context, c store.Completion) error {
+	start := time.Now()
+	err := t.s.Complete(ctx, c)
+	t.observe("complete", start, err)
+	return err
+}
+
+func (t *timed) Release(ctx context.Context, f store.Fence) error {
+	start := time.Now()
+	err := t.s.Release(ctx, f)
+	t.observe("release", start, err)
+	return err
+}
+
+func (t *timed) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+	start := time.Now()
+	n, err := t.s.Cleanup(ctx, now, limit)
+	t.observe("cleanup", start, err)
+	return n, err
+}
+
+func (t *timed) Close() error { return t.s.Close() }
