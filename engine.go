@@ -145,7 +145,8 @@ func (e *Engine) Now() time.Time { return e.now() }
 //     ErrInProgress, or, with Policy.Wait, the outcome once it finishes.
 //   - another fingerprint or binding: ErrFingerprintMismatch or ErrKeyReused.
 //   - the first call failed: under OnFailureRelease fn runs again; otherwise
-//     ErrPreviousFailure, with the failure in Result.Value.
+//     ErrPreviousFailure, with the failure in Result.Value. A failure that
+//     wraps ErrNotExecuted is always released.
 //   - invalid key: ErrInvalidKey. Store failure: ErrStoreUnavailable (or fn
 //     runs unprotected under OnStoreErrorFailOpen).
 //
@@ -286,7 +287,7 @@ func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Fu
 		werr = e.endWrite(ctx, "complete", func(c context.Context) error {
 			return e.store.Complete(c, store.Completion{Fence: f, State: store.Succeeded, Value: v, Now: now, ExpiresAt: now.Add(e.policy.TTL)})
 		})
-	case e.policy.OnFailure == OnFailureRelease:
+	case e.policy.OnFailure == OnFailureRelease || errors.Is(ferr, ErrNotExecuted):
 		werr = e.endWrite(ctx, "release", func(c context.Context) error { return e.store.Release(c, f) })
 	default:
 		fv := failureValue(ferr)

@@ -31,6 +31,11 @@ var (
 	// ErrStoreUnavailable: the store failed; nothing was run (unless the
 	// policy is OnStoreErrorFailOpen).
 	ErrStoreUnavailable = errors.New("idem: store unavailable")
+	// ErrNotExecuted is for operations to return (wrapped) when they failed
+	// before doing anything, such as a proxy that could not reach its
+	// upstream: the key is released whatever Policy.OnFailure says, so a
+	// retry runs.
+	ErrNotExecuted = errors.New("idem: the operation did not run")
 )
 
 // KeyError explains why a key is invalid. It matches ErrInvalidKey.

@@ -27,6 +27,27 @@ type capture struct {
 	passing     bool // the response is going straight to rw
 	notStored   bool // the body is not (fully) kept
 	hijacked    bool
+	notExecuted bool // the handler says nothing ran (NotExecuted)
+}
+
+// NotExecuted tells the middleware that the handler writing to w did not
+// execute the operation (a proxy that could not reach its upstream, a
+// dependency that refused the call before anything happened): whatever it
+// answers, the key is released so that a retry runs, even under profiles
+// that keep every status. It does nothing for a writer the middleware does
+// not wrap.
+func NotExecuted(w http.ResponseWriter) {
+	for {
+		switch x := w.(type) {
+		case *capture:
+			x.notExecuted = true
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 func newCapture(rw http.ResponseWriter, max int) *capture {
@@ -107,11 +128,11 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (c *capture) Unwrap() http.ResponseWriter { return c.rw }
 
 // response returns what the handler answered, with the kept headers only.
-func (c *capture) response(keep func(string) bool) *storedResponse {
+func (c *capture) response(keep func(string) bool) *StoredResponse {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
-	r := &storedResponse{Status: c.status, Header: http.Header{}, NotStored: c.notStored}
+	r := &StoredResponse{Status: c.status, Header: http.Header{}, NotStored: c.notStored}
 	for k, vs := range c.header {
 		if keep(k) {
 			r.Header[k] = vs

@@ -281,13 +281,15 @@ func isSafe(method string) bool {
 }
 
 func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
-	if isSafe(r.Method) {
-		next.ServeHTTP(w, r)
-		return
+	var rt *route
+	if !isSafe(r.Method) {
+		rt = m.match(r)
 	}
-	rt := m.match(r)
 	if rt == nil {
 		next.ServeHTTP(w, r)
+		if m.observe != nil {
+			m.observe(r, Event{Outcome: OutcomePassThrough})
+		}
 		return
 	}
 	ev := Event{Route: rt.pattern}
@@ -387,6 +389,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		next.ServeHTTP(cap, r.WithContext(ctx))
 		resp := cap.response(m.keepHeader)
 		enc := resp.encode()
+		if cap.notExecuted {
+			return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d: %w", resp.Status, idem.ErrNotExecuted)}
+		}
 		if cap.hijacked || (rt.Cache == nil && prof.cache(resp.Status)) || (rt.Cache != nil && rt.Cache.Contains(resp.Status)) {
 			return enc, nil
 		}
@@ -398,7 +403,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			ev.Outcome = OutcomeUnprotected
 		}
 		var se statusError
-		if err != nil && !errors.As(err, &se) {
+		if err != nil && !errors.As(err, &se) && !errors.Is(err, idem.ErrNotExecuted) {
 			// The handler ran but its outcome may not be recorded.
 			m.log.Error("idem: outcome not recorded", "key", key, "scope", scope, "request_id", reqID, "err", err)
 		}
@@ -418,7 +423,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 				return
 			}
 			p := &Problem{Kind: KindPreviousFailure, Key: key, Detail: "the first request with this key failed; use a new key to try again"}
-			if stored, derr := decodeResponse(ce.Record.Value); derr == nil {
+			if stored, derr := DecodeResponse(ce.Record.Value); derr == nil {
 				p.Previous = newPreviousFailure(stored)
 			}
 			prof.writeProblem(w, p)
@@ -463,7 +468,7 @@ func (m *middleware) commit(w http.ResponseWriter, cap *capture, prof *Profile) 
 
 // replay sends a stored response.
 func (m *middleware) replay(w http.ResponseWriter, res idem.Result, prof *Profile, key string, ev *Event, reject func(Kind, string, string)) {
-	stored, err := decodeResponse(res.Value)
+	stored, err := DecodeResponse(res.Value)
 	if err != nil {
 		m.log.Error("idem: stored response unreadable", "key", key, "err", err)
 		reject(KindResponseNotStored, key, "the stored response cannot be read")

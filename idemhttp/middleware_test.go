@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -442,4 +443,61 @@ func TestUncleanPathIsCovered(t *testing.T) {
 	})
 	// Go's client cleans nothing: the server sees the double slash.
 	problem(t, s.do("POST", "/api//charges", `{}`), 400, idemhttp.KindMissingKey)
+}
+
+func TestNotExecutedReleasesTheKey(t *testing.T) {
+	// Under the stripe profile every status is an outcome, but a handler
+	// that did nothing (an unreachable upstream) frees the key.
+	var reachable atomic.Bool
+	s := newServer(t, idemhttp.Options{Profile: idemhttp.Stripe()}, func(s *server, mux *http.ServeMux) {
+		mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) {
+			if !reachable.Load() {
+				idemhttp.NotExecuted(w)
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+	})
+	if r := s.do("POST", "/charges", `{}`, "Idempotency-Key", "k"); r.Status != 502 {
+		t.Fatalf("%d", r.Status)
+	}
+	reachable.Store(true)
+	if r := s.do("POST", "/charges", `{}`, "Idempotency-Key", "k"); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "false" {
+		t.Fatalf("after the upstream came back: %d %v", r.Status, r.Header)
+	}
+	// A plain 502 from the handler is an outcome under stripe.
+	s.do("POST", "/charges?x", `{}`, "Idempotency-Key", "k2")
+	if n := s.count("POST", "/charges", "k"); n != 2 {
+		t.Fatalf("ran %d", n)
+	}
+	// Outside the middleware it is harmless.
+	idemhttp.NotExecuted(httptest.NewRecorder())
+}
+
+func TestObserve(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	s := newServer(t, idemhttp.Options{
+		Routes: []idemhttp.Route{{Pattern: "POST /charges"}},
+		Observe: func(_ *http.Request, e idemhttp.Event) {
+			mu.Lock()
+			got = append(got, fmt.Sprintf("%s %s %s %d", e.Route, e.Outcome, e.Kind, e.Status))
+			mu.Unlock()
+		},
+	}, chargesAPI)
+	s.do("GET", "/charges", "")
+	s.do("POST", "/refunds", `{}`, "Idempotency-Key", "k")
+	s.do("POST", "/charges", `{}`, "Idempotency-Key", "k")
+	s.do("POST", "/charges", `{}`, "Idempotency-Key", "k")
+	s.do("POST", "/charges", `{"x":1}`, "Idempotency-Key", "k")
+	s.do("POST", "/charges", `{}`)
+	want := []string{
+		" pass_through  0", " pass_through  0",
+		"POST /charges executed  201", "POST /charges replayed  201",
+		"POST /charges rejected payload_mismatch 422", "POST /charges pass_through  0",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events\n %q\nwant\n %q", got, want)
+	}
 }

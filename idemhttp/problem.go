@@ -77,7 +77,7 @@ type PreviousFailure struct {
 	Text   string          `json:"text,omitempty"`
 }
 
-func newPreviousFailure(r *storedResponse) *PreviousFailure {
+func newPreviousFailure(r *StoredResponse) *PreviousFailure {
 	p := &PreviousFailure{Status: r.Status}
 	if json.Valid(r.Body) {
 		p.Body = r.Body

@@ -6,8 +6,8 @@ import (
 	"net/http"
 )
 
-// storedResponse is what a record keeps of an HTTP response.
-type storedResponse struct {
+// StoredResponse is what a record keeps of an HTTP response.
+type StoredResponse struct {
 	Status int
 	Header http.Header // only the kept headers
 	Body   []byte
@@ -27,9 +27,11 @@ const (
 	flagNotStored   = 1
 )
 
-var errBadEncoding = errors.New("idemhttp: stored response is corrupt")
+// ErrBadEncoding: a record's value is not a response stored by this
+// package.
+var ErrBadEncoding = errors.New("idemhttp: not a stored response")
 
-func (r *storedResponse) encode() []byte {
+func (r *StoredResponse) encode() []byte {
 	n := 6 + len(r.Body)
 	for k, vs := range r.Header {
 		for _, v := range vs {
@@ -59,11 +61,13 @@ func (r *storedResponse) encode() []byte {
 	return append(b, r.Body...)
 }
 
-func decodeResponse(b []byte) (*storedResponse, error) {
+// DecodeResponse decodes a response the middleware stored as a record's
+// value (for inspection tools).
+func DecodeResponse(b []byte) (*StoredResponse, error) {
 	if len(b) < 6 || b[0] != encodingVersion {
-		return nil, errBadEncoding
+		return nil, ErrBadEncoding
 	}
-	r := &storedResponse{
+	r := &StoredResponse{
 		NotStored: b[1]&flagNotStored != 0,
 		Status:    int(binary.BigEndian.Uint16(b[2:])),
 		Header:    make(http.Header),
@@ -83,12 +87,12 @@ func decodeResponse(b []byte) (*storedResponse, error) {
 		k, ok1 := str()
 		v, ok2 := str()
 		if !ok1 || !ok2 {
-			return nil, errBadEncoding
+			return nil, ErrBadEncoding
 		}
 		r.Header[k] = append(r.Header[k], v)
 	}
 	if r.Status < 100 || r.Status > 999 {
-		return nil, errBadEncoding
+		return nil, ErrBadEncoding
 	}
 	r.Body = b
 	return r, nil

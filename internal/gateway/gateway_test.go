@@ -181,7 +181,7 @@ func TestUnreachableReleases(t *testing.T) {
 	if p := problem(t, res); p["idempotency_key"] != "k1" || p["status"] != 502.0 {
 		t.Errorf("problem = %v", p)
 	}
-	if res.Header.Get("Idempotent-Replayed") != "" || res.Header.Get("X-Request-Id") == "" {
+	if res.Header.Get("Idempotent-Replayed") == "true" || res.Header.Get("X-Request-Id") == "" {
 		t.Errorf("headers = %v", res.Header)
 	}
 	if _, err := s.Get(context.Background(), "|POST /c", store.HashKey("|POST /c", "k1"), time.Now()); err == nil {

@@ -101,7 +101,13 @@ func New(opts Options) (*Proxy, error) {
 			if errors.As(err, &op) && op.Op == "dial" {
 				onErr("unreachable")
 				p.log.Warn("idem: upstream unreachable", "url", upstream.Redacted(), "err", err)
-				panic(errNotSent{err})
+				// Nothing reached the upstream: free the key, so a retry
+				// runs once it is back, even under profiles that keep
+				// every status (stripe).
+				idemhttp.NotExecuted(w)
+				writeUpstreamProblem(w, http.StatusBadGateway, r.Header.Get(idemhttp.HeaderName),
+					"the upstream could not be reached; nothing was executed")
+				return
 			}
 			status, kind := http.StatusBadGateway, "error"
 			var ne net.Error
@@ -126,13 +132,6 @@ func New(opts Options) (*Proxy, error) {
 	return p, nil
 }
 
-// errNotSent is the panic the proxy's ErrorHandler raises when the upstream
-// could not be dialled. A panic in the operation makes the engine release
-// the key, so a retry runs once the upstream is back, even under profiles
-// that cache every status (stripe); a 502 written here would be recorded
-// as the key's outcome. ServeHTTP recovers it and answers 502.
-type errNotSent struct{ err error }
-
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.inflight.Add(1)
 	defer p.inflight.Done()
@@ -149,22 +148,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// hangs up; the upstream timeout still bounds it.
 		r = r.WithContext(context.WithoutCancel(r.Context()))
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			ns, ok := v.(errNotSent)
-			if !ok {
-				panic(v)
-			}
-			for k := range w.Header() {
-				if k != p.reqIDHeader {
-					w.Header().Del(k)
-				}
-			}
-			p.log.Debug("idem: key released, upstream not reached", "err", ns.err)
-			writeUpstreamProblem(w, http.StatusBadGateway, r.Header.Get(idemhttp.HeaderName),
-				"the upstream could not be reached; nothing was executed")
-		}
-	}()
 	p.handler.ServeHTTP(w, r)
 }
 

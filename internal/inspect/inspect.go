@@ -2,13 +2,13 @@ package inspect
 
 import (
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
 	"unicode/utf8"
 
+	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -84,55 +84,26 @@ func New(r store.Record, now time.Time) Record {
 // ErrNotResponse: a value is not an HTTP response stored by idemhttp.
 var ErrNotResponse = errors.New("inspect: value is not a stored HTTP response")
 
-// DecodeResponse decodes a value written by idemhttp's middleware.
-//
-// It mirrors idemhttp's unexported encoding (response.go, version 1):
-//
-//	version(1) flags(1) status(2) nheaders(2) {uvarint-len name, uvarint-len value}* body
-//
-// TestDecodeMiddlewareValue feeds it what the middleware really stores, so
-// a change of that format fails the test rather than misleading operators.
-// It would better be an exported idemhttp.DecodeResponse.
+// DecodeResponse decodes a value written by idemhttp's middleware into its
+// JSON form.
 func DecodeResponse(b []byte) (*Response, error) {
-	const version, flagNotStored = 1, 1
-	if len(b) < 6 || b[0] != version || b[1]&^flagNotStored != 0 {
+	sr, err := idemhttp.DecodeResponse(b)
+	if err != nil {
 		return nil, ErrNotResponse
 	}
-	r := &Response{Status: int(binary.BigEndian.Uint16(b[2:])), NotStored: b[1]&flagNotStored != 0}
-	if r.Status < 100 || r.Status > 999 {
-		return nil, ErrNotResponse
+	r := &Response{Status: sr.Status, NotStored: sr.NotStored}
+	if len(sr.Header) > 0 {
+		r.Header = sr.Header
 	}
-	count := int(binary.BigEndian.Uint16(b[4:]))
-	b = b[6:]
-	str := func() (string, bool) {
-		n, w := binary.Uvarint(b)
-		if w <= 0 || n > uint64(len(b)-w) {
-			return "", false
-		}
-		s := string(b[w : w+int(n)])
-		b = b[w+int(n):]
-		return s, true
-	}
-	if count > 0 {
-		r.Header = http.Header{}
-	}
-	for range count {
-		k, ok1 := str()
-		v, ok2 := str()
-		if !ok1 || !ok2 || k == "" {
-			return nil, ErrNotResponse
-		}
-		r.Header[k] = append(r.Header[k], v)
-	}
-	switch {
-	case len(b) == 0:
-	case json.Valid(b):
-		r.Body = json.RawMessage(b)
-	case utf8.Valid(b):
-		s := string(b)
+	switch body := sr.Body; {
+	case len(body) == 0:
+	case json.Valid(body):
+		r.Body = json.RawMessage(body)
+	case utf8.Valid(body):
+		s := string(body)
 		r.BodyText = &s
 	default:
-		r.BodyBase64 = base64.StdEncoding.EncodeToString(b)
+		r.BodyBase64 = base64.StdEncoding.EncodeToString(body)
 	}
 	return r, nil
 }
