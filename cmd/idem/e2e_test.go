@@ -447,8 +447,8 @@ func TestGracefulShutdown(t *testing.T) {
 	if out, errOut, err := runIdem(t, "cleanup", "--store", "file:"+dir); err != nil || !strings.Contains(out, "removed 0 expired records") {
 		t.Errorf("cleanup: %v %s %s", err, out, errOut)
 	}
-	if _, errOut, err := runIdem(t, "cleanup", "--store", "file:"+dir, "--dry-run"); err == nil || !strings.Contains(errOut, "cannot count") {
-		t.Errorf("cleanup --dry-run on a file store: %v %s", err, errOut)
+	if out, errOut, err := runIdem(t, "cleanup", "--store", "file:"+dir, "--dry-run"); err != nil || !strings.Contains(out, "0 expired records") {
+		t.Errorf("cleanup --dry-run on a file store: %v %s %s", err, out, errOut)
 	}
 }
 

@@ -449,3 +449,27 @@ func fsyncs(t *testing.T, s *Store) uint64 {
 	}
 	return m.GetHistogram().GetSampleCount()
 }
+
+func TestCountExpired(t *testing.T) {
+	s, err := Open(t.TempDir(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 30 {
+		req := benchRequest(99, uint64(i), now)
+		req.Record.ExpiresAt = now.Add(time.Duration(i) * time.Minute)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.CountExpired(ctx, now.Add(10*time.Minute))
+	if err != nil || n != 11 {
+		t.Fatalf("CountExpired = %d, %v; want 11 (expiry at 0..10 min)", n, err)
+	}
+	if removed, _ := s.Cleanup(ctx, now.Add(10*time.Minute), 0); removed != n {
+		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
+	}
+}

@@ -212,3 +212,18 @@ func (h *expiryHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
+
+// CountExpired counts the records expired at now (`idem cleanup --dry-run`).
+func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.records {
+		if r.Expired(now) {
+			n++
+		}
+	}
+	return n, nil
+}
