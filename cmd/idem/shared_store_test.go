@@ -46,48 +46,89 @@ func TestSharedStore(t *testing.T) {
 	})
 }
 
+// sharedStore runs three gateways on one store: 20 keys, each sent 15 times
+// at once to gateways picked at random. Every key runs the upstream exactly
+// once, and every success for a key carries the same body.
 func sharedStore(t *testing.T, dsn string) {
 	a := startAPI(t)
-	g1 := startGateway(t, a.URL, "", "", "--store", dsn)
-	g2 := startGateway(t, a.URL, "", "", "--store", dsn)
-	const n = 60
+	gws := []*gw{
+		startGateway(t, a.URL, "", "", "--store", dsn),
+		startGateway(t, a.URL, "", "", "--store", dsn),
+		startGateway(t, a.URL, "", "", "--store", dsn),
+	}
+	const keys, calls = 20, 15
+	prefix := fmt.Sprintf("shared-%d-", rand.Uint32())
+	type result struct {
+		key  int
+		gw   int
+		resp response
+		err  error
+	}
+	results := make(chan result, keys*calls)
 	var wg sync.WaitGroup
-	results := make([]response, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			url := g1.URL
-			if i%2 == 1 {
-				url = g2.URL
-			}
-			results[i], errs[i] = tryPost(context.Background(), url+"/charges?delay=300ms", chargeBody, "Idempotency-Key", "shared-1")
-		}()
+	start := make(chan struct{})
+	for k := range keys {
+		for range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				g := rand.IntN(len(gws))
+				body := fmt.Sprintf(`{"amount": %d, "currency": "eur"}`, 100+k)
+				<-start
+				r, err := tryPost(context.Background(), gws[g].URL+"/charges?delay=200ms", body, "Idempotency-Key", prefix+fmt.Sprint(k))
+				results <- result{k, g, r, err}
+			}()
+		}
 	}
+	close(start)
 	wg.Wait()
-	ok := 0
-	for i, r := range results {
+	close(results)
+	bodies := map[int]map[string]bool{}
+	perGateway := map[int]int{}
+	for r := range results {
 		switch {
-		case errs[i] != nil:
-			t.Fatalf("request %d: %v", i, errs[i])
-		case r.Status == 201:
-			ok++
-		case r.Status != 409:
-			t.Errorf("status %d %s", r.Status, r.Body)
+		case r.err != nil:
+			t.Fatalf("key %d via gateway %d: %v", r.key, r.gw, r.err)
+		case r.resp.Status == 201:
+			if bodies[r.key] == nil {
+				bodies[r.key] = map[string]bool{}
+			}
+			bodies[r.key][string(r.resp.Body)] = true
+		case r.resp.Status == 409:
+			if p := r.resp.problem(t); p["conflict_type"] != "in_progress" {
+				t.Errorf("409 %v", p)
+			}
+		default:
+			t.Errorf("key %d: status %d %s", r.key, r.resp.Status, r.resp.Body)
+		}
+		perGateway[r.gw]++
+	}
+	stats := a.stats(t)
+	for k := range keys {
+		if n := stats.Executions[prefix+fmt.Sprint(k)]; n != 1 {
+			t.Errorf("key %d executed %d times upstream, want 1", k, n)
+		}
+		if len(bodies[k]) != 1 {
+			t.Errorf("key %d: %d different success bodies, want 1", k, len(bodies[k]))
 		}
 	}
-	if got := a.stats(t).Executions["shared-1"]; got != 1 || ok == 0 {
-		t.Fatalf("executions = %d (%d × 201), want 1", got, ok)
-	}
-	// Each gateway replays what the other recorded.
-	for _, g := range []*gw{g1, g2} {
-		r := post(t, g.URL+"/charges?delay=300ms", chargeBody, "Idempotency-Key", "shared-1")
-		if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
-			t.Errorf("replay via %s: %d %v", g.URL, r.Status, r.Header)
+	t.Logf("requests per gateway: %v", perGateway)
+	// Each gateway replays what the others recorded, byte for byte.
+	for k := range keys {
+		want := ""
+		for b := range bodies[k] {
+			want = b
+		}
+		g := gws[k%len(gws)]
+		r := post(t, g.URL+"/charges?delay=200ms", fmt.Sprintf(`{"currency":"eur","amount":%d}`, 100+k), "Idempotency-Key", prefix+fmt.Sprint(k))
+		if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || string(r.Body) != want {
+			t.Errorf("replay of key %d via %s: %d %v %s", k, g.URL, r.Status, r.Header, r.Body)
 		}
 	}
-	for _, g := range []*gw{g1, g2} {
+	if stats := a.stats(t); stats.Charges != keys {
+		t.Errorf("%d charges upstream after the replays, want %d", stats.Charges, keys)
+	}
+	for _, g := range gws {
 		if err := g.stop(syscall.SIGTERM, 10*time.Second); err != nil {
 			t.Errorf("stop: %v", err)
 		}

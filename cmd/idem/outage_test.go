@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-dev/idem/internal/testenv"
+)
+
+// tcpProxy forwards connections to a store server, and can cut them: the
+// store becomes unreachable for the gateway (connections reset, new ones
+// refused) while its data stays where it is, as in a network partition.
+type tcpProxy struct {
+	t      *testing.T
+	target string
+	addr   string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *tcpProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.pipe(c)
+		}
+	}()
+}
+
+func (p *tcpProxy) pipe(c net.Conn) {
+	s, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.ln == nil { // cut meanwhile
+		p.mu.Unlock()
+		c.Close()
+		s.Close()
+		return
+	}
+	p.conns[c], p.conns[s] = true, true
+	p.mu.Unlock()
+	go func() { io.Copy(s, c); s.Close() }()
+	io.Copy(c, s)
+	c.Close()
+}
+
+// cut closes every connection and stops listening: dials are refused.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// restore listens again on the same address.
+func (p *tcpProxy) restore() {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatalf("proxy: listen again on %s: %v", p.addr, err)
+	}
+	p.serve(ln)
+}
+
+// TestStoreOutage: the shared store becomes unreachable during traffic. The
+// gateway answers 503 problem+json with Retry-After and runs nothing
+// (fail closed), its /healthz says 503, and once the store is back it
+// recovers without a restart; no outcome acknowledged before the outage is
+// lost or executed again.
+func TestStoreOutage(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		base := testenv.Postgres(t)
+		schema := fmt.Sprintf("idem_outage_%d", rand.Uint32())
+		dsn := withParam(base, "idem_schema="+schema)
+		t.Cleanup(func() {
+			if pool, err := pgxpool.New(context.Background(), base); err == nil {
+				_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+				pool.Close()
+			}
+		})
+		if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
+			t.Fatalf("migrate: %v %s %s", err, out, errOut)
+		}
+		outage(t, dsn)
+	})
+	t.Run("redis", func(t *testing.T) {
+		outage(t, withParam(testenv.Redis(t), fmt.Sprintf("idem_prefix=idem-outage-%d:", rand.Uint32())))
+	})
+}
+
+func outage(t *testing.T, dsn string) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr
+	a := startAPI(t)
+	g := startGateway(t, a.URL, "", "", "--store", u.String(), "--migrate=false")
+	prefix := fmt.Sprintf("outage-%d-", rand.Uint32())
+	send := func(key string, amount int) (response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		return tryPost(ctx, g.URL+"/charges", fmt.Sprintf(`{"amount": %d}`, amount), "Idempotency-Key", prefix+key)
+	}
+
+	// Before: ten acknowledged outcomes.
+	acked := map[string]string{}
+	for i := range 10 {
+		k := fmt.Sprint("before-", i)
+		r, err := send(k, i)
+		if err != nil || r.Status != 201 {
+			t.Fatalf("before the outage: %v %d %s", err, r.Status, r.Body)
+		}
+		acked[k] = string(r.Body)
+	}
+
+	// Traffic runs throughout: new keys and replays.
+	var (
+		stop      atomic.Bool
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		statuses  = map[int]int{}
+		succeeded = map[string]string{} // key -> body of its 201s
+		mismatch  []string
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				k := fmt.Sprintf("during-%d-%d", w, i%25)
+				r, err := send(k, 1000+i%25)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				statuses[r.Status]++
+				if r.Status == 201 {
+					if prev, ok := succeeded[k]; ok && prev != string(r.Body) {
+						mismatch = append(mismatch, k)
+					}
+					succeeded[k] = string(r.Body)
+				}
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	proxy.cut()
+	// Fail closed: 503 problem+json with Retry-After, for new keys and
+	// for replays alike, and nothing runs.
+	charges := a.stats(t).Charges
+	deadline := time.Now().Add(20 * time.Second)
+	var down response
+	for {
+		r, err := send(fmt.Sprint("probe-", rand.Uint32()), 1)
+		if err == nil && r.Status == 503 {
+			down = r
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 503 while the store is cut: %v %d %s", err, r.Status, r.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p := down.problem(t); !strings.HasSuffix(p["type"].(string), "#store_unavailable") || down.Header.Get("Retry-After") == "" {
+		t.Errorf("503 = %v, Retry-After %q", p, down.Header.Get("Retry-After"))
+	}
+	if r, err := send("before-3", 3); err != nil || r.Status != 503 {
+		t.Errorf("a replay during the outage: %v %d", err, r.Status)
+	}
+	if res, err := http.Get(g.Admin + "/healthz"); err != nil || res.StatusCode != 503 {
+		t.Errorf("/healthz during the outage: %v %v", err, res)
+	} else {
+		res.Body.Close()
+	}
+	time.Sleep(500 * time.Millisecond)
+	// Requests in flight at the cut may still finish their upstream call;
+	// nothing new starts.
+	during := a.stats(t).Charges
+	if during > charges+4 {
+		t.Errorf("the upstream ran %d times during the outage", during-charges)
+	}
+
+	proxy.restore()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		r, err := send(fmt.Sprint("after-", rand.Uint32()), 2)
+		if err == nil && r.Status == 201 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not recover: %v %d %s\n%s", err, r.Status, r.Body, g.output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+
+	// Nothing acknowledged before the outage was lost or run again.
+	for k, body := range acked {
+		r, err := send(k, atoi(strings.TrimPrefix(k, "before-")))
+		if err != nil || r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || string(r.Body) != body {
+			t.Errorf("%s after the outage: %v %d %v %s", k, err, r.Status, r.Header, r.Body)
+		}
+	}
+	stats := a.stats(t)
+	for k, n := range stats.Executions {
+		if strings.HasPrefix(k, prefix) && n != 1 {
+			t.Errorf("%s executed %d times", k, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(mismatch) > 0 {
+		t.Errorf("keys answered with two different bodies: %v", mismatch)
+	}
+	if statuses[503] == 0 || statuses[201] == 0 {
+		t.Errorf("traffic saw %v; want both 201 and 503", statuses)
+	}
+	t.Logf("traffic statuses: %v; executions for %d keys", statuses, len(stats.Executions))
+	if err := g.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}
+
+func atoi(s string) int {
+	n := 0
+	fmt.Sscan(s, &n)
+	return n
+}
