@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -202,10 +203,15 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			}
 			return Result{}, &StoreError{Op: "reserve", Err: err}
 		}
+		ex := res.Existing
+		if !res.Acquired && ex.Token == req.Record.Token && ex.State == store.InProgress {
+			// Our own reservation, made by an earlier try whose reply was
+			// lost and that the store client retried.
+			res.Acquired = true
+		}
 		if res.Acquired {
 			return e.run(ctx, req.Record, res.TookOver, fn)
 		}
-		ex := res.Existing
 		switch {
 		case ex.Binding != c.Binding:
 			return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: key, Record: ex}
@@ -296,6 +302,12 @@ func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Fu
 			return e.store.Complete(c, store.Completion{Fence: f, State: store.Failed, Value: fv, Now: now, ExpiresAt: now.Add(e.policy.TTL)})
 		})
 	}
+	if errors.Is(werr, store.ErrLeaseLost) && e.wroteIt(ctx, rec, ferr, res.Value) {
+		// A client that retries a write whose reply was lost (go-redis
+		// does, and so does endWrite) sees its own earlier success as a
+		// lost lease. The record says who really holds it.
+		werr = nil
+	}
 	if werr != nil {
 		if ferr != nil {
 			return res, errors.Join(ferr, werr)
@@ -331,6 +343,26 @@ func (e *Engine) endWrite(ctx context.Context, op string, write func(context.Con
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// wroteIt reports whether the record of rec already shows the end this
+// call tried to write: completed with its token and value, or released.
+func (e *Engine) wroteIt(ctx context.Context, rec store.Record, ferr error, value []byte) bool {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.completeTimeout)
+	defer cancel()
+	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash, e.now())
+	released := ferr != nil && (e.policy.OnFailure == OnFailureRelease || errors.Is(ferr, ErrNotExecuted))
+	switch {
+	case released:
+		// Gone, or someone else's: either way this call's hold is over.
+		return errors.Is(err, store.ErrNotFound) || (err == nil && cur.Token != rec.Token)
+	case err != nil || cur.Token != rec.Token:
+		return false
+	case ferr == nil:
+		return cur.State == store.Succeeded && bytes.Equal(cur.Value, value)
+	default:
+		return cur.State == store.Failed && bytes.Equal(cur.Value, value)
 	}
 }
 

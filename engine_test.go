@@ -555,3 +555,46 @@ func TestPolicyValidate(t *testing.T) {
 		t.Error("ParseOnFailure(retry) accepted")
 	}
 }
+
+// lostReply performs each write, then (once per kind) reports a network
+// error as if the reply was lost; a retry then finds its own write done.
+type lostReply struct {
+	store.Store
+	completeLost, reserveRetried atomic.Bool
+}
+
+func (l *lostReply) Complete(ctx context.Context, c store.Completion) error {
+	if err := l.Store.Complete(ctx, c); err != nil {
+		return err
+	}
+	if l.completeLost.CompareAndSwap(false, true) {
+		return errors.New("read tcp: connection reset by peer")
+	}
+	return nil
+}
+
+// Reserve behaves like a client that retried a reserve whose first try
+// succeeded: the second try reports the record as existing, with our token.
+func (l *lostReply) Reserve(ctx context.Context, r store.ReserveRequest) (store.Reservation, error) {
+	res, err := l.Store.Reserve(ctx, r)
+	if err == nil && res.Acquired && l.reserveRetried.CompareAndSwap(false, true) {
+		return l.Store.Reserve(ctx, r)
+	}
+	return res, err
+}
+
+func TestLostRepliesAreNotLostLeases(t *testing.T) {
+	l := &lostReply{Store: memory.New()}
+	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
+	op := &counter{value: "v"}
+	res, err := eng.Do(bg, call("k"), op.fn)
+	if err != nil || res.Replayed || string(res.Value) != "v#1" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if !l.completeLost.Load() || !l.reserveRetried.Load() {
+		t.Fatal("the faults were not injected")
+	}
+	if r, err := eng.Do(bg, call("k"), op.fn); err != nil || !r.Replayed || op.n.Load() != 1 {
+		t.Fatalf("replay: %+v %v", r, err)
+	}
+}

@@ -135,7 +135,11 @@ type Completion struct {
 // client of the same backend, including other processes.
 //
 // Every method returns the context's error (possibly wrapped) when ctx is
-// done before the work is done, and ErrClosed after Close.
+// done before the work is done, and ErrClosed after Close. A call that
+// fails with any other error may still have taken effect (its reply was
+// lost); a retried Reserve then returns Acquired false with the caller's own
+// token, and a retried Complete returns ErrLeaseLost. The engine recognises
+// both by the token, so stores need not.
 type Store interface {
 	// Reserve creates req.Record if no live record exists for its KeyHash
 	// (a record is live at req.Now when not expired), replacing an expired
