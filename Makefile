@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench fuzz long services demo build clean
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,8 +28,15 @@ lint: vet fmt-check ## staticcheck (installed on first use)
 	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	staticcheck $(PKGS)
 
-bench: ## go test benchmarks of the engine, stores and middleware
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./ ./store/... ./idemhttp/
+bench: ## go test benchmarks: engine on each store (first execution, replay; c1, c64), group commit, middleware
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./store/memory ./store/file ./idemhttp
+
+bench-stores: ## shared stores next to their raw floor: pgbench for PostgreSQL, raw EVALSHA for Redis (c1, c16, c64)
+	./store/postgres/bench.sh
+	$(GO) test -run '^$$' -bench 'PairsInterleaved' -benchtime $(BENCHTIME) -count 3 ./store/redis
+
+bench-load: ## the load harness: idem next to a plain proxy and the peers; writes BENCHMARKS.md and its charts
+	./bench/run.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) .
@@ -37,8 +44,8 @@ fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./idemhttp
 	$(GO) test -run '^$$' -fuzz '^FuzzMiddleware$$' -fuzztime $(FUZZTIME) ./idemhttp
 
-long: ## long soak and scale runs (IDEM_LONG=1), not part of `make test`
-	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 60m -run 'Long' $(PKGS)
+long: ## long scale runs (IDEM_LONG=1), not part of `make test`: cleanup of 1M expired among 1M live on PostgreSQL
+	IDEM_LONG=1 $(GO) test -count=1 -timeout 60m -v -run 'Long|Million' $(PKGS)
 
 services: ## start PostgreSQL and Redis if they are not running
 	./scripts/services.sh
