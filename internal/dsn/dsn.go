@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/store/postgres"
 	redisstore "github.com/idem-dev/idem/store/redis"
+	s3store "github.com/idem-dev/idem/store/s3"
 )
 
 // Kinds of store.
@@ -25,6 +28,7 @@ const (
 	File     = "file"
 	Postgres = "postgres"
 	Redis    = "redis"
+	S3       = "s3"
 )
 
 // ErrUnknownScheme: the DSN names no store this build knows.
@@ -79,9 +83,14 @@ func Parse(dsn string) (DSN, error) {
 	case "redis", "rediss":
 		d.Kind = Redis
 	case "s3":
-		return d, fmt.Errorf("store %q: %w: the S3 store is not in this build of idem", dsn, ErrUnknownScheme)
+		d.Kind = S3
+		if _, err := s3store.ParseDSN(dsn); err != nil {
+			return d, fmt.Errorf("store %q: %w", Redact(dsn), err)
+		}
+		d.URL = dsn
+		return d, nil
 	default:
-		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, postgres://HOST/DB or redis://HOST:PORT", Redact(dsn), ErrUnknownScheme)
+		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, postgres://HOST/DB, redis://HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL", Redact(dsn), ErrUnknownScheme)
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -183,6 +192,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		return openPostgres(ctx, d, opts)
 	case Redis:
 		return openRedis(ctx, d)
+	case S3:
+		return openS3(ctx, d)
 	}
 	return nil, fmt.Errorf("store %s: %w", d, ErrUnknownScheme)
 }
@@ -272,4 +283,31 @@ func openRedis(ctx context.Context, d DSN) (*Opened, error) {
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
 	return &Opened{Store: redisStore{s}, DSN: d, closers: []func(){func() { client.Close() }}}, nil
+}
+
+// openS3 opens an S3 store. Credentials come from the AWS SDK's usual chain
+// (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, shared files, roles), never
+// from the DSN. It checks that the bucket answers.
+func openS3(ctx context.Context, d DSN) (*Opened, error) {
+	c, err := s3store.ParseDSN(d.URL)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", d, err)
+	}
+	var loadOpts []func(*awsconfig.LoadOptions) error
+	if c.Region != "" {
+		loadOpts = append(loadOpts, awsconfig.WithRegion(c.Region))
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", d, err)
+	}
+	client := s3.NewFromConfig(awsCfg, c.ClientOptions)
+	if _, err := client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &c.Bucket}); err != nil {
+		return nil, fmt.Errorf("store %s: cannot reach bucket %q: %w", d, c.Bucket, err)
+	}
+	st, err := s3store.New(client, c.Options)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", d, err)
+	}
+	return &Opened{Store: st, DSN: d}, nil
 }

@@ -38,7 +38,8 @@ func TestParse(t *testing.T) {
 		{in: "postgres://h/db?idem_prefix=x", err: "unknown parameter idem_prefix"},
 		{in: "redis://127.0.0.1:6379/2?idem_prefix=app:", kind: Redis, url: "redis://127.0.0.1:6379/2", params: "prefix=app:"},
 		{in: "rediss://h:6380", kind: Redis, url: "rediss://h:6380"},
-		{in: "s3://bucket/prefix", err: "not in this build"},
+		{in: "s3://bucket/prefix?endpoint=http://127.0.0.1:7070", kind: S3, url: "s3://bucket/prefix?endpoint=http://127.0.0.1:7070"},
+		{in: "s3://", err: "bucket"},
 		{in: "./idem-data", err: "unknown store DSN"},
 		{in: "mysql://u:secret@h/db", err: "unknown store DSN"},
 	} {

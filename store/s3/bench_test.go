@@ -1,0 +1,112 @@
+package s3store_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
+)
+
+// BenchmarkPairs measures Reserve+Complete pairs on fresh keys, at
+// concurrency 1 and 16, next to the floor any S3 store has: the same two
+// conditional PUTs sent raw (If-None-Match: *, then If-Match on the ETag
+// the first returned). Run it with:
+//
+//	go test -run '^$' -bench Pairs -benchtime 2s ./store/s3/
+func BenchmarkPairs(b *testing.B) {
+	for _, srv := range []func(testing.TB) *server{realServer, fakeServer} {
+		srv := srv(b)
+		c := srv.client(nil)
+		s := newStore(b, srv, c)
+		prefix := s.Options().Prefix
+		value := []byte(`{"task_id":"6f1c1e0e-3c9a-4a53-9d39-1a4b1d0f5e11","task_key":"tasks/6/6f1c1e0e.json"}`)
+		var seq atomic.Uint64
+		storePair := func() error {
+			i := seq.Add(1)
+			now := time.Now()
+			key := "k" + strconv.FormatUint(i, 10)
+			r := store.Record{
+				KeyHash: store.HashKey("bench", key), Scope: "bench", Key: key,
+				Fingerprint: "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+				Binding:     "charge_customer", State: store.InProgress, Token: i, RequestID: "req_" + key,
+				CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute),
+			}
+			ctx := context.Background()
+			res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Now: now, TakeOverStale: true})
+			if err != nil {
+				return err
+			}
+			if !res.Acquired {
+				return fmt.Errorf("fresh key %s not acquired", key)
+			}
+			return s.Complete(ctx, store.Completion{
+				Fence: store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: i},
+				State: store.Succeeded, Value: value, Now: now, ExpiresAt: now.Add(time.Hour),
+			})
+		}
+		rawPair := func() error {
+			key := prefix + "raw/" + strconv.FormatUint(seq.Add(1), 10) + ".json"
+			ctx := context.Background()
+			out, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &srv.bucket, Key: &key,
+				Body: bytes.NewReader(value), IfNoneMatch: aws.String("*")})
+			if err != nil {
+				return err
+			}
+			_, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: &srv.bucket, Key: &key,
+				Body: bytes.NewReader(value), IfMatch: out.ETag})
+			return err
+		}
+		for _, conc := range []int{1, 16} {
+			for _, v := range []struct {
+				name string
+				pair func() error
+			}{{"store", storePair}, {"raw", rawPair}} {
+				b.Run(fmt.Sprintf("%s/c%d/%s", srv.name, conc, v.name), func(b *testing.B) {
+					b.ReportAllocs()
+					runPairs(b, conc, v.pair)
+					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+				})
+			}
+		}
+	}
+}
+
+// runPairs calls pair b.N times from conc goroutines.
+func runPairs(b *testing.B, conc int, pair func() error) {
+	var (
+		next atomic.Int64
+		errs atomic.Int64
+		wg   sync.WaitGroup
+	)
+	b.ResetTimer()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := pair(); err != nil && errs.Add(1) == 1 {
+					b.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+}
+
+// BenchmarkEngine runs the engine's benchmark (first executions and
+// replays, concurrency 1 and 64) on the S3 store.
+func BenchmarkEngine(b *testing.B) {
+	srv := realServer(b)
+	storetest.Bench(b, func(b *testing.B) store.Store { return newStore(b, srv, nil) })
+}

@@ -1,0 +1,121 @@
+package s3store_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.uber.org/goleak"
+
+	"github.com/idem-dev/idem/store"
+	s3store "github.com/idem-dev/idem/store/s3"
+	"github.com/idem-dev/idem/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(raceChildEnv) != "" {
+		os.Exit(raceChild())
+	}
+	code := m.Run()
+	stopServers()
+	if code == 0 {
+		// The SDK and the servers leave nothing running once the idle
+		// connections are closed; a leak is the store's.
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// uniquePrefix isolates a store's objects from every other test's.
+func uniquePrefix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "t-" + hex.EncodeToString(b) + "/"
+}
+
+// newStore returns a store on srv under a fresh prefix, and deletes what
+// it wrote when the test ends.
+func newStore(t testing.TB, srv *server, c *s3.Client) *s3store.Store {
+	t.Helper()
+	if c == nil {
+		c = srv.client(nil)
+	}
+	prefix := uniquePrefix()
+	s, err := s3store.New(c, s3store.Options{Bucket: srv.bucket, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropPrefix(srv, prefix) })
+	return s
+}
+
+func dropPrefix(srv *server, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := srv.client(nil)
+	for _, k := range listKeys(ctx, c, srv.bucket, prefix) {
+		_, _ = c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &srv.bucket, Key: aws.String(k)})
+	}
+}
+
+// harness runs the conformance suite on srv. Each store gets a prefix of
+// its own, which its peer (another client, as another process would have)
+// shares.
+func harness(srv *server) storetest.Harness {
+	var (
+		mu     sync.Mutex
+		stores = map[store.Store]*s3store.Store{}
+	)
+	own := func(t *testing.T, s store.Store) *s3store.Store {
+		mu.Lock()
+		defer mu.Unlock()
+		st, ok := stores[s]
+		if !ok {
+			t.Fatalf("store %p was not made by the harness", s)
+		}
+		return st
+	}
+	return storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			s := newStore(t, srv, nil)
+			mu.Lock()
+			stores[s] = s
+			mu.Unlock()
+			return s
+		},
+		Peer: func(t *testing.T, s store.Store) store.Store {
+			p, err := s3store.New(srv.peerClient(), own(t, s).Options())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		},
+		IndexKeys: func(t *testing.T, s store.Store) []string {
+			return listKeys(context.Background(), srv.client(nil), srv.bucket, own(t, s).Options().Prefix)
+		},
+		// Cleanup really deletes (S3 has no expiry of its own on the
+		// caller's clock), so the suite counts what it removes.
+		NativeExpiry: false,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, harness(realServer(t)))
+}
+
+// TestConformanceGoFakeS3 runs the suite in process, in a fraction of the
+// time. gofakes3 honours If-None-Match and If-Match on PutObject, which is
+// all the suite's races need; it ignores If-Match on DeleteObject (see the
+// package documentation).
+func TestConformanceGoFakeS3(t *testing.T) {
+	storetest.Run(t, harness(fakeServer(t)))
+}

@@ -1,0 +1,445 @@
+package s3store_test
+
+// Seed 004: idempotent submit for an S3-only task queue. The queue below is
+// the seed's, reduced to what idempotency touches: submit(task_type, input,
+// key) creates tasks/{shard}/{task_id}.json and returns the task ID, through
+// the engine over the S3 store, so that the idempotency record lives at
+// idempotency/{scope}/{key_hash}.json next to the tasks.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+	s3store "github.com/idem-dev/idem/store/s3"
+)
+
+// taskQueue is seed 004's queue: tasks and idempotency records in one
+// bucket, under one prefix.
+type taskQueue struct {
+	client *s3.Client
+	bucket string
+	prefix string
+	store  *s3store.Store
+	eng    *idem.Engine
+	now    atomic.Pointer[time.Time] // the engine's clock
+	// created counts the task objects written, to prove that a duplicate
+	// submit created nothing.
+	created atomic.Int32
+	// failNext makes the next task creation fail after the idempotency
+	// record was created (the seed's first failure mode).
+	failNext atomic.Bool
+}
+
+func newTaskQueue(t *testing.T, srv *server) *taskQueue {
+	t.Helper()
+	q := &taskQueue{client: srv.client(nil), bucket: srv.bucket}
+	q.store = newStore(t, srv, q.client)
+	q.prefix = q.store.Options().Prefix
+	q.setNow(time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)) // the seed's created_at
+	// The seed's 30-day retention; cleanup left to the lifecycle rule.
+	q.eng = idem.New(q.store, idem.Policy{TTL: 30 * 24 * time.Hour, CleanupInterval: -1},
+		idem.WithClock(func() time.Time { return *q.now.Load() }))
+	return q
+}
+
+func (q *taskQueue) setNow(t time.Time) { q.now.Store(&t) }
+
+// submitted is what the idempotency operation returns and the record
+// keeps: the seed's task_id and task_key.
+type submitted struct {
+	TaskID  string `json:"task_id"`
+	TaskKey string `json:"task_key"`
+}
+
+// submitOpts choose the scope: the task type (default), a queue, or a
+// custom string (seed 004's three scopes).
+type submitOpts struct {
+	Queue string
+	Scope string
+}
+
+// submit is the seed's queue.submit(task_type, input, idempotency_key=...).
+// The input hash is the fingerprint; the task type is the binding, so that
+// under a queue scope one key cannot name two kinds of task.
+func (q *taskQueue) submit(ctx context.Context, taskType string, input any, key string, opts submitOpts) (string, idem.Result, error) {
+	scope := taskType
+	switch {
+	case opts.Scope != "":
+		scope = opts.Scope
+	case opts.Queue != "":
+		scope = "queue:" + opts.Queue
+	}
+	inputHash, err := idem.HashJSON(input)
+	if err != nil {
+		return "", idem.Result{}, err
+	}
+	res, err := q.eng.Do(ctx, idem.Call{Scope: scope, Key: key, Fingerprint: inputHash, Binding: taskType},
+		func(ctx context.Context) ([]byte, error) {
+			if q.failNext.CompareAndSwap(true, false) {
+				return nil, errors.New("task creation failed")
+			}
+			id := newUUID()
+			taskKey := q.prefix + "tasks/" + id[:1] + "/" + id + ".json"
+			body, _ := json.Marshal(map[string]any{"task_id": id, "task_type": taskType, "input": input})
+			// Tasks are created with If-None-Match too, as the seed says.
+			if _, err := q.client.PutObject(ctx, &s3.PutObjectInput{
+				Bucket: &q.bucket, Key: &taskKey, Body: bytes.NewReader(body), IfNoneMatch: aws.String("*"),
+			}); err != nil {
+				return nil, err
+			}
+			q.created.Add(1)
+			return json.Marshal(submitted{TaskID: id, TaskKey: taskKey})
+		})
+	if err != nil {
+		return "", res, err
+	}
+	var s submitted
+	if err := json.Unmarshal(res.Value, &s); err != nil {
+		return "", res, fmt.Errorf("stored value %q: %w", res.Value, err)
+	}
+	return s.TaskID, res, nil
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// The seed's example input.
+var chargeInput = map[string]any{"order_id": "ORD-123", "amount_cents": 4200, "currency": "EUR"}
+
+func TestSeed004SameKeySameTask(t *testing.T) {
+	q := newTaskQueue(t, realServer(t))
+	ctx := context.Background()
+	id1, res1, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res1.Replayed {
+		t.Fatal("the first submit was a replay")
+	}
+	// The producer retries; the input is the same JSON in another order.
+	retry := map[string]any{"currency": "EUR", "amount_cents": 4200, "order_id": "ORD-123"}
+	id2, res2, err := q.submit(ctx, "charge_customer", retry, "charge-ORD-123", submitOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id2 != id1 || !res2.Replayed {
+		t.Fatalf("retry got task %s (replayed %v), want %s", id2, res2.Replayed, id1)
+	}
+	if n := q.created.Load(); n != 1 {
+		t.Fatalf("%d tasks created, want 1", n)
+	}
+	if tasks := listKeys(ctx, q.client, q.bucket, q.prefix+"tasks/"); len(tasks) != 1 || !strings.Contains(tasks[0], id1) {
+		t.Fatalf("task objects %v", tasks)
+	}
+}
+
+// TestSeed004ConcurrentSubmits: producers on two clients retry at once;
+// all get the one task.
+func TestSeed004ConcurrentSubmits(t *testing.T) {
+	srv := realServer(t)
+	q := newTaskQueue(t, srv)
+	peerStore, err := s3store.New(srv.client(nil), q.store.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := idem.New(peerStore, q.eng.Policy(), idem.WithClock(func() time.Time { return *q.now.Load() }))
+	ids := make([]string, 16)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Half go through the other client, as another producer would.
+			qq := q
+			if i%2 == 1 {
+				qq = &taskQueue{client: q.client, bucket: q.bucket, prefix: q.prefix, store: peerStore, eng: peer}
+			}
+			id, _, err := qq.submit(context.Background(), "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+			if errors.Is(err, idem.ErrInProgress) {
+				id = "in progress"
+			} else if err != nil {
+				t.Error(err)
+			}
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	tasks := listKeys(context.Background(), q.client, q.bucket, q.prefix+"tasks/")
+	if len(tasks) != 1 {
+		t.Fatalf("%d tasks created by 16 concurrent submits: %v", len(tasks), tasks)
+	}
+	for i, id := range ids {
+		if id != "in progress" && !strings.Contains(tasks[0], id) {
+			t.Errorf("submit %d got task %q, want the one in %s", i, id, tasks[0])
+		}
+	}
+}
+
+func TestSeed004InputHashConflict(t *testing.T) {
+	q := newTaskQueue(t, realServer(t))
+	ctx := context.Background()
+	if _, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	other := map[string]any{"order_id": "ORD-123", "amount_cents": 9900, "currency": "EUR"}
+	_, _, err := q.submit(ctx, "charge_customer", other, "charge-ORD-123", submitOpts{})
+	// The seed's IdempotencyConflict.
+	if !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("different input hash: %v, want ErrFingerprintMismatch", err)
+	}
+	var ce *idem.ConflictError
+	if !errors.As(err, &ce) || ce.Type != idem.ConflictPayloadMismatch {
+		t.Fatalf("error %v is not a payload-mismatch conflict", err)
+	}
+	if n := q.created.Load(); n != 1 {
+		t.Fatalf("%d tasks created, want 1", n)
+	}
+}
+
+func TestSeed004Scopes(t *testing.T) {
+	q := newTaskQueue(t, realServer(t))
+	ctx := context.Background()
+	const key = "charge-ORD-123"
+	submit := func(taskType string, opts submitOpts) string {
+		t.Helper()
+		id, _, err := q.submit(ctx, taskType, chargeInput, key, opts)
+		if err != nil {
+			t.Fatalf("submit %s %+v: %v", taskType, opts, err)
+		}
+		return id
+	}
+	// Default scope, the task type: one key, two task types, two tasks.
+	charge := submit("charge_customer", submitOpts{})
+	email := submit("send_receipt", submitOpts{})
+	if charge == email {
+		t.Fatal("two task types share a task under the default scope")
+	}
+	// Queue scope: the key is global to the queue. The same task type
+	// gets the same task; another task type is a key reused.
+	inQueue := submit("charge_customer", submitOpts{Queue: "payments"})
+	if inQueue == charge {
+		t.Fatal("the queue scope shares the task type's record")
+	}
+	if again := submit("charge_customer", submitOpts{Queue: "payments"}); again != inQueue {
+		t.Fatalf("queue scope: %s then %s", inQueue, again)
+	}
+	if _, _, err := q.submit(ctx, "send_receipt", chargeInput, key, submitOpts{Queue: "payments"}); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("queue scope, another task type: %v, want ErrKeyReused", err)
+	}
+	// A custom scope string, e.g. a tenant.
+	custom := submit("charge_customer", submitOpts{Scope: "tenant-42/billing"})
+	if custom == charge || custom == inQueue {
+		t.Fatal("the custom scope shares a record")
+	}
+	if again := submit("charge_customer", submitOpts{Scope: "tenant-42/billing"}); again != custom {
+		t.Fatalf("custom scope: %s then %s", custom, again)
+	}
+	var names []string
+	for _, k := range listKeys(ctx, q.client, q.bucket, q.prefix+"idempotency/") {
+		names = append(names, strings.TrimPrefix(k, q.prefix+"idempotency/"))
+	}
+	sort.Strings(names)
+	want := []string{
+		"charge_customer/" + sha256hex("charge_customer:"+key) + ".json",
+		"queue%3Apayments/" + sha256hex("queue:payments:"+key) + ".json",
+		"send_receipt/" + sha256hex("send_receipt:"+key) + ".json",
+		"tenant-42%2Fbilling/" + sha256hex("tenant-42/billing:"+key) + ".json",
+	}
+	if strings.Join(names, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("records:\n%s\nwant:\n%s", strings.Join(names, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func sha256hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestSeed004Record checks the object against the seed's example: its name
+// and its fields, with created_at 2026-01-27T12:00:00Z and expires_at 30
+// days later.
+func TestSeed004Record(t *testing.T) {
+	srv := realServer(t)
+	q := newTaskQueue(t, srv)
+	ctx := context.Background()
+	id, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "idempotency/charge_customer/" + sha256hex("charge_customer:charge-ORD-123") + ".json"
+	if got := q.store.ObjectKey("charge_customer", store.HashKey("charge_customer", "charge-ORD-123")); got != q.prefix+name {
+		t.Fatalf("ObjectKey = %q, want %q", got, q.prefix+name)
+	}
+	_, body := rawObject(t, srv, q.prefix+name)
+	var rec struct {
+		Key        string    `json:"key"`
+		KeyHash    string    `json:"key_hash"`
+		Scope      string    `json:"scope"`
+		State      string    `json:"state"`
+		Binding    string    `json:"binding"`
+		InputHash  string    `json:"input_hash"`
+		Value      []byte    `json:"value"`
+		CreatedAt  time.Time `json:"created_at"`
+		ExpiresAt  time.Time `json:"expires_at"`
+		LeaseUntil time.Time `json:"lease_until"`
+	}
+	if err := json.Unmarshal(body, &rec); err != nil {
+		t.Fatal(err)
+	}
+	inputHash, _ := idem.HashJSON(chargeInput)
+	var value submitted
+	_ = json.Unmarshal(rec.Value, &value)
+	switch {
+	case rec.Key != "charge-ORD-123",
+		rec.KeyHash != "sha256:"+sha256hex("charge_customer:charge-ORD-123"),
+		rec.Scope != "charge_customer",
+		rec.Binding != "charge_customer",
+		rec.State != "succeeded", // the seed's "ready"
+		rec.InputHash != inputHash,
+		value.TaskID != id,
+		value.TaskKey != q.prefix+"tasks/"+id[:1]+"/"+id+".json",
+		!rec.CreatedAt.Equal(time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)),
+		!rec.ExpiresAt.Equal(time.Date(2026, 2, 26, 12, 0, 0, 0, time.UTC)):
+		t.Fatalf("record:\n%s", body)
+	}
+	if !bytes.Contains(body, []byte(`"created_at": "2026-01-27T12:00:00Z"`)) || !bytes.Contains(body, []byte(`"expires_at": "2026-02-26T12:00:00Z"`)) {
+		t.Fatalf("times are not written as in the seed:\n%s", body)
+	}
+}
+
+// TestSeed004ExpiredOverwrite: "If record expired and still present, it is
+// treated as stale and can be overwritten with CAS." After 30 days the key
+// makes a new task, and of many producers doing so at once one writes.
+func TestSeed004ExpiredOverwrite(t *testing.T) {
+	srv := realServer(t)
+	q := newTaskQueue(t, srv)
+	ctx := context.Background()
+	first, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.setNow(time.Date(2026, 2, 26, 11, 59, 59, 0, time.UTC))
+	if id, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); err != nil || id != first || !res.Replayed {
+		t.Fatalf("a second before expiry: %s, %+v, %v", id, res, err)
+	}
+	// Expired but still present (no lifecycle rule has run).
+	q.setNow(time.Date(2026, 2, 26, 12, 0, 0, 0, time.UTC))
+	name := q.store.ObjectKey("charge_customer", store.HashKey("charge_customer", "charge-ORD-123"))
+	if _, err := q.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &q.bucket, Key: &name}); err != nil {
+		t.Fatalf("the expired record is gone: %v", err)
+	}
+	ids := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+			if err != nil && !errors.Is(err, idem.ErrInProgress) {
+				t.Error(err)
+			}
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	if n := q.created.Load(); n != 2 {
+		t.Fatalf("%d tasks created, want 2: one before expiry, one after", n)
+	}
+	id, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+	if err != nil || id == first || !res.Replayed {
+		t.Fatalf("after the overwrite: %s (first %s), %+v, %v", id, first, res, err)
+	}
+	for i, got := range ids {
+		if got != "" && got != id {
+			t.Errorf("producer %d got %s, want %s", i, got, id)
+		}
+	}
+	r, err := q.store.Get(ctx, "charge_customer", store.HashKey("charge_customer", "charge-ORD-123"), *q.now.Load())
+	if err != nil || !r.CreatedAt.Equal(*q.now.Load()) {
+		t.Fatalf("the overwritten record: %+v, %v", r, err)
+	}
+}
+
+// TestSeed004TwoPhase maps the seed's optional two-phase status onto the
+// record's states: creating is in_progress, ready is succeeded. A submitter
+// that crashed between the record and the task leaves "creating" behind;
+// retries are told it is in progress until its lease runs out, and then
+// one of them takes it over and creates the task. A failed task creation
+// releases the key, so that the next submit creates the task.
+func TestSeed004TwoPhase(t *testing.T) {
+	srv := realServer(t)
+	q := newTaskQueue(t, srv)
+	ctx := context.Background()
+	start := *q.now.Load()
+	inputHash, _ := idem.HashJSON(chargeInput)
+
+	// The crashed submitter: its record, as the engine writes it, and
+	// nothing else.
+	crashed := store.ReserveRequest{
+		Record: store.Record{
+			KeyHash: store.HashKey("charge_customer", "charge-ORD-123"), Scope: "charge_customer", Key: "charge-ORD-123",
+			Fingerprint: inputHash, Binding: "charge_customer", State: store.InProgress, Token: 7,
+			CreatedAt: start, UpdatedAt: start, ExpiresAt: start.Add(30 * 24 * time.Hour),
+			LeaseUntil: start.Add(idem.DefaultLease),
+		},
+		Now: start,
+	}
+	mustAcquire(t, q.store, crashed)
+
+	q.setNow(start.Add(30 * time.Second))
+	_, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("while creating: %v, want ErrInProgress", err)
+	}
+	q.setNow(start.Add(idem.DefaultLease + time.Second))
+	id, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
+	if err != nil || !res.TookOver || res.Replayed {
+		t.Fatalf("after the lease: %s, %+v, %v; want a takeover", id, res, err)
+	}
+	if again, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); err != nil || again != id || !res.Replayed {
+		t.Fatalf("ready: %s, %+v, %v", again, res, err)
+	}
+	// The crashed submitter wakes up: fenced off.
+	if err := q.store.Complete(ctx, completion(crashed, "late", *q.now.Load())); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("the crashed submitter's completion: %v", err)
+	}
+
+	// Task creation fails after the record was created: the key is
+	// released, and the retry creates the task.
+	q.failNext.Store(true)
+	if _, _, err := q.submit(ctx, "charge_customer", chargeInput, "refund-ORD-123", submitOpts{}); err == nil {
+		t.Fatal("the failed creation succeeded")
+	}
+	if _, err := q.store.Get(ctx, "charge_customer", store.HashKey("charge_customer", "refund-ORD-123"), *q.now.Load()); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("record after a failed creation: %v, want none", err)
+	}
+	if _, res, err := q.submit(ctx, "charge_customer", chargeInput, "refund-ORD-123", submitOpts{}); err != nil || res.Replayed {
+		t.Fatalf("retry after a failed creation: %+v, %v", res, err)
+	}
+	if n := q.created.Load(); n != 2 {
+		t.Fatalf("%d tasks created, want 2", n)
+	}
+}
