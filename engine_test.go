@@ -598,3 +598,15 @@ func TestLostRepliesAreNotLostLeases(t *testing.T) {
 		t.Fatalf("replay: %+v %v", r, err)
 	}
 }
+
+func TestPolicyOverlay(t *testing.T) {
+	base := idem.Policy{TTL: time.Hour, Wait: time.Second, OnStoreError: idem.OnStoreErrorFailOpen}
+	got := base.Overlay(idem.Policy{TTL: 7 * 24 * time.Hour, MaxKeyBytes: 200, OnFailure: idem.OnFailureConflict})
+	want := idem.Policy{TTL: 7 * 24 * time.Hour, Wait: time.Second, MaxKeyBytes: 200, OnFailure: idem.OnFailureConflict, OnStoreError: idem.OnStoreErrorFailOpen}
+	if got != want {
+		t.Fatalf("Overlay = %+v, want %+v", got, want)
+	}
+	if base.Overlay(idem.Policy{}) != base {
+		t.Fatal("an empty overlay changed the policy")
+	}
+}

@@ -99,6 +99,37 @@ func (p Policy) WithDefaults() Policy {
 	return p
 }
 
+// Overlay returns p with the fields that over sets (its non-zero fields)
+// laid over it: how a profile or a route refines a base policy. Zero values
+// mean "not set", so Overlay cannot set a field back to its zero default.
+func (p Policy) Overlay(over Policy) Policy {
+	if over.TTL != 0 {
+		p.TTL = over.TTL
+	}
+	if over.Lease != 0 {
+		p.Lease = over.Lease
+	}
+	if over.MaxKeyBytes != 0 {
+		p.MaxKeyBytes = over.MaxKeyBytes
+	}
+	if over.OnFailure != OnFailureRelease {
+		p.OnFailure = over.OnFailure
+	}
+	if over.OnStale != OnStaleRetry {
+		p.OnStale = over.OnStale
+	}
+	if over.OnStoreError != OnStoreErrorFailClosed {
+		p.OnStoreError = over.OnStoreError
+	}
+	if over.Wait != 0 {
+		p.Wait = over.Wait
+	}
+	if over.CleanupInterval != 0 {
+		p.CleanupInterval = over.CleanupInterval
+	}
+	return p
+}
+
 // Validate reports the first invalid field of p (after WithDefaults).
 func (p Policy) Validate() error {
 	switch {

@@ -205,7 +205,7 @@ func New(eng *idem.Engine, opts Options) (func(http.Handler) http.Handler, error
 		if r.pattern == "" {
 			r.pattern = "/"
 		}
-		pol := overlay(eng.Policy(), r.profile.Policy)
+		pol := eng.Policy().Overlay(r.profile.Policy)
 		if rt.Policy != nil {
 			pol = *rt.Policy
 		}
@@ -348,7 +348,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	r = r.WithContext(r.Context())
 	reqID := r.Header.Get(m.reqIDHeader)
 	if reqID == "" {
-		reqID = newRequestID()
+		reqID = NewRequestID()
 		r.Header = r.Header.Clone()
 		r.Header.Set(m.reqIDHeader, reqID)
 	}
@@ -589,7 +589,9 @@ func escapeTenant(t string) string {
 	return strings.NewReplacer("%", "%25", "|", "%7C").Replace(t)
 }
 
-func newRequestID() string {
+// NewRequestID returns a random 128-bit request ID in hex, as the
+// middleware gives requests that arrive without one.
+func NewRequestID() string {
 	var b [16]byte
 	for i := 0; i < 16; i += 8 {
 		u := rand.Uint64()
@@ -608,33 +610,4 @@ func printable(s string) string {
 	}
 	q := strconv.Quote(s)
 	return q[1 : len(q)-1]
-}
-
-// overlay returns base with the non-zero fields of over.
-func overlay(base, over idem.Policy) idem.Policy {
-	if over.TTL != 0 {
-		base.TTL = over.TTL
-	}
-	if over.Lease != 0 {
-		base.Lease = over.Lease
-	}
-	if over.MaxKeyBytes != 0 {
-		base.MaxKeyBytes = over.MaxKeyBytes
-	}
-	if over.OnFailure != idem.OnFailureRelease {
-		base.OnFailure = over.OnFailure
-	}
-	if over.OnStale != idem.OnStaleRetry {
-		base.OnStale = over.OnStale
-	}
-	if over.OnStoreError != idem.OnStoreErrorFailClosed {
-		base.OnStoreError = over.OnStoreError
-	}
-	if over.Wait != 0 {
-		base.Wait = over.Wait
-	}
-	if over.CleanupInterval != 0 {
-		base.CleanupInterval = over.CleanupInterval
-	}
-	return base
 }

@@ -105,7 +105,7 @@ func (c *Config) route(r Route, defProf *idemhttp.Profile, base idem.Policy) (id
 			return rt, err
 		}
 		rt.Profile = p
-		overlay(&pol, p.Policy)
+		pol = pol.Overlay(p.Policy)
 	}
 	if err := r.apply(&pol); err != nil {
 		return rt, err
@@ -206,31 +206,6 @@ func (p *Policy) apply(pol *idem.Policy) error {
 		errs = append(errs, errors.New("max_key_bytes must not be negative"))
 	}
 	return errors.Join(errs...)
-}
-
-// overlay sets the fields a profile sets (non-zero) onto pol.
-func overlay(pol *idem.Policy, p idem.Policy) {
-	if p.TTL != 0 {
-		pol.TTL = p.TTL
-	}
-	if p.Lease != 0 {
-		pol.Lease = p.Lease
-	}
-	if p.Wait != 0 {
-		pol.Wait = p.Wait
-	}
-	if p.MaxKeyBytes != 0 {
-		pol.MaxKeyBytes = p.MaxKeyBytes
-	}
-	if p.OnFailure != idem.OnFailureRelease {
-		pol.OnFailure = p.OnFailure
-	}
-	if p.OnStale != idem.OnStaleRetry {
-		pol.OnStale = p.OnStale
-	}
-	if p.OnStoreError != idem.OnStoreErrorFailClosed {
-		pol.OnStoreError = p.OnStoreError
-	}
 }
 
 func trim(err error) error {

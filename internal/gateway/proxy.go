@@ -2,11 +2,9 @@ package gateway
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -138,7 +136,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	id := r.Header.Get(p.reqIDHeader)
 	if !saneID(id) || len(r.Header.Values(p.reqIDHeader)) > 1 {
-		id = newID()
+		id = idemhttp.NewRequestID()
 		r = r.Clone(r.Context())
 		r.Header.Set(p.reqIDHeader, id)
 	}
@@ -187,16 +185,7 @@ func saneID(id string) bool {
 	return true
 }
 
-func newID() string {
-	var b [16]byte
-	for i := 0; i < 16; i += 8 {
-		u := rand.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(u >> (8 * j))
-		}
-	}
-	return hex.EncodeToString(b[:])
-}
+
 
 // writeUpstreamProblem answers an upstream failure as RFC 9457
 // problem+json, in the shape of idem's own problems.
