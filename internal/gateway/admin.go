@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,13 @@ func Admin(o AdminOptions) http.Handler {
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
+	// Profiles, for finding where a gateway spends its CPU under load. The
+	// admin listener is loopback-only by default.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, r *http.Request) {
 		if o.Token == "" {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "key inspection is disabled: set admin_token (or IDEM_ADMIN_TOKEN)"})
