@@ -32,7 +32,7 @@ type Options struct {
 	// background errors) at Info level. Nil means slog.Default().
 	Logger *slog.Logger
 
-	// CacheSize is the engine's block cache, in bytes. Zero means 8 MiB.
+	// CacheSize is the engine's block cache, in bytes. Zero means 64 MiB.
 	CacheSize int64
 }
 
@@ -82,7 +82,7 @@ func open(dir string, opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.CacheSize <= 0 {
-		opts.CacheSize = 8 << 20
+		opts.CacheSize = 64 << 20
 	}
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref() // the DB holds its own reference

@@ -1,0 +1,150 @@
+// Command bench runs idem next to its baselines and peers on this machine
+// and writes BENCHMARKS.md with its charts. bench/run.sh builds what it
+// needs and runs it; see BENCHMARKS.md for the exact command.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idem-dev/idem/bench/internal/contender"
+	"github.com/idem-dev/idem/bench/internal/load"
+	"github.com/idem-dev/idem/bench/internal/report"
+	"github.com/idem-dev/idem/bench/internal/results"
+	"github.com/idem-dev/idem/bench/internal/runner"
+	"github.com/idem-dev/idem/bench/internal/scale"
+)
+
+func main() {
+	log.SetFlags(log.Ltime)
+	var (
+		root        = flag.String("root", "..", "the idem repository: BENCHMARKS.md and docs/bench/ are written there")
+		bin         = flag.String("bin", "bin", "directory of the built contenders and idem")
+		peers       = flag.String("peers", "peers", "directory of the Node peers (installed)")
+		work        = flag.String("work", "", "directory for logs and contender files (default: a new temporary one)")
+		rounds      = flag.Int("rounds", 3, "rounds; each runs every contender once, and the report shows medians")
+		duration    = flag.Duration("duration", 5*time.Second, "length of each measured run")
+		warmup      = flag.Duration("warmup", time.Second, "warm-up before each measured run")
+		conns       = flag.Int("c", 64, "concurrent connections (and requests) of the load")
+		known       = flag.Int("known-keys", 1000, "keys the replay and mix scenarios retry")
+		raceKeys    = flag.Int("race-keys", 20, "keys of the race scenario")
+		racePerKey  = flag.Int("race-per-key", 50, "concurrent requests per key in the race scenario")
+		raceDelay   = flag.Duration("race-delay", 200*time.Millisecond, "how long the operation takes in the race scenario")
+		only        = flag.String("only", "", "comma-separated contender IDs to run (default all)")
+		scenarios   = flag.String("scenarios", "", "comma-separated load scenarios: first,replay,mix (default all)")
+		scaleMode   = flag.String("scale", "default", "store scale runs: off, quick (10^4 only), default (10^4 and 10^6), full (adds 10^7 on PostgreSQL)")
+		scaleStores = flag.String("scale-stores", "", "comma-separated stores of the scale runs: file,postgres,redis (default all)")
+		reportOnly  = flag.Bool("report-only", false, "rebuild BENCHMARKS.md and the charts from docs/bench/results.json without measuring")
+		pg          = flag.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN")
+		redisURL    = flag.String("redis", "redis://127.0.0.1:6379", "Redis URL, without a database number (the run uses databases 8-13)")
+		command     = flag.String("command", "bench/run.sh", "the command line to print in BENCHMARKS.md")
+		skipLoadRun = flag.Bool("skip-load", false, "skip the load and race scenarios (scale runs only)")
+	)
+	flag.Parse()
+	chartDir := filepath.Join(*root, "docs", "bench")
+	jsonPath := filepath.Join(chartDir, "results.json")
+	mdPath := filepath.Join(*root, "BENCHMARKS.md")
+	if *reportOnly {
+		doc, err := results.Load(jsonPath)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := report.Write(doc, mdPath, chartDir); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *work == "" {
+		d, err := os.MkdirTemp("", "idem-bench-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		*work = d
+	}
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return a
+	}
+	opts := runner.Options{
+		Setup: contender.Setup{
+			Bin: abs(*bin), Peers: abs(*peers),
+			Upstream: "127.0.0.1:18080", Listen: "127.0.0.1:18081", Admin: "127.0.0.1:18082",
+			Postgres: withParam(*pg, "idem_schema=idem_bench"),
+			Redis:    strings.TrimSuffix(*redisURL, "/"),
+		},
+		Rounds: *rounds, Warmup: *warmup, Duration: *duration, Connections: *conns,
+		KnownKeys: *known, RaceKeys: *raceKeys, RacePerKey: *racePerKey, RaceDelay: *raceDelay,
+		Only: split(*only), Work: *work,
+	}
+	for _, s := range split(*scenarios) {
+		opts.Scenarios = append(opts.Scenarios, load.Scenario(s))
+	}
+	doc := &results.Doc{
+		Command: *command,
+		Config: results.Config{
+			Rounds: *rounds, Duration: *duration, Warmup: *warmup, Connections: *conns, KnownKeys: *known,
+			RaceKeys: *raceKeys, RacePerKey: *racePerKey, RaceDelay: *raceDelay, Scale: *scaleMode,
+		},
+		Started: time.Now().UTC(),
+	}
+	doc.Machine = runner.Machine()
+	log.Printf("work directory (logs): %s", *work)
+	if !*skipLoadRun {
+		if err := runner.Run(ctx, opts, doc); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *scaleMode != "off" {
+		sopts := scale.Options{
+			Mode: *scaleMode, Dir: filepath.Join(*work, "scale"),
+			Postgres: withParam(*pg, "idem_schema=idem_scale"), Redis: *redisURL + "/13",
+			Stores: split(*scaleStores),
+		}
+		if err := scale.Run(ctx, sopts, doc); err != nil {
+			log.Printf("scale: %v", err)
+			doc.Notes = append(doc.Notes, fmt.Sprintf("scale runs stopped: %v", err))
+		}
+	}
+	doc.Finished = time.Now().UTC()
+	if err := os.MkdirAll(chartDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if err := doc.Save(jsonPath); err != nil {
+		log.Fatal(err)
+	}
+	if err := report.Write(doc, mdPath, chartDir); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("wrote %s and %s (%s)", mdPath, chartDir, doc.Finished.Sub(doc.Started).Round(time.Second))
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func withParam(dsn, p string) string {
+	if strings.Contains(dsn, "?") {
+		return dsn + "&" + p
+	}
+	return dsn + "?" + p
+}

@@ -1,0 +1,146 @@
+// Package contender lists what the harness measures side by side: the
+// baselines, idem's gateway and middleware on each store, and the peers a
+// user would pick instead. Each is its own process.
+package contender
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+
+	"github.com/idem-dev/idem/bench/internal/results"
+)
+
+// Kinds of contender.
+const (
+	Baseline  = "baseline"
+	Proxy     = "proxy"      // fronts the upstream over HTTP
+	InProcess = "in-process" // runs the operation itself
+)
+
+// Setup is where the harness keeps its binaries and services.
+type Setup struct {
+	Bin      string // directory of the bench binaries and idem
+	Peers    string // directory of the Node peers
+	Upstream string // address of the upstream, host:port
+	Listen   string // address of the contender, host:port
+	Admin    string // address of the gateway's admin listener
+	Postgres string // PostgreSQL DSN (idem's form, with idem_schema)
+	Redis    string // Redis URL without a database number
+}
+
+// Contender is one thing measured.
+type Contender struct {
+	results.Contender
+	// KeyHeader is the header the contender reads its key from.
+	KeyHeader string
+	// NeedsUpstream: the contender proxies to the upstream, which then
+	// counts the executions.
+	NeedsUpstream bool
+	// Argv returns the command line; dir is a fresh directory for the
+	// contender's files.
+	Argv func(s Setup, dir string) []string
+	// Env is added to the harness's environment.
+	Env func(s Setup) []string
+	// RedisDB, when not 0, is the Redis database the contender uses,
+	// flushed before each round.
+	RedisDB int
+	// Postgres: the contender's table is emptied before each round.
+	Postgres bool
+}
+
+// UpstreamArgv is the upstream's command line.
+func UpstreamArgv(s Setup) []string {
+	return []string{filepath.Join(s.Bin, "upstream"), "-listen", s.Upstream}
+}
+
+func gateway(id, store, notes string, storeDSN func(s Setup, dir string) string) Contender {
+	return Contender{
+		Contender: results.Contender{
+			ID: id, Name: "idem gateway (" + store + ")", Kind: Proxy, Store: store, Baseline: "proxy", Notes: notes,
+		},
+		KeyHeader:     "Idempotency-Key",
+		NeedsUpstream: true,
+		Argv: func(s Setup, dir string) []string {
+			return []string{filepath.Join(s.Bin, "idem"), "serve",
+				"--listen", s.Listen, "--upstream", "http://" + s.Upstream,
+				"--store", storeDSN(s, dir), "--admin-listen", s.Admin}
+		},
+	}
+}
+
+func redisURL(s Setup, db int) string { return fmt.Sprintf("%s/%d", s.Redis, db) }
+
+// All returns every contender, in the order each round runs them.
+func All() []Contender {
+	node := func(id, name, script, notes string, db int) Contender {
+		return Contender{
+			Contender: results.Contender{ID: id, Name: name, Kind: InProcess, Store: "redis", Baseline: "upstream", Notes: notes},
+			KeyHeader: "Idempotency-Key",
+			Argv: func(s Setup, _ string) []string {
+				return []string{"node", filepath.Join(s.Peers, script)}
+			},
+			Env: func(s Setup) []string {
+				_, port, _ := net.SplitHostPort(s.Listen)
+				return []string{"PORT=" + port, "REDIS_URL=" + redisURL(s, db), "NODE_ENV=production"}
+			},
+			RedisDB: db,
+		}
+	}
+	gwRedis := gateway("gw-redis", "redis", "", func(s Setup, _ string) string { return redisURL(s, 9) })
+	gwRedis.RedisDB = 9
+	gwPostgres := gateway("gw-postgres", "postgres", "", func(s Setup, _ string) string { return s.Postgres })
+	gwPostgres.Postgres = true
+	mwRedis := middleware("mw-redis", "redis", func(s Setup, _ string) string { return redisURL(s, 8) })
+	mwRedis.RedisDB = 8
+	return []Contender{
+		{
+			Contender: results.Contender{ID: "upstream", Name: "upstream directly", Kind: Baseline, Store: "-",
+				Notes: "the trivial Go net/http API itself, no idempotency: the floor for in-process contenders"},
+			KeyHeader: "Idempotency-Key",
+			Argv: func(s Setup, _ string) []string {
+				return []string{filepath.Join(s.Bin, "upstream"), "-listen", s.Listen}
+			},
+		},
+		{
+			Contender: results.Contender{ID: "proxy", Name: "httputil.ReverseProxy", Kind: Baseline, Store: "-",
+				Notes: "a plain Go reverse proxy (256 idle connections per host): the floor for a gateway"},
+			KeyHeader:     "Idempotency-Key",
+			NeedsUpstream: true,
+			Argv: func(s Setup, _ string) []string {
+				return []string{filepath.Join(s.Bin, "plainproxy"), "-listen", s.Listen, "-upstream", "http://" + s.Upstream}
+			},
+		},
+		gateway("gw-memory", "memory", "", func(Setup, string) string { return "memory:" }),
+		gateway("gw-file", "file", "the embedded store, idem's default", func(_ Setup, dir string) string { return "file:" + filepath.Join(dir, "idem-data") }),
+		gwPostgres,
+		gwRedis,
+		middleware("mw-memory", "memory", func(Setup, string) string { return "memory:" }),
+		mwRedis,
+		{
+			Contender: results.Contender{ID: "fiber", Name: "gofiber idempotency", Kind: InProcess, Store: "memory", Baseline: "upstream",
+				Notes: "fiber v2.52.15, middleware/idempotency with its in-memory storage and lock (per process); header X-Idempotency-Key; no request fingerprint; keeps any status the handler answers"},
+			KeyHeader: "X-Idempotency-Key",
+			Argv: func(s Setup, _ string) []string {
+				return []string{filepath.Join(s.Bin, "fiberidem"), "-listen", s.Listen}
+			},
+		},
+		node("express", "express-idempotency (redis)", "express-server.js",
+			"express 4 + express-idempotency 1.0.6 + express-idempotency-redis-adapter 1.0.8; body compared on reuse (417); GET then SET, not atomic", 10),
+		node("nestjs", "@node-idempotency/nestjs (redis)", "nest-server.js",
+			"NestJS 10 + @node-idempotency/nestjs 1.0.4 + storage-adapter-redis; SET NX reservation; body hash checked (422)", 11),
+		node("powertools", "AWS Powertools idempotency (redis)", "powertools-server.js",
+			"@aws-lambda-powertools/idempotency 2.35.0, makeIdempotent + CachePersistenceLayer on @redis/client, in node:http; no payload check (see below)", 12),
+	}
+}
+
+func middleware(id, store string, storeDSN func(s Setup, dir string) string) Contender {
+	return Contender{
+		Contender: results.Contender{ID: id, Name: "idem middleware (" + store + ")", Kind: InProcess, Store: store, Baseline: "upstream",
+			Notes: "idemhttp around the same handler, in one Go process"},
+		KeyHeader: "Idempotency-Key",
+		Argv: func(s Setup, dir string) []string {
+			return []string{filepath.Join(s.Bin, "idemmw"), "-listen", s.Listen, "-store", storeDSN(s, dir)}
+		},
+	}
+}
