@@ -31,9 +31,8 @@ lint: vet fmt-check ## staticcheck (installed on first use)
 bench: ## go test benchmarks: engine on each store (first execution, replay; c1, c64), group commit, middleware
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./store/memory ./store/file ./idemhttp
 
-bench-stores: ## shared stores next to their raw floor: pgbench for PostgreSQL, raw EVALSHA for Redis (c1, c16, c64)
-	./store/postgres/bench.sh
-	$(GO) test -run '^$$' -bench 'PairsInterleaved' -benchtime $(BENCHTIME) -count 3 ./store/redis
+bench-stores: ## engine, stores and middleware benchmarks, PostgreSQL next to pgbench, Redis next to raw EVALSHA: docs/bench/STORES.md (LONG=1 adds the 1M cleanup)
+	./bench/stores.sh
 
 bench-load: ## the load harness: idem next to a plain proxy and the peers; writes BENCHMARKS.md and its charts
 	./bench/run.sh
