@@ -43,106 +43,71 @@ fingerprint, one execution per key across concurrent calls) as it allows:
 `
 
 // profileText is the analysis of where the gateway spends its time. It is
-// written by hand from profiles taken with bench/profile.sh during the
-// harness's development (same machine, other builds running), so its
-// figures are those profiles', not this run's; the tables above are the
-// run's own.
+// written by hand from profiles taken with bench/profile.sh (and the
+// gateway's own /debug/pprof) on this machine, so its figures are those
+// profiles'; the tables above are the run's own.
 const profileText = `## Profile: where the gateway's time goes
 
-Taken with ` + "`bench/profile.sh [STORE] [SCENARIO]`" + ` (the gateway wired as ` + "`idem serve`" + `
-wires it, plus net/http/pprof; the harness's load, 64 connections; a 10 s CPU
-profile, the allocations and a goroutine dump mid-run) and the "CPU µs/req"
-column above. The CPU shares come from profiles taken while other work ran
-on the machine; the fixes' gains were measured back to back once it was
-quiet. Compare them with each other rather than with the tables.
+Taken with ` + "`bench/profile.sh [STORE] [SCENARIO]`" + ` or the gateway's own
+` + "`/debug/pprof/`" + ` on its admin listener, under the harness's load (64
+connections), and read next to the "CPU µs/req" column above.
 
-**First calls on the embedded store: the 0.9x goal is not met.** Two things
-limit it.
+**Fixed after the first profiles** (each measured back to back, then kept):
 
-1. *CPU per request.* The plain proxy burns about 85 µs of CPU per request,
-   the gateway about 125 µs on the memory store and about 190 µs on the
-   embedded store. On two cores shared with the load generator and the
-   upstream, CPU per request sets the throughput. The gateway's CPU on
-   first calls, embedded store:
-   - memory management, about 25% (allocation 17%, GC marking 9%). 62% of
-     every byte the gateway allocates is ` + "`httputil.ReverseProxy`" + `'s 32 KiB copy
-     buffer, allocated afresh for each request because the gateway's proxy
-     has no ` + "`BufferPool`" + `;
-   - ` + "`httputil.ReverseProxy`" + ` itself, about 15%;
-   - the store's read before its write in ` + "`Reserve`" + ` (a Pebble ` + "`Get`" + ` through the
-     memtable skiplists), about 11%;
-   - two synced commits per first call (` + "`Reserve`" + `, then ` + "`Complete`" + `): commit
-     pipeline, WAL write and fdatasync, about 12%;
-   - the body's fingerprint (canonical JSON), about 4%; in the in-process
-     middleware on the memory store it is the largest single cost, 13.6% of
-     the process's CPU, a third of that in encoding/json building a syntax
-     error value per token (` + "`json.Decoder.Token`" + ` reads each scalar through
-     ` + "`readValue`" + `, whose scanner "fails" at the delimiter that follows it).
-2. *Waiting for the disk.* Each first call waits for two fsyncs in sequence.
-   Group commit shares them between concurrent requests but does not shorten
-   the wait. How much that costs depends on what else uses the disk: while
-   other work loaded it, committing every store write without sync (a
-   measurement, not a proposal) served 35-100% more first calls; on the
-   quiet machine, dropping only Reserve's sync gained 0-10%.
+- The gateway's ` + "`httputil.ReverseProxy`" + ` had no ` + "`BufferPool`" + `: a 32 KiB copy buffer
+  per request was 62% of the bytes it allocated. Pooled: +18-30% first calls
+  on the embedded store.
+- ` + "`idem serve`" + ` collects garbage at 4x the live heap instead of 2x (` + "`GOGC=400`" + `
+  unless GOGC is set): +8-19%.
+- ` + "`idem.CanonicalJSON`" + ` is one pass over the bytes instead of a
+  ` + "`json.Decoder.Token`" + ` walk (the fingerprint was 13.6% of the in-process
+  middleware's CPU, a third of it encoding/json building an error value
+  per token): the middleware's allocations per request fell by a third.
+- Lease renewal arms a timer instead of starting a goroutine and a ticker
+  per call; the Redis pool is 64 connections (go-redis's default of 20 kept
+  44 of 64 requests waiting).
 
-Fixes, each measured back to back (5 s runs, 64 connections, three pairs)
-on an experimental copy of idem on the quiet machine; not applied, the
-packages are not the harness's to change:
+Together: first calls on the embedded store went from 0.52x to about 0.7x
+the plain proxy, replays from 2.1x to about 2.5x; the gateway on the memory
+store now costs no more CPU per request than the plain proxy. (The plain
+proxy is the standard library's, with only its idle connections raised: a
+proxy given the same buffer pool and GC target would also gain.)
 
-- **internal/gateway: give the ReverseProxy a BufferPool** (a ` + "`sync.Pool`" + ` of
-  32 KiB buffers, ten lines): first calls on the embedded store +18-30%
-  (5,600 -> 6,600-7,200 req/s), replays +2-3%.
-- **GC target:** the same gateway under ` + "`GOGC=400`" + ` served 8-19% more first
-  calls. The gateway could raise its GC target (or set a memory limit) by
-  default, or the docs could say so.
-- **store/file: do not fsync Reserve when the policy re-runs stale keys**
-  (` + "`on_stale: retry`" + `, the default). A crash then loses in-flight reservations,
-  whose operations the default policy would run again once their lease ran
-  out anyway: a synced reservation only turns that re-run into up to 60 s of
-  409s. ` + "`Complete`" + `'s fsync makes every earlier WAL entry durable, so recorded
-  outcomes stay crash-safe. Keep the sync under ` + "`on_stale: conflict`" + `.
-  Measured on top of the BufferPool: +0-10% on the quiet machine, more when
-  the disk is busy.
-- All three together: 7,200-8,000 req/s, about 0.7x the plain proxy. The
-  rest of the gap is CPU: about 190 µs per first call against the proxy's
-  85 µs, on two cores that the load generator and the upstream share. 0.9x
-  would take a first call costing the gateway little more than proxying
-  does, which two store writes, a fingerprint and a recorded response do
-  not allow here; on a machine with cores to spare the gateway is bound by
-  the fsync wait instead, and group commit scales with concurrency.
-- **idem.CanonicalJSON: one pass over the bytes** instead of a
-  ` + "`json.Decoder.Token`" + ` walk (or decode with ` + "`UseNumber`" + ` into ` + "`any`" + ` after a
-  duplicate-key check, and re-encode: ` + "`json.Marshal`" + ` sorts map keys). It
-  would remove most of the fingerprint's cost and its garbage.
-- **Engine.renew: arm a ` + "`time.AfterFunc`" + ` at a third of the lease** instead of
-  starting a goroutine and a ticker for every call: a call shorter than
-  that (nearly all of them) would then cost no goroutine at all.
-- **internal/dsn, Redis:** go-redis's default pool is 10 connections per
-  core, 20 here; mid-run, 44 of the gateway's 64 requests were waiting for
-  one. ` + "`?pool_size=64`" + ` changed little on this busy machine (the round trips
-  themselves were slow), but a default sized for a gateway's concurrency, as
-  the PostgreSQL pool already has (16), would avoid the queue.
-- **store/redis: fewer system calls per command.** In the in-process
-  middleware on Redis, go-redis takes a third of the CPU, most of it one
-  write and one read system call per ` + "`EVALSHA`" + `, plus its pool's
-  bookkeeping (10%). AWS Powertools, one Node thread on node-redis (which
-  pipelines the commands issued in one event-loop turn), keeps up with it
-  on the same two round trips per first call. A client with automatic
-  pipelining (rueidis, which resolves here) would batch the concurrent
-  requests' scripts into shared writes.
+**Why first calls on the embedded store stay below 0.9x.** The gateway
+spends about 130 µs of CPU per first call on the embedded store, against
+about 80 µs on the memory store: the difference is the store, a Pebble read
+(the check before the reservation, through the memtable skiplists and the
+tables' filters: 16% of the profile) and two synced commits (commit
+pipeline, WAL write, fdatasync: about 10%, plus the system calls). On two
+cores shared with the load generator and the upstream, CPU per request sets
+the throughput. The two syncs are the embedded store's promise (an
+acknowledged reservation and outcome survive a crash); dropping the
+reservation's fsync when the policy re-runs stale keys anyway
+(` + "`on_stale: retry`" + `) measured +0-10% on a quiet disk and was not done, as
+crash safety of every acknowledged write is what the store is for.
 
-What limits the other stores: on PostgreSQL a first call is two round trips
-(the reserve statement, then the completing UPDATE), each a synchronous
-commit, through a pool of 16 connections: about 5,000 such pairs per second
-is PostgreSQL's own ceiling here (pgbench, ENVIRONMENT.md), shared with the
-rest of the machine; even a replay is a round trip through the reserve
-statement, which is why replays on PostgreSQL stay below the proxy. On Redis, two ` + "`EVALSHA`" + ` round trips per first call. The
-memory store keeps every record on the Go heap, so GC marking grows with the
-live keys: 26% of the in-process middleware's CPU on first calls.
+**PostgreSQL.** A first call is two round trips (the reserve statement, then
+the completing UPDATE), each a synchronous commit, through a pool of 16
+connections: about 6,000-7,000 such pairs per second is PostgreSQL's own
+ceiling here (` + "`pgbench`" + ` in [docs/bench/STORES.md](docs/bench/STORES.md)), shared with
+the rest of the machine. Even a replay is one round trip through the reserve
+statement, which is why replays on PostgreSQL stay below the proxy; a read
+before the reservation would speed replays and slow first calls.
 
-**Replays: the 1.5x goal is met.** A replay costs the gateway about 40 µs of
-CPU, half of what proxying costs, and no upstream call: it reads the record
-(no write, no fsync) and writes the stored response.
+**Redis.** Two ` + "`EVALSHA`" + ` round trips per first call; go-redis spends one write
+and one read system call per command. A client with automatic pipelining
+(rueidis) would batch concurrent requests' scripts; not tried yet.
+
+**In-process middleware.** On the memory store it costs about 25 µs of CPU
+per request over the bare handler (fingerprint, holding the response until
+its outcome is recorded, the record, the replay headers); gofiber's
+middleware costs almost nothing because it does much less (no fingerprint,
+no tenant, a per-process lock, any status kept).
+
+Store-level measurements (group commit on the embedded store, PostgreSQL
+next to pgbench, Redis next to raw EVALSHA, cleanup of 1,000,000 expired
+records among 1,000,000 live ones) are in
+[docs/bench/STORES.md](docs/bench/STORES.md), written by ` + "`make bench-stores`" + `.
 
 **Load generator.** vegeta's Go client burns more CPU per request than wrk
 (the upstream alone reaches about 36,000 req/s here with vegeta on a quiet
