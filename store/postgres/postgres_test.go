@@ -45,7 +45,8 @@ func TestConformanceCacheDescribe(t *testing.T) {
 		Peer: func(t *testing.T, s store.Store) store.Store {
 			return newTestStore(t, peerPool, s.(*Store).Options())
 		},
-		Racers: 32,
+		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(t, s.(*Store)) },
+		Racers:    32,
 	})
 }
 
