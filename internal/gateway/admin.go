@@ -67,9 +67,9 @@ func Admin(o AdminOptions) http.Handler {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
 	// Profiles, for finding where a gateway spends its CPU under load. The
-	// admin listener is loopback-only by default.
+	// admin listener is loopback-only by default. No /cmdline: the command
+	// line may hold a store DSN with its password.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
