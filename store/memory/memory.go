@@ -11,8 +11,11 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-// Store keeps records in a map guarded by one mutex. Its zero value is not
-// usable; call New.
+// Store keeps records in a map guarded by one mutex, and an expiry heap
+// with one entry per write that Cleanup pops (entries of records rewritten
+// or released since are dropped then, so the heap can hold more entries
+// than records until their times pass). Its zero value is not usable; call
+// New.
 type Store struct {
 	mu      sync.Mutex
 	records map[string]*store.Record // guarded by mu; keyed by KeyHash
