@@ -387,8 +387,7 @@ func (e *Engine) renew(ctx context.Context, f store.Fence, cancel context.Cancel
 		timer   *time.Timer
 	)
 	every := e.policy.Lease / 3
-	var tick func()
-	tick = func() {
+	tick := func() {
 		mu.Lock()
 		if stopped {
 			mu.Unlock()
