@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idem-dev/idem/idemhttp"
 )
 
 // HeaderName is the request header that carries the key.
-const HeaderName = "Idempotency-Key"
+const HeaderName = idemhttp.HeaderName
 
 // Transport attaches idempotency keys to mutating requests and retries them
 // with the same key. Its zero value works; nil fields have the defaults
@@ -88,17 +90,9 @@ func (t *Transport) now() time.Time {
 	return time.Now()
 }
 
-func isSafe(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
-}
-
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if isSafe(req.Method) {
+	if idemhttp.SafeMethod(req.Method) {
 		return t.base().RoundTrip(req)
 	}
 	body, err := readAll(req)

@@ -272,7 +272,9 @@ func cleanPath(p string) string {
 	return c
 }
 
-func isSafe(method string) bool {
+// SafeMethod reports whether method is one the middleware passes through
+// untouched (GET, HEAD, OPTIONS, TRACE): the methods that need no key.
+func SafeMethod(method string) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		return true
@@ -282,7 +284,7 @@ func isSafe(method string) bool {
 
 func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
 	var rt *route
-	if !isSafe(r.Method) {
+	if !SafeMethod(r.Method) {
 		rt = m.match(r)
 	}
 	if rt == nil {

@@ -25,6 +25,9 @@ const (
 	KindPreviousFailure   Kind = "previous_failure"    // 409
 	KindResponseNotStored Kind = "response_not_stored" // 409
 	KindStoreUnavailable  Kind = "store_unavailable"   // 503
+	// The gateway's own answers when its upstream fails.
+	KindUpstreamUnavailable Kind = "upstream_unavailable" // 502
+	KindUpstreamTimeout     Kind = "upstream_timeout"     // 504
 )
 
 // IsConflict reports whether k is about an existing record.
@@ -41,18 +44,20 @@ func (k Kind) IsConflict() bool {
 const ProblemTypeBase = "https://github.com/idem-dev/idem/blob/main/docs/problems.md#"
 
 var problemTitles = map[Kind]string{
-	KindMissingKey:        "Idempotency-Key is missing",
-	KindInvalidKey:        "Idempotency-Key is invalid",
-	KindMultipleKeys:      "More than one Idempotency-Key",
-	KindTenantRequired:    "Caller identity is missing",
-	KindRequestTooLarge:   "Request body is too large",
-	KindUnreadableBody:    "Request body could not be read",
-	KindInProgress:        "A request with this Idempotency-Key is in progress",
-	KindPayloadMismatch:   "Idempotency-Key reused with a different request",
-	KindKeyReused:         "Idempotency-Key reused for another action or target",
-	KindPreviousFailure:   "The first request with this Idempotency-Key failed",
-	KindResponseNotStored: "The response to this Idempotency-Key was not stored",
-	KindStoreUnavailable:  "Idempotency store unavailable",
+	KindMissingKey:          "Idempotency-Key is missing",
+	KindInvalidKey:          "Idempotency-Key is invalid",
+	KindMultipleKeys:        "More than one Idempotency-Key",
+	KindTenantRequired:      "Caller identity is missing",
+	KindRequestTooLarge:     "Request body is too large",
+	KindUnreadableBody:      "Request body could not be read",
+	KindInProgress:          "A request with this Idempotency-Key is in progress",
+	KindPayloadMismatch:     "Idempotency-Key reused with a different request",
+	KindKeyReused:           "Idempotency-Key reused for another action or target",
+	KindPreviousFailure:     "The first request with this Idempotency-Key failed",
+	KindResponseNotStored:   "The response to this Idempotency-Key was not stored",
+	KindStoreUnavailable:    "Idempotency store unavailable",
+	KindUpstreamUnavailable: "Upstream unavailable",
+	KindUpstreamTimeout:     "Upstream timed out",
 }
 
 // Problem is an answer idem gives itself. Profiles write it in their shape;

@@ -58,18 +58,20 @@ type Profile struct {
 
 // DefaultStatus is the status of each kind of problem in the IETF profile.
 var DefaultStatus = map[Kind]int{
-	KindMissingKey:        http.StatusBadRequest,
-	KindInvalidKey:        http.StatusBadRequest,
-	KindMultipleKeys:      http.StatusBadRequest,
-	KindTenantRequired:    http.StatusUnauthorized,
-	KindRequestTooLarge:   http.StatusRequestEntityTooLarge,
-	KindUnreadableBody:    http.StatusBadRequest,
-	KindInProgress:        http.StatusConflict,
-	KindPayloadMismatch:   http.StatusUnprocessableEntity,
-	KindKeyReused:         http.StatusUnprocessableEntity,
-	KindPreviousFailure:   http.StatusConflict,
-	KindResponseNotStored: http.StatusConflict,
-	KindStoreUnavailable:  http.StatusServiceUnavailable,
+	KindMissingKey:          http.StatusBadRequest,
+	KindInvalidKey:          http.StatusBadRequest,
+	KindMultipleKeys:        http.StatusBadRequest,
+	KindTenantRequired:      http.StatusUnauthorized,
+	KindRequestTooLarge:     http.StatusRequestEntityTooLarge,
+	KindUnreadableBody:      http.StatusBadRequest,
+	KindInProgress:          http.StatusConflict,
+	KindPayloadMismatch:     http.StatusUnprocessableEntity,
+	KindKeyReused:           http.StatusUnprocessableEntity,
+	KindPreviousFailure:     http.StatusConflict,
+	KindResponseNotStored:   http.StatusConflict,
+	KindStoreUnavailable:    http.StatusServiceUnavailable,
+	KindUpstreamUnavailable: http.StatusBadGateway,
+	KindUpstreamTimeout:     http.StatusGatewayTimeout,
 }
 
 func (p *Profile) status(k Kind) int {
@@ -171,18 +173,20 @@ func Profiles() map[string]*Profile {
 }
 
 var mobileCodes = map[Kind]struct{ code, message string }{
-	KindMissingKey:        {"IDEMPOTENCY_KEY_REQUIRED", "Idempotency-Key fehlt."},
-	KindInvalidKey:        {"INVALID_IDEMPOTENCY_KEY", "Idempotency-Key ist ungültig."},
-	KindMultipleKeys:      {"INVALID_IDEMPOTENCY_KEY", "Mehr als ein Idempotency-Key."},
-	KindTenantRequired:    {"UNAUTHORIZED", "Nicht angemeldet."},
-	KindRequestTooLarge:   {"PAYLOAD_TOO_LARGE", "Anfrage ist zu groß."},
-	KindUnreadableBody:    {"BAD_REQUEST", "Anfrage konnte nicht gelesen werden."},
-	KindInProgress:        {"OPERATION_IN_PROGRESS", "Eine Anfrage mit diesem Idempotency-Key wird noch verarbeitet."},
-	KindPayloadMismatch:   {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits mit unterschiedlichen Daten verwendet."},
-	KindKeyReused:         {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits für eine andere Aktion verwendet."},
-	KindPreviousFailure:   {"PREVIOUS_OPERATION_FAILED", "Die erste Anfrage mit diesem Idempotency-Key ist fehlgeschlagen."},
-	KindResponseNotStored: {"RESPONSE_NOT_STORED", "Die Antwort auf diesen Idempotency-Key wurde nicht gespeichert."},
-	KindStoreUnavailable:  {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
+	KindMissingKey:          {"IDEMPOTENCY_KEY_REQUIRED", "Idempotency-Key fehlt."},
+	KindInvalidKey:          {"INVALID_IDEMPOTENCY_KEY", "Idempotency-Key ist ungültig."},
+	KindMultipleKeys:        {"INVALID_IDEMPOTENCY_KEY", "Mehr als ein Idempotency-Key."},
+	KindTenantRequired:      {"UNAUTHORIZED", "Nicht angemeldet."},
+	KindRequestTooLarge:     {"PAYLOAD_TOO_LARGE", "Anfrage ist zu groß."},
+	KindUnreadableBody:      {"BAD_REQUEST", "Anfrage konnte nicht gelesen werden."},
+	KindInProgress:          {"OPERATION_IN_PROGRESS", "Eine Anfrage mit diesem Idempotency-Key wird noch verarbeitet."},
+	KindPayloadMismatch:     {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits mit unterschiedlichen Daten verwendet."},
+	KindKeyReused:           {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits für eine andere Aktion verwendet."},
+	KindPreviousFailure:     {"PREVIOUS_OPERATION_FAILED", "Die erste Anfrage mit diesem Idempotency-Key ist fehlgeschlagen."},
+	KindResponseNotStored:   {"RESPONSE_NOT_STORED", "Die Antwort auf diesen Idempotency-Key wurde nicht gespeichert."},
+	KindStoreUnavailable:    {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
+	KindUpstreamUnavailable: {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
+	KindUpstreamTimeout:     {"GATEWAY_TIMEOUT", "Der Dienst hat nicht rechtzeitig geantwortet."},
 }
 
 // writeMobileProblem writes seed 001's error shape:

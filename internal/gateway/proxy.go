@@ -2,14 +2,12 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -144,7 +142,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set(p.reqIDHeader, id)
 	}
 	w.Header().Set(p.reqIDHeader, id)
-	if !safeMethod(r.Method) && len(r.Header.Values(idemhttp.HeaderName)) > 0 {
+	if !idemhttp.SafeMethod(r.Method) && len(r.Header.Values(idemhttp.HeaderName)) > 0 {
 		// The outcome of a keyed request is recorded even if its client
 		// hangs up; the upstream timeout still bounds it.
 		r = r.WithContext(context.WithoutCancel(r.Context()))
@@ -166,14 +164,6 @@ func (p *Proxy) Wait(ctx context.Context) error {
 	}
 }
 
-func safeMethod(m string) bool {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
-}
-
 // saneID reports whether a client's request ID can be passed on: short and
 // printable ASCII, since it ends up in logs and in stored records.
 func saneID(id string) bool {
@@ -191,28 +181,16 @@ func saneID(id string) bool {
 // writeUpstreamProblem answers an upstream failure as RFC 9457
 // problem+json, in the shape of idem's own problems.
 func writeUpstreamProblem(w http.ResponseWriter, status int, key, detail string) {
-	title, typ := "Upstream unavailable", "upstream_unavailable"
+	p := &idemhttp.Problem{Kind: idemhttp.KindUpstreamUnavailable, Status: status, Detail: detail}
 	if status == http.StatusGatewayTimeout {
-		title, typ = "Upstream timed out", "upstream_timeout"
-	}
-	body := map[string]any{
-		"type":   idemhttp.ProblemTypeBase + typ,
-		"title":  title,
-		"status": status,
-		"detail": detail,
+		p.Kind = idemhttp.KindUpstreamTimeout
 	}
 	if key != "" {
 		if k, ok, perr := idemhttp.ParseKey([]string{key}); ok && perr == nil {
-			body["idempotency_key"] = k
+			p.Key = k
 		}
 	}
-	b, _ := json.Marshal(body)
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	idemhttp.WriteProblemJSON(w, p)
 }
 
 // bufferPool recycles ReverseProxy's copy buffers.
