@@ -9,7 +9,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/dsn"
 )
 
 // expiredCounter is the optional store method behind `cleanup --dry-run`:
@@ -34,11 +33,7 @@ func (c *CleanupCommand) Run(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("cleanup: unexpected arguments %q", fs.Args())
 	}
-	dsnStr, err := c.m.storeDSN(*storeFlag, *configPath)
-	if err != nil {
-		return err
-	}
-	opened, err := dsn.Open(ctx, dsnStr, dsn.Options{})
+	opened, err := c.m.openStore(ctx, *storeFlag, *configPath)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/internal/inspect"
 	"github.com/idem-dev/idem/store"
 )
@@ -34,11 +33,7 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 		fs.Usage()
 		return errors.New("inspect: --key is required")
 	}
-	dsnStr, err := c.m.storeDSN(*storeFlag, *configPath)
-	if err != nil {
-		return err
-	}
-	opened, err := dsn.Open(ctx, dsnStr, dsn.Options{})
+	opened, err := c.m.openStore(ctx, *storeFlag, *configPath)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/idem-dev/idem/internal/config"
+	"github.com/idem-dev/idem/internal/dsn"
 )
 
 func main() {
@@ -150,4 +151,13 @@ func (m *Main) storeDSN(flagValue, configPath string) (string, error) {
 		}
 	}
 	return config.DefaultStore, nil
+}
+
+// openStore opens the store of a maintenance command (see storeDSN).
+func (m *Main) openStore(ctx context.Context, flagValue, configPath string) (*dsn.Opened, error) {
+	dsnStr, err := m.storeDSN(flagValue, configPath)
+	if err != nil {
+		return nil, err
+	}
+	return dsn.Open(ctx, dsnStr, dsn.Options{})
 }
