@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // benchValue is a small stored response, as an API returns.
@@ -32,8 +33,8 @@ func benchRequest(run, i uint64, now time.Time) store.ReserveRequest {
 // same machine.
 func BenchmarkPairs(b *testing.B) {
 	for _, conc := range []int{1, 64} {
-		b.Run(fmt.Sprintf("c%d/store", conc), func(b *testing.B) { runPairs(b, conc, storePairs(b)) })
-		b.Run(fmt.Sprintf("c%d/pebble", conc), func(b *testing.B) { runPairs(b, conc, pebblePairs(b)) })
+		b.Run(fmt.Sprintf("c%d/store", conc), func(b *testing.B) { storetest.RunRate(b, conc, "pairs/s", storePairs(b)) })
+		b.Run(fmt.Sprintf("c%d/pebble", conc), func(b *testing.B) { storetest.RunRate(b, conc, "pairs/s", pebblePairs(b)) })
 	}
 }
 

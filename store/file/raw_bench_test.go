@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // The engine benchmarks run the writes of a durable reserve+complete pair on
@@ -30,41 +31,6 @@ var rawValue = func() []byte {
 	r.Value = benchValue
 	return make([]byte, len(encodeRecord(&r)))
 }()
-
-// runPairs calls pair(i) b.N times from exactly conc goroutines and reports
-// pairs/s.
-func runPairs(b *testing.B, conc int, pair func(i uint64) error) {
-	b.Helper()
-	b.ReportAllocs()
-	var next atomic.Uint64
-	var failed atomic.Pointer[error]
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > uint64(b.N) {
-					return
-				}
-				if err := pair(i); err != nil {
-					failed.Store(&err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
-}
 
 // benchKeys returns a pair's record key and its two expiry-index keys, laid
 // out as the store's: a SHA-256 in hex, so spread over the key space as the
@@ -162,7 +128,7 @@ func BenchmarkBolt(b *testing.B) {
 						return bk.Put(exp, []byte{})
 					})
 				}
-				runPairs(b, conc, func(i uint64) error {
+				storetest.RunRate(b, conc, "pairs/s", func(i uint64) error {
 					rec, exp1, exp2 := benchKeys(run, i)
 					if err := write(rec, nil, exp1); err != nil {
 						return err

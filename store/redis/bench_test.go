@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // benchLife is the records' lifetime: short, so that the keys a benchmark
@@ -197,25 +197,11 @@ func benchSetup(b *testing.B) benchVariants {
 // benchSeq numbers the pairs: every pair works on a fresh key.
 var benchSeq atomic.Uint64
 
-// runPairs runs n pairs over conc goroutines.
+// runPairs runs n pairs, each on a fresh key, over conc goroutines.
 func runPairs(n, conc int, pair func(uint64) error, b *testing.B) {
-	var (
-		done atomic.Int64
-		wg   sync.WaitGroup
-		errs atomic.Int64
-	)
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for done.Add(1) <= int64(n) {
-				if err := pair(benchSeq.Add(1)); err != nil && errs.Add(1) == 1 {
-					b.Error(err)
-				}
-			}
-		}()
+	if _, err := storetest.RunConcurrent(n, conc, func(uint64) error { return pair(benchSeq.Add(1)) }); err != nil {
+		b.Error(err)
 	}
-	wg.Wait()
 }
 
 // cpuTime is the CPU time (user + system) the process has used, in ns:

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,36 +71,11 @@ func BenchmarkPairs(b *testing.B) {
 				pair func() error
 			}{{"store", storePair}, {"raw", rawPair}} {
 				b.Run(fmt.Sprintf("%s/c%d/%s", srv.name, conc, v.name), func(b *testing.B) {
-					b.ReportAllocs()
-					runPairs(b, conc, v.pair)
-					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+					storetest.RunRate(b, conc, "pairs/s", func(uint64) error { return v.pair() })
 				})
 			}
 		}
 	}
-}
-
-// runPairs calls pair b.N times from conc goroutines.
-func runPairs(b *testing.B, conc int, pair func() error) {
-	var (
-		next atomic.Int64
-		errs atomic.Int64
-		wg   sync.WaitGroup
-	)
-	b.ResetTimer()
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := pair(); err != nil && errs.Add(1) == 1 {
-					b.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
 }
 
 // BenchmarkEngine runs the engine's benchmark (first executions and

@@ -29,7 +29,7 @@ func Bench(b *testing.B, newStore func(b *testing.B) store.Store) {
 			eng := idem.New(s, idem.Policy{CleanupInterval: -1})
 			defer eng.Close()
 			var seq atomic.Int64
-			run(b, conc, "executions/s", func() error {
+			RunRate(b, conc, "executions/s", func(uint64) error {
 				key := fmt.Sprintf("first-%d", seq.Add(1))
 				_, err := eng.Do(context.Background(), idem.Call{Scope: "bench", Key: key, Fingerprint: "fp"}, op)
 				return err
@@ -47,7 +47,7 @@ func Bench(b *testing.B, newStore func(b *testing.B) store.Store) {
 				}
 			}
 			var seq atomic.Int64
-			run(b, conc, "replays/s", func() error {
+			RunRate(b, conc, "replays/s", func(uint64) error {
 				key := fmt.Sprint("replay-", seq.Add(1)%keys)
 				res, err := eng.Do(context.Background(), idem.Call{Scope: "bench", Key: key, Fingerprint: "fp"}, op)
 				if err == nil && !res.Replayed {
@@ -59,23 +59,23 @@ func Bench(b *testing.B, newStore func(b *testing.B) store.Store) {
 	}
 }
 
-// run calls fn b.N times from conc goroutines and reports the rate as unit.
-func run(b *testing.B, conc int, unit string, fn func() error) {
-	b.ReportAllocs()
+// RunConcurrent calls fn(i) for i = 1..n from conc goroutines, and returns
+// how long that took and the first error; a goroutine stops at its first
+// error. Store benchmarks use it to drive a store and its raw floor alike.
+func RunConcurrent(n, conc int, fn func(i uint64) error) (time.Duration, error) {
 	var (
-		next   atomic.Int64
+		next   atomic.Uint64
 		wg     sync.WaitGroup
-		failed atomic.Value
+		failed atomic.Pointer[error]
 	)
-	b.ResetTimer()
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := fn(); err != nil {
-					failed.CompareAndSwap(nil, err)
+			for i := next.Add(1); i <= uint64(n); i = next.Add(1) {
+				if err := fn(i); err != nil {
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 			}
@@ -83,8 +83,20 @@ func run(b *testing.B, conc int, unit string, fn func() error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if err := failed.Load(); err != nil {
+		return elapsed, *err
+	}
+	return elapsed, nil
+}
+
+// RunRate runs fn b.N times from conc goroutines as the timed part of a
+// benchmark and reports the rate as unit (executions/s, pairs/s).
+func RunRate(b *testing.B, conc int, unit string, fn func(i uint64) error) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	elapsed, err := RunConcurrent(b.N, conc, fn)
 	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
+	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
