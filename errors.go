@@ -3,7 +3,6 @@ package idem
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idem-dev/idem/store"
 )
@@ -144,17 +143,3 @@ func (f *Failure) Error() string {
 
 // Unwrap returns the underlying error.
 func (f *Failure) Unwrap() error { return f.Err }
-
-// RetryAfter suggests when a caller that got ErrInProgress should retry:
-// the rest of the holder's lease, bounded to [1s, lease].
-func RetryAfter(err error, now time.Time) time.Duration {
-	var ce *ConflictError
-	if !errors.As(err, &ce) || ce.Type != ConflictInProgress {
-		return 0
-	}
-	d := ce.Record.LeaseUntil.Sub(now)
-	if d < time.Second {
-		d = time.Second
-	}
-	return d
-}
