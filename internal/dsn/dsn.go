@@ -240,8 +240,7 @@ func openPostgres(ctx context.Context, d DSN, opts Options) (*Opened, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
-	o := s.Options()
-	return &Opened{Store: &pgStore{Store: s, pool: pool, table: pgxIdent(o.Schema, o.Table)}, DSN: d, closers: []func(){pool.Close}}, nil
+	return &Opened{Store: s, DSN: d, closers: []func(){pool.Close}}, nil
 }
 
 // Migrate applies the PostgreSQL migrations of the store dsn names, and
@@ -288,7 +287,7 @@ func openRedis(ctx context.Context, d DSN) (*Opened, error) {
 		client.Close()
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
-	return &Opened{Store: redisStore{s}, DSN: d, closers: []func(){func() { client.Close() }}}, nil
+	return &Opened{Store: s, DSN: d, closers: []func(){func() { client.Close() }}}, nil
 }
 
 // openS3 opens an S3 store. Credentials come from the AWS SDK's usual chain

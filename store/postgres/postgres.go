@@ -110,7 +110,7 @@ const columns = `scope, key, fingerprint, binding, state, token, value, request_
 	created_at, updated_at, expires_at, lease_until`
 
 type statements struct {
-	reserve, get, renew, complete, release, cleanup string
+	reserve, get, renew, complete, release, cleanup, countExpired string
 }
 
 func newStatements(table string) statements {
@@ -171,6 +171,8 @@ SELECT false, false, ` + columns + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)
 		cleanup: `DELETE FROM ` + table + ` WHERE ctid = ANY (ARRAY(
 	SELECT ctid FROM ` + table + ` WHERE expires_at <= $1
 	ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND expires_at <= $1`,
+		// The same index range as cleanup walks.
+		countExpired: `SELECT count(*) FROM ` + table + ` WHERE expires_at <= $1`,
 	}
 }
 
@@ -311,6 +313,19 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 		}
 	}
 	return total, nil
+}
+
+// CountExpired counts the records expired at now, walking the same
+// expires_at index as Cleanup (`idem cleanup --dry-run`).
+func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, s.sql.countExpired, now).Scan(&n); err != nil {
+		return 0, wrapErr(ctx, "count expired", err)
+	}
+	return n, nil
 }
 
 // Close implements store.Store. Later calls fail with store.ErrClosed; the

@@ -229,6 +229,15 @@ func (s *Store) Cleanup(ctx context.Context, _ time.Time, _ int) (int, error) {
 	return 0, nil
 }
 
+// CountExpired is always 0: Redis drops a record the moment its TTL ends
+// (`idem cleanup --dry-run`).
+func (s *Store) CountExpired(ctx context.Context, _ time.Time) (int, error) {
+	if err := s.check(ctx, "count expired"); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
 // Close implements store.Store: later calls return store.ErrClosed. It does
 // not close the client the store was given.
 func (s *Store) Close() error {
