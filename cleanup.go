@@ -17,14 +17,23 @@ func (e *Engine) maybeCleanup() {
 	if e.policy.CleanupInterval < 0 {
 		return
 	}
-	now := e.now()
+	now := e.now().UnixNano()
+	recent := func() bool {
+		last := e.lastClean.Load()
+		return last != 0 && now-last < int64(e.policy.CleanupInterval)
+	}
+	// Every call comes here: read without the lock, which only the call
+	// that starts a cleanup needs.
+	if recent() {
+		return
+	}
 	e.cleanMu.Lock()
-	if e.closed || e.cleaning || (!e.lastClean.IsZero() && now.Sub(e.lastClean) < e.policy.CleanupInterval) {
+	if e.closed || e.cleaning || recent() {
 		e.cleanMu.Unlock()
 		return
 	}
 	e.cleaning = true
-	e.lastClean = now
+	e.lastClean.Store(now)
 	e.cleanWG.Add(1)
 	e.cleanMu.Unlock()
 

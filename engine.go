@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-dev/idem/store"
@@ -85,9 +86,9 @@ type shared struct {
 	completeTimeout time.Duration
 
 	cleanMu   sync.Mutex
-	lastClean time.Time // guarded by cleanMu
-	cleaning  bool      // guarded by cleanMu
-	closed    bool      // guarded by cleanMu
+	lastClean atomic.Int64 // unix ns of the last cleanup start, 0 for never; written under cleanMu
+	cleaning  bool         // guarded by cleanMu
+	closed    bool         // guarded by cleanMu
 	cleanWG   sync.WaitGroup
 }
 
