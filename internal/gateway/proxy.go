@@ -138,7 +138,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(p.reqIDHeader)
 	if !saneID(id) || len(r.Header.Values(p.reqIDHeader)) > 1 {
 		id = idemhttp.NewRequestID()
-		r = r.Clone(r.Context())
+		// A shallow copy with its own headers: the body, URL and the rest
+		// are not changed, so a deep Clone per request is not needed.
+		r = r.WithContext(r.Context())
+		r.Header = r.Header.Clone()
 		r.Header.Set(p.reqIDHeader, id)
 	}
 	w.Header().Set(p.reqIDHeader, id)
