@@ -131,6 +131,7 @@ type route struct {
 	pattern string
 	profile *Profile
 	eng     *idem.Engine
+	outcome StatusSet // the statuses recorded as outcomes: Route.Cache, else the profile's, else DefaultCache
 }
 
 type middleware struct {
@@ -204,6 +205,14 @@ func New(eng *idem.Engine, opts Options) (func(http.Handler) http.Handler, error
 		}
 		if r.pattern == "" {
 			r.pattern = "/"
+		}
+		switch {
+		case rt.Cache != nil:
+			r.outcome = rt.Cache
+		case r.profile.Cache != nil:
+			r.outcome = r.profile.Cache
+		default:
+			r.outcome = DefaultCache
 		}
 		pol := eng.Policy().Overlay(r.profile.Policy)
 		if rt.Policy != nil {
@@ -394,7 +403,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		if cap.notExecuted {
 			return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d: %w", resp.Status, idem.ErrNotExecuted)}
 		}
-		if cap.hijacked || (rt.Cache == nil && prof.cache(resp.Status)) || (rt.Cache != nil && rt.Cache.Contains(resp.Status)) {
+		if cap.hijacked || rt.outcome.Contains(resp.Status) {
 			return enc, nil
 		}
 		return nil, &idem.Failure{Value: enc, Err: statusError(resp.Status)}

@@ -90,13 +90,6 @@ func (p *Profile) writeProblem(w http.ResponseWriter, pr *Problem) {
 	WriteProblemJSON(w, pr)
 }
 
-func (p *Profile) cache(status int) bool {
-	if p.Cache == nil {
-		return DefaultCache.Contains(status)
-	}
-	return p.Cache.Contains(status)
-}
-
 // IETF is the default profile: the IETF draft's 400, 409 and 422 with
 // problem+json, Idempotent-Replayed and Original-Request-Id on responses,
 // failures released so a retry runs again.
