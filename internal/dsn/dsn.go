@@ -17,6 +17,7 @@ import (
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/file"
 	"github.com/idem-dev/idem/store/memory"
+	pebblestore "github.com/idem-dev/idem/store/pebble"
 	"github.com/idem-dev/idem/store/postgres"
 	redisstore "github.com/idem-dev/idem/store/redis"
 	s3store "github.com/idem-dev/idem/store/s3"
@@ -26,6 +27,7 @@ import (
 const (
 	Memory   = "memory"
 	File     = "file"
+	Pebble   = "pebble"
 	Postgres = "postgres"
 	Redis    = "redis"
 	S3       = "s3"
@@ -61,8 +63,11 @@ func Parse(dsn string) (DSN, error) {
 			return d, fmt.Errorf("store %q: memory takes no path (write memory:)", dsn)
 		}
 		return d, nil
-	case "file":
+	case "file", "pebble":
 		d.Kind = File
+		if strings.EqualFold(scheme, "pebble") {
+			d.Kind = Pebble
+		}
 		d.Path = rest
 		if strings.HasPrefix(rest, "//") { // file:///var/lib/idem
 			u, err := url.Parse(dsn)
@@ -75,7 +80,7 @@ func Parse(dsn string) (DSN, error) {
 			d.Path = u.Path
 		}
 		if d.Path == "" {
-			return d, fmt.Errorf("store %q: file needs a directory, e.g. file:./idem-data", dsn)
+			return d, fmt.Errorf("store %q: %s needs a directory, e.g. %s:./idem-data", dsn, d.Kind, d.Kind)
 		}
 		return d, nil
 	case "postgres", "postgresql":
@@ -90,7 +95,7 @@ func Parse(dsn string) (DSN, error) {
 		d.URL = dsn
 		return d, nil
 	default:
-		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, postgres://HOST/DB, redis://HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL", Redact(dsn), ErrUnknownScheme)
+		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL", Redact(dsn), ErrUnknownScheme)
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -183,6 +188,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger})
 		if err != nil {
 			if errors.Is(err, file.ErrLocked) {
+				return nil, fmt.Errorf("store %s: %w (is an idem gateway running on it? stop it first, or use its admin listener)", d, err)
+			}
+			return nil, fmt.Errorf("store %s: %w", d, err)
+		}
+		return &Opened{Store: s, DSN: d}, nil
+	case Pebble:
+		s, err := pebblestore.Open(d.Path, pebblestore.Options{Logger: opts.Logger})
+		if err != nil {
+			if errors.Is(err, pebblestore.ErrLocked) {
 				return nil, fmt.Errorf("store %s: %w (is an idem gateway running on it? stop it first, or use its admin listener)", d, err)
 			}
 			return nil, fmt.Errorf("store %s: %w", d, err)

@@ -32,6 +32,8 @@ func TestParse(t *testing.T) {
 		{in: "file:///var/lib/idem", kind: File, path: "/var/lib/idem"},
 		{in: "file://host/x", err: "a file store is local"},
 		{in: "file:", err: "file needs a directory"},
+		{in: "pebble:./idem-data", kind: Pebble, path: "./idem-data"},
+		{in: "pebble:", err: "pebble needs a directory"},
 		{in: "postgres://u:pw@h:5432/db?sslmode=disable&idem_schema=s&idem_table=t", kind: Postgres,
 			url: "postgres://u:pw@h:5432/db?sslmode=disable", params: "schema=s,table=t"},
 		{in: "postgresql://h/db", kind: Postgres, url: "postgresql://h/db"},

@@ -2,103 +2,144 @@ package file
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	"github.com/idem-dev/idem/store"
 )
 
-// The key space. Every key starts with a one-letter table name:
+// A segment is a header, then frames, each one log entry:
 //
-//	r/<keyhash>                       the record (encodeRecord)
-//	x/<expiresAt, 12 bytes>/<keyhash> the expiry index, empty value
-//	m/format                          the on-disk format version
+//	header  "IDEMLOG" 0x01
+//	frame   length uint32 | crc32c(body) uint32 | body
+//	body    kind byte | seq uint64 | keyhash [32]byte | payload
+//	put     payload = the record (encodeRecord), its value last
+//	delete  payload = nothing: the key's record was released
 //
-// The expiry index sorts by time, so Cleanup scans only the entries that
-// are due. Raw keys are never part of a key.
-var (
-	recPrefix    = []byte("r/")
-	expPrefix    = []byte("x/")
-	formatKey    = []byte("m/format")
-	formatValue  = []byte{1}
-	recordFormat = byte(1)
+// All integers are big-endian. seq orders the entries of one key: the
+// entry with the highest seq is the key's state, wherever it lies, so an
+// entry keeps its seq when compaction copies it forward. The raw key is
+// inside the record, never in an index.
+const (
+	kindPut byte = 1
+	kindDel byte = 2
+
+	frameHeader = 8          // length + crc
+	bodyHeader  = 1 + 8 + 32 // kind + seq + keyhash
+	maxBody     = 64 << 20   // a frame longer than this is damage, not data
+	recordV1    = byte(1)
 )
 
-// ErrCorrupt reports a record or key that does not decode: the directory
-// was written by something else, or damaged outside the engine's checks.
+var segmentMagic = []byte("IDEMLOG\x01")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrCorrupt reports a segment or record that does not decode: the
+// directory was written by something else, or damaged outside the store.
 var ErrCorrupt = errors.New("file: corrupt data")
 
-func recKey(keyHash string) []byte {
-	return append(append(make([]byte, 0, len(recPrefix)+len(keyHash)), recPrefix...), keyHash...)
+// keyID is a record's identity in memory: the 32 bytes behind its hex
+// KeyHash.
+type keyID [32]byte
+
+func parseKeyHash(h string) (keyID, error) {
+	var id keyID
+	if len(h) != 64 {
+		return id, fmt.Errorf("file: key hash %q: want 64 hex digits", h)
+	}
+	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
+		return id, fmt.Errorf("file: key hash %q: %v", h, err)
+	}
+	return id, nil
 }
 
-// appendTime encodes t in 12 bytes whose byte order is time order: seconds
-// with the sign bit flipped, then nanoseconds, both big-endian. Unlike
+// appendTime encodes t in 12 bytes: seconds then nanoseconds. Unlike
 // UnixNano it covers every year a time.Time can hold, the zero time too.
 func appendTime(b []byte, t time.Time) []byte {
-	b = binary.BigEndian.AppendUint64(b, uint64(t.Unix())^(1<<63))
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Unix()))
 	return binary.BigEndian.AppendUint32(b, uint32(t.Nanosecond()))
 }
 
-// parseTime decodes appendTime's 12 bytes, in UTC.
 func parseTime(b []byte) time.Time {
-	sec := int64(binary.BigEndian.Uint64(b[:8]) ^ (1 << 63))
-	return time.Unix(sec, int64(binary.BigEndian.Uint32(b[8:12]))).UTC()
+	return time.Unix(int64(binary.BigEndian.Uint64(b[:8])), int64(binary.BigEndian.Uint32(b[8:12]))).UTC()
 }
 
-func expKey(expiresAt time.Time, keyHash string) []byte {
-	b := make([]byte, 0, len(expPrefix)+13+len(keyHash))
-	b = appendTime(append(b, expPrefix...), expiresAt)
-	return append(append(b, '/'), keyHash...)
+// appendFrame appends one entry's frame to b and returns it with the
+// offset of the record's value inside the frame (0 for a delete).
+func appendFrame(b []byte, kind byte, seq uint64, id keyID, r *store.Record) ([]byte, int) {
+	start := len(b)
+	b = append(b, make([]byte, frameHeader)...)
+	b = append(b, kind)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = append(b, id[:]...)
+	valAt := 0
+	if kind == kindPut {
+		b = append(b, recordV1)
+		for _, s := range [...]string{r.Scope, r.Key, r.Fingerprint, r.Binding, string(r.State), r.RequestID} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		b = binary.BigEndian.AppendUint64(b, r.Token)
+		for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil} {
+			b = appendTime(b, t)
+		}
+		b = binary.AppendUvarint(b, uint64(len(r.Value)))
+		valAt = len(b) - start
+		b = append(b, r.Value...)
+	}
+	body := b[start+frameHeader:]
+	binary.BigEndian.PutUint32(b[start:], uint32(len(body)))
+	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(body, castagnoli))
+	return b, valAt
 }
 
-// parseExpKey splits an expiry index key.
-func parseExpKey(k []byte) (time.Time, string, bool) {
-	const n = 2 + 12 + 1
-	if len(k) < n || string(k[:2]) != string(expPrefix) || k[n-1] != '/' {
-		return time.Time{}, "", false
-	}
-	return parseTime(k[2:14]), string(k[n:]), true
+// frame is a decoded entry. For a put, rec holds the record without its
+// value, which stays on disk at valAt (relative to the frame) for valLen
+// bytes.
+type frame struct {
+	kind   byte
+	seq    uint64
+	id     keyID
+	rec    store.Record
+	valAt  int
+	valLen int
 }
 
-// encodeRecord encodes r in format 1: a format byte, the strings as
-// length-prefixed fields, the token, the times (appendTime), and the value
-// last. KeyHash is not stored: it is the record's key.
-func encodeRecord(r *store.Record) []byte {
-	size := 64 + len(r.Scope) + len(r.Key) + len(r.Fingerprint) + len(r.Binding) +
-		len(r.State) + len(r.RequestID) + 4*12 + len(r.Value)
-	b := append(make([]byte, 0, size), recordFormat)
-	for _, s := range []string{r.Scope, r.Key, r.Fingerprint, r.Binding, string(r.State), r.RequestID} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+// decodeBody decodes a frame's body (its checksum already verified).
+func decodeBody(body []byte) (frame, error) {
+	var f frame
+	if len(body) < bodyHeader {
+		return f, fmt.Errorf("%w: short entry", ErrCorrupt)
 	}
-	b = binary.BigEndian.AppendUint64(b, r.Token)
-	for _, t := range []time.Time{r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil} {
-		b = appendTime(b, t)
+	f.kind = body[0]
+	f.seq = binary.BigEndian.Uint64(body[1:9])
+	copy(f.id[:], body[9:41])
+	switch f.kind {
+	case kindDel:
+		return f, nil
+	case kindPut:
+	default:
+		return f, fmt.Errorf("%w: entry kind %d", ErrCorrupt, f.kind)
 	}
-	b = binary.AppendUvarint(b, uint64(len(r.Value)))
-	return append(b, r.Value...)
-}
-
-// decodeRecord is the inverse of encodeRecord. The returned record shares
-// nothing with data, which Pebble reuses.
-func decodeRecord(keyHash string, data []byte) (*store.Record, error) {
-	d := decoder{b: data}
-	if v := d.byte(); v != recordFormat {
-		return nil, fmt.Errorf("%w %s: format %d", ErrCorrupt, keyHash, v)
+	d := decoder{b: body[bodyHeader:]}
+	if v := d.byte(); v != recordV1 {
+		return f, fmt.Errorf("%w: record format %d", ErrCorrupt, v)
 	}
-	r := &store.Record{KeyHash: keyHash}
-	for _, s := range []*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State), &r.RequestID} {
+	r := &f.rec
+	r.KeyHash = hex.EncodeToString(f.id[:])
+	for _, s := range [...]*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State), &r.RequestID} {
 		*s = string(d.bytes(d.uvarint()))
 	}
 	r.Token = binary.BigEndian.Uint64(d.bytes(8))
-	for _, t := range []*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil} {
+	for _, t := range [...]*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil} {
 		*t = parseTime(d.bytes(12))
 	}
-	if n := d.uvarint(); n > 0 {
-		r.Value = append([]byte(nil), d.bytes(n)...)
-	}
+	f.valLen = int(d.uvarint())
+	f.valAt = frameHeader + len(body) - len(d.b)
+	d.bytes(uint64(f.valLen))
 	if d.err == nil && len(d.b) != 0 {
 		d.err = errors.New("trailing bytes")
 	}
@@ -106,9 +147,9 @@ func decodeRecord(keyHash string, data []byte) (*store.Record, error) {
 		d.err = fmt.Errorf("state %q", r.State)
 	}
 	if d.err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, keyHash, d.err)
+		return f, fmt.Errorf("%w: record %s: %v", ErrCorrupt, r.KeyHash, d.err)
 	}
-	return r, nil
+	return f, nil
 }
 
 // decoder reads fields from b; after the first short read every read

@@ -127,10 +127,9 @@ func TestCrash(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v\nchild stderr: %s", round, err, stderr)
 		}
-		// Every record decodes and the index matches. Keys from earlier
-		// rounds are checked on this full scan (a Get per key is slow under
-		// the race detector, where Pebble records a stack per table
-		// iterator); this round's keys go through Get as well.
+		// Every record reads back and the index matches. Keys from earlier
+		// rounds are checked on this full scan; this round's keys go through
+		// Get as well.
 		records := checkIndex(t, s)
 		acked = 0
 		prefix := fmt.Sprint(round, "-")

@@ -90,14 +90,22 @@ func RunConcurrent(n, conc int, fn func(i uint64) error) (time.Duration, error) 
 }
 
 // RunRate runs fn b.N times from conc goroutines as the timed part of a
-// benchmark and reports the rate as unit (executions/s, pairs/s).
+// benchmark and reports the rate as unit (executions/s, pairs/s) and the
+// process's CPU time per call (cpu-µs/op): on a machine whose cores the
+// gateway shares with its upstream, CPU per call, more than latency, is
+// what a store costs.
 func RunRate(b *testing.B, conc int, unit string, fn func(i uint64) error) {
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	elapsed, err := RunConcurrent(b.N, conc, fn)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	}
 }

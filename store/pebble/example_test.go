@@ -1,4 +1,4 @@
-package file_test
+package pebblestore_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/file"
+	"github.com/idem-dev/idem/store/pebble"
 )
 
 func Example() {
@@ -18,9 +18,9 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	s, err := file.Open(dir, file.Options{})
+	s, err := pebblestore.Open(dir, pebblestore.Options{})
 	if err != nil {
-		log.Fatal(err) // errors.Is(err, file.ErrLocked): another process has dir open
+		log.Fatal(err) // errors.Is(err, pebblestore.ErrLocked): another process has dir open
 	}
 	defer s.Close()
 

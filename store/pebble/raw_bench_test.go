@@ -1,4 +1,4 @@
-package file
+package pebblestore
 
 import (
 	"encoding/binary"

@@ -1,0 +1,144 @@
+package file
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Cleanup implements store.Store. It walks the expiry index from its start
+// up to now, so it visits only records that are due, never a live one.
+// Expired records need no delete entry: replayed after a crash they are
+// still expired. Then it reclaims disk: the oldest segment is dropped once
+// no record lives in it, and compacted (its live records copied to the
+// head of the log) when it is mostly dead or the log has grown past twice
+// its live data.
+func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, fmt.Errorf("file: cleanup: %w", err)
+	}
+	defer s.closeMu.RUnlock()
+	s.cleanMu.Lock()
+	defer s.cleanMu.Unlock()
+	n := 0
+	for _, it := range s.exp.due(now, limit) {
+		if n%256 == 0 && ctx.Err() != nil {
+			return n, fmt.Errorf("file: cleanup: %w", ctx.Err())
+		}
+		s.scanned++
+		st := &s.stripes[stripeOf(it.id)]
+		st.mu.Lock()
+		if e := st.entries[it.id]; e != nil && e.rec.Expired(now) && itemOf(e.rec.ExpiresAt, it.id) == it {
+			s.index(st, it.id, e, nil)
+			n++
+		}
+		st.mu.Unlock()
+	}
+	if err := s.reclaim(ctx); err != nil {
+		return n, fmt.Errorf("file: cleanup: %w", err)
+	}
+	return n, nil
+}
+
+// reclaim drops and compacts the oldest segments; cleanMu is held. Only
+// the oldest segment is ever removed: a delete entry then never outlives
+// an older put of its key, so nothing released comes back on replay.
+func (s *Store) reclaim(ctx context.Context) error {
+	for ctx.Err() == nil {
+		old := s.log.oldest()
+		if old == nil {
+			return nil
+		}
+		if old.live.Load() > 0 {
+			total, live := s.log.sizes()
+			sparse := old.live.Load()*2 < old.size
+			bloated := total > 2*live+2*s.log.maxSegment
+			if !sparse && !bloated {
+				return nil
+			}
+			if err := s.compact(old); err != nil {
+				return err
+			}
+			if old.live.Load() > 0 {
+				return nil // its last frames are still being written; next time
+			}
+		}
+		if err := s.log.drop(old); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// compactBatch is how many frames compact copies per sync.
+const compactBatch = 256
+
+// compact copies the frames of old that the index still points to to the
+// head of the log, keeping their seq, and points the index at the copies.
+// Each key's stripe is held until its copy is durable, as in every write.
+func (s *Store) compact(old *segment) error {
+	data, err := os.ReadFile(old.path)
+	if err != nil {
+		return err
+	}
+	var held [stripes]bool
+	unlock := func() {
+		for i, h := range held {
+			if h {
+				s.stripes[i].mu.Unlock()
+				held[i] = false
+			}
+		}
+	}
+	defer unlock()
+	var pos uint64
+	pending := 0
+	flush := func() error {
+		err := s.log.wait(pos)
+		unlock()
+		pending = 0
+		return err
+	}
+	for off := len(segmentMagic); off+frameHeader <= len(data); {
+		n := int(binary.BigEndian.Uint32(data[off:]))
+		if off+frameHeader+n > len(data) {
+			break
+		}
+		frame := data[off : off+frameHeader+n]
+		var id keyID
+		copy(id[:], frame[frameHeader+9:frameHeader+41])
+		i := stripeOf(id)
+		if !held[i] {
+			s.stripes[i].mu.Lock()
+			held[i] = true
+		}
+		st := &s.stripes[i]
+		if e := st.entries[id]; e != nil && e.seg == old && e.off == int64(off) {
+			seg, at, p := s.log.append(frame)
+			moved := *e
+			moved.seg, moved.off = seg, at
+			s.index(st, id, e, &moved)
+			pos = p
+			pending++
+		}
+		off += frameHeader + n
+		if pending >= compactBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// CountExpired counts the records expired at now from the expiry index, so
+// it costs what a Cleanup would (`idem cleanup --dry-run`).
+func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, fmt.Errorf("file: count expired: %w", err)
+	}
+	defer s.closeMu.RUnlock()
+	return s.exp.count(now), nil
+}

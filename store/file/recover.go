@@ -1,0 +1,205 @@
+package file
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// recover rebuilds the index by replaying every segment, oldest first:
+// for each key, the entry with the highest seq wins, wherever it lies. A
+// frame cut short or failing its checksum can only be the tail of the
+// last write that was not acknowledged (every acknowledged frame was
+// fsync'd with all frames before it): the log is truncated there. Damage
+// anywhere else is ErrCorrupt, never silently skipped.
+func (s *Store) recover() error {
+	if err := refuseOtherFormats(s.log.dir); err != nil {
+		return err
+	}
+	ids, err := segmentIDs(s.log.dir)
+	if err != nil {
+		return err
+	}
+	// Only the tail of the log may be torn: the last segment that holds
+	// more than its header (a crash while rotating leaves a new, empty
+	// segment after a torn one).
+	tail := len(ids) - 1
+	for tail > 0 {
+		fi, err := os.Stat(filepath.Join(s.log.dir, segmentName(ids[tail])))
+		if err != nil {
+			return err
+		}
+		if fi.Size() > int64(len(segmentMagic)) {
+			break
+		}
+		tail--
+	}
+	latest := map[keyID]*entry{} // an entry with no KeyHash marks a delete
+	var last *segment
+	for i, id := range ids {
+		seg, err := s.replay(id, latest, i >= tail)
+		if err != nil {
+			return err
+		}
+		s.log.segs[id] = seg
+		s.log.nextID = id + 1
+		last = seg
+	}
+	for id, e := range latest {
+		if e.rec.KeyHash == "" {
+			continue // released
+		}
+		s.index(&s.stripes[stripeOf(id)], id, nil, e)
+	}
+	if last == nil || last.size >= s.log.maxSegment {
+		if last, err = s.log.create(); err != nil {
+			return err
+		}
+		if err := syncDir(s.log.dir); err != nil {
+			return err
+		}
+	}
+	s.log.active = last
+	if len(latest) > 0 {
+		s.logger.Info("file: recovered the log", "records", s.count(), "segments", len(ids))
+	}
+	return nil
+}
+
+func (s *Store) count() int {
+	n := 0
+	for i := range s.stripes {
+		n += len(s.stripes[i].entries)
+	}
+	return n
+}
+
+// replay reads segment id into latest. The last segment is the only one
+// whose tail may be torn.
+func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment, error) {
+	path := filepath.Join(s.log.dir, segmentName(id))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	seg := &segment{id: id, path: path, f: f}
+	torn := func(off int, why string) (*segment, error) {
+		if !last {
+			f.Close()
+			return nil, fmt.Errorf("%w: segment %s at byte %d: %s", ErrCorrupt, segmentName(id), off, why)
+		}
+		s.logger.Info("file: dropping the unacknowledged tail of the log", "segment", segmentName(id), "at", off, "why", why)
+		if off < len(segmentMagic) {
+			// Cut while being created: start it again.
+			off = 0
+		}
+		if err := f.Truncate(int64(off)); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if off == 0 {
+			if _, err := f.WriteAt(segmentMagic, 0); err != nil {
+				f.Close()
+				return nil, err
+			}
+			off = len(segmentMagic)
+		}
+		if err := fdatasync(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		seg.size = int64(off)
+		_, err := f.Seek(int64(off), 0)
+		return seg, err
+	}
+	if len(data) < len(segmentMagic) {
+		return torn(0, "short header")
+	}
+	if !bytes.Equal(data[:len(segmentMagic)], segmentMagic) {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is not an idem log segment", ErrCorrupt, segmentName(id))
+	}
+	off := len(segmentMagic)
+	for off < len(data) {
+		if len(data)-off < frameHeader {
+			return torn(off, "short frame header")
+		}
+		n := int(binary.BigEndian.Uint32(data[off:]))
+		if n > maxBody || len(data)-off-frameHeader < n {
+			return torn(off, "short frame")
+		}
+		body := data[off+frameHeader : off+frameHeader+n]
+		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[off+4:]) {
+			return torn(off, "checksum mismatch")
+		}
+		fr, err := decodeBody(body)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("segment %s at byte %d: %w", segmentName(id), off, err)
+		}
+		if fr.seq > s.seq.Load() {
+			s.seq.Store(fr.seq)
+		}
+		if cur := latest[fr.id]; cur == nil || fr.seq > cur.seq {
+			e := &entry{seq: fr.seq, seg: seg, off: int64(off), size: int64(frameHeader + n)}
+			if fr.kind == kindPut {
+				e.rec, e.valAt, e.valLen = fr.rec, fr.valAt, fr.valLen
+			}
+			latest[fr.id] = e
+		}
+		off += frameHeader + n
+	}
+	seg.size = int64(off)
+	_, err = f.Seek(int64(off), 0)
+	return seg, err
+}
+
+// segmentIDs lists the directory's segments, oldest first.
+func segmentIDs(dir string) ([]uint64, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint64
+	for _, de := range des {
+		name, ok := strings.CutSuffix(de.Name(), ".log")
+		if !ok {
+			continue
+		}
+		id, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// ErrOtherFormat is returned by Open for a directory written by the
+// Pebble-based store of earlier versions.
+var ErrOtherFormat = errors.New("the directory holds a store of another format")
+
+func refuseOtherFormats(dir string) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		if strings.HasPrefix(de.Name(), "MANIFEST-") || strings.HasPrefix(de.Name(), "OPTIONS-") {
+			return fmt.Errorf("%w: it is a Pebble store (open it with pebble:%s, or start this store in a new directory)", ErrOtherFormat, dir)
+		}
+	}
+	return nil
+}

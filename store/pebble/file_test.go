@@ -1,0 +1,475 @@
+package pebblestore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
+)
+
+// childEnv makes the test binary act as a child process (lock holder or
+// crash victim) instead of running the tests; see TestMain.
+const childEnv = "IDEM_FILE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "":
+		goleak.VerifyTestMain(m) // Close must stop every engine goroutine
+	case "hold":
+		os.Exit(holdChild(os.Getenv("IDEM_FILE_TEST_DIR")))
+	case "crash":
+		os.Exit(crashChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
+	default:
+		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
+		os.Exit(2)
+	}
+}
+
+var quiet = Options{Logger: slog.New(slog.DiscardHandler)}
+
+func openT(t testing.TB, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New:       func(t *testing.T) store.Store { return openT(t, t.TempDir()) },
+		IndexKeys: func(t *testing.T, s store.Store) []string { return allKeys(t, s.(*Store)) },
+	})
+}
+
+// allKeys lists every key of the engine: records, index and metadata.
+func allKeys(t testing.TB, s *Store) []string {
+	t.Helper()
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for ok := it.First(); ok; ok = it.Next() {
+		keys = append(keys, string(it.Key()))
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// checkIndex verifies that every record decodes and has exactly one expiry
+// index entry, at its ExpiresAt, and that no entry points elsewhere. It
+// returns the records.
+func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
+	t.Helper()
+	records := map[string]*store.Record{}
+	entries := map[string]time.Time{}
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		switch {
+		case bytes.HasPrefix(k, recPrefix):
+			h := string(k[len(recPrefix):])
+			r, err := decodeRecord(h, it.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			records[h] = r
+		case bytes.HasPrefix(k, expPrefix):
+			at, h, ok := parseExpKey(k)
+			if !ok {
+				t.Fatalf("bad index key %q", k)
+			}
+			if prev, dup := entries[h]; dup {
+				t.Fatalf("record %s has two index entries: %v and %v", h, prev, at)
+			}
+			entries[h] = at
+		case bytes.Equal(k, formatKey):
+		default:
+			t.Fatalf("unexpected key %q", k)
+		}
+	}
+	for h, r := range records {
+		if at, ok := entries[h]; !ok || !at.Equal(r.ExpiresAt) {
+			t.Fatalf("record %s expires at %v, index says %v (present %v)", h, r.ExpiresAt, at, ok)
+		}
+	}
+	for h := range entries {
+		if records[h] == nil {
+			t.Fatalf("index entry for absent record %s", h)
+		}
+	}
+	return records
+}
+
+func reserveReq(key string, now time.Time, ttl time.Duration) store.ReserveRequest {
+	return store.ReserveRequest{
+		Record: store.Record{
+			KeyHash: store.HashKey("s", key), Scope: "s", Key: key,
+			Fingerprint: "fp", Binding: "POST /x", State: store.InProgress,
+			Token: uint64(now.UnixNano()), RequestID: "req-" + key,
+			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(ttl), LeaseUntil: now.Add(time.Minute),
+		},
+		Now: now, TakeOverStale: true,
+	}
+}
+
+func fenceOf(req store.ReserveRequest) store.Fence {
+	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
+}
+
+// TestIndexConsistent runs every kind of write, including the ones that
+// move or drop a record's expiry, and checks the index after each.
+func TestIndexConsistent(t *testing.T) {
+	s := openT(t, t.TempDir())
+	ctx := context.Background()
+	t0 := storetest.T0
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		checkIndex(t, s)
+	}
+	a := reserveReq("a", t0, time.Hour)
+	_, err := s.Reserve(ctx, a)
+	step("reserve a", err)
+	step("renew a", s.Renew(ctx, fenceOf(a), t0.Add(2*time.Minute)))
+	step("complete a", s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded,
+		Value: []byte("A"), Now: t0, ExpiresAt: t0.Add(24 * time.Hour)}))
+	b := reserveReq("b", t0, time.Hour)
+	_, err = s.Reserve(ctx, b)
+	step("reserve b", err)
+	take := reserveReq("b", t0.Add(5*time.Minute), 2*time.Hour) // b's lease is over
+	take.Record.Token++
+	res, err := s.Reserve(ctx, take)
+	step("take over b", err)
+	if !res.TookOver {
+		t.Fatalf("no takeover: %+v", res)
+	}
+	again := reserveReq("b", t0.Add(3*time.Hour), time.Hour) // b expired
+	again.Record.Token += 2
+	res, err = s.Reserve(ctx, again)
+	step("replace expired b", err)
+	if !res.Acquired || res.TookOver {
+		t.Fatalf("replacing an expired record: %+v", res)
+	}
+	step("release b", s.Release(ctx, fenceOf(again)))
+	c := reserveReq("c", t0, time.Minute)
+	_, err = s.Reserve(ctx, c)
+	step("reserve c", err)
+	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	step("cleanup", err)
+	if n != 1 {
+		t.Fatalf("cleanup removed %d, want 1 (c)", n)
+	}
+	if recs := checkIndex(t, s); len(recs) != 1 || recs[a.Record.KeyHash] == nil {
+		t.Fatalf("left %d records, want a alone", len(recs))
+	}
+}
+
+// TestCleanupReadsOnlyDue checks that Cleanup reads the expiry index
+// entries that are due and no others, however many records are live.
+func TestCleanupReadsOnlyDue(t *testing.T) {
+	s := openT(t, t.TempDir())
+	ctx := context.Background()
+	t0 := storetest.T0
+	for i := range 2000 {
+		ttl := 48 * time.Hour
+		if i%100 == 0 {
+			ttl = time.Minute
+		}
+		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint(i), t0, ttl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	if err != nil || n != 20 {
+		t.Fatalf("Cleanup: %d, %v; want 20", n, err)
+	}
+	if s.scanned != 20 {
+		t.Fatalf("Cleanup read %d index entries for 20 expired records", s.scanned)
+	}
+	if recs := checkIndex(t, s); len(recs) != 1980 {
+		t.Fatalf("%d records left, want 1980", len(recs))
+	}
+	// In chunks under a limit, the same.
+	for i := range 600 {
+		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint("b", i), t0, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.scanned = 0
+	total := 0
+	for {
+		n, err := s.Cleanup(ctx, t0.Add(time.Hour), 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	if total != 600 || s.scanned != 600 {
+		t.Fatalf("Cleanup with limit 500 removed %d and read %d entries, want 600 and 600", total, s.scanned)
+	}
+}
+
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := Open(dir, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := reserveReq("k", storetest.T0, time.Hour)
+	if _, err := s.Reserve(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
+		Value: []byte("v"), Now: storetest.T0, ExpiresAt: storetest.T0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Get(ctx, "s", req.Record.KeyHash, storetest.T0); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
+	s = openT(t, dir)
+	r, err := s.Get(ctx, "s", req.Record.KeyHash, storetest.T0)
+	if err != nil || r.State != store.Succeeded || string(r.Value) != "v" || r.Key != "k" {
+		t.Fatalf("after reopen: %+v, %v", r, err)
+	}
+}
+
+func TestCodec(t *testing.T) {
+	r := &store.Record{
+		KeyHash: "h", Scope: "tenant ü", Key: "k\x00", Fingerprint: "fp", Binding: "b",
+		State: store.Failed, Token: 1<<64 - 1, RequestID: "rid", Value: []byte{0, 1, 2},
+		CreatedAt: time.Date(1600, 1, 1, 0, 0, 0, 1, time.UTC), UpdatedAt: storetest.T0,
+		ExpiresAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+	}
+	data := encodeRecord(r)
+	got, err := decodeRecord("h", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.CreatedAt.Equal(r.CreatedAt) || !got.ExpiresAt.Equal(r.ExpiresAt) || !got.LeaseUntil.IsZero() {
+		t.Fatalf("times: %v %v %v", got.CreatedAt, got.ExpiresAt, got.LeaseUntil)
+	}
+	got.CreatedAt, got.UpdatedAt, got.ExpiresAt, got.LeaseUntil = r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil
+	if fmt.Sprint(*got) != fmt.Sprint(*r) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", *got, *r)
+	}
+	// Every truncation, and a stray byte, is reported, never a panic.
+	for i := range len(data) {
+		if _, err := decodeRecord("h", data[:i]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: %v", i, err)
+		}
+	}
+	if _, err := decodeRecord("h", append(data, 0)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("trailing byte: %v", err)
+	}
+}
+
+func TestExpKeyOrder(t *testing.T) {
+	times := []time.Time{
+		{}, time.Unix(-1, 0), time.Unix(-1, 5), time.Unix(0, 0), time.Unix(0, 1),
+		storetest.T0, storetest.T0.Add(time.Nanosecond), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	for i := 1; i < len(times); i++ {
+		a, b := expKey(times[i-1], "ffff"), expKey(times[i], "0000")
+		if bytes.Compare(a, b) >= 0 {
+			t.Errorf("%v sorts after %v", times[i-1], times[i])
+		}
+		at, h, ok := parseExpKey(b)
+		if !ok || !at.Equal(times[i]) || h != "0000" {
+			t.Errorf("parse %v: %v %q %v", times[i], at, h, ok)
+		}
+	}
+}
+
+// TestLocked opens a directory that another process holds.
+func TestLocked(t *testing.T) {
+	dir := t.TempDir()
+	// In this process: a second Store on the same directory is refused.
+	s := openT(t, dir)
+	if _, err := Open(dir, quiet); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open in one process: %v, want ErrLocked", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// In another process.
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=hold", "IDEM_FILE_TEST_DIR="+dir)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe() // the child holds the store until it closes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if line != "open\n" {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	_, err = Open(dir, quiet)
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open of a directory another process holds: %v, want ErrLocked", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, "another process") {
+		t.Fatalf("message %q does not name the directory and the other process", msg)
+	}
+	// The kernel drops the lock when the holder dies, even by SIGKILL.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	openT(t, dir)
+}
+
+// holdChild opens dir, says so, and holds it until stdin closes.
+func holdChild(dir string) int {
+	s, err := Open(dir, quiet)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	fmt.Println("open")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// TestGroupCommit runs 64 reserve+complete pairs one after another, then
+// 64 at once. Every synced commit costs a WAL fsync when alone; at once,
+// the commits share them.
+func TestGroupCommit(t *testing.T) {
+	s := openT(t, t.TempDir())
+	ctx := context.Background()
+	pair := func(key string) error {
+		req := reserveReq(key, storetest.T0, time.Hour)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			return err
+		}
+		return s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
+			Value: []byte(key), Now: storetest.T0, ExpiresAt: storetest.T0.Add(time.Hour)})
+	}
+	const n = 64
+	var seqTime, concTime time.Duration
+	var seqSyncs, concSyncs uint64
+	for attempt := range 3 { // timing on a shared machine is noisy
+		syncs0, start := fsyncs(t, s), time.Now()
+		for i := range n {
+			if err := pair(fmt.Sprintf("seq-%d-%d", attempt, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seqTime, seqSyncs = time.Since(start), fsyncs(t, s)-syncs0
+
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		syncs0, start = fsyncs(t, s), time.Now()
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- pair(fmt.Sprintf("conc-%d-%d", attempt, i))
+			}()
+		}
+		wg.Wait()
+		concTime, concSyncs = time.Since(start), fsyncs(t, s)-syncs0
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("sequential: %v, %d fsyncs; concurrent: %v, %d fsyncs", seqTime, seqSyncs, concTime, concSyncs)
+		if concTime*3 < seqTime {
+			break
+		}
+	}
+	// Durable: each lone commit waited for its own fsync. (Pebble counts a
+	// sync just after waking its waiters, so a count may lag by one.)
+	if seqSyncs < 2*n-1 {
+		t.Errorf("%d sequential pairs took %d fsyncs, want %d", n, seqSyncs, 2*n)
+	}
+	if concSyncs*4 > 2*n {
+		t.Errorf("%d concurrent pairs took %d fsyncs, want at most %d", n, concSyncs, 2*n/4)
+	}
+	if concTime*3 >= seqTime {
+		t.Errorf("%d concurrent pairs took %v, sequential %v: want 3x faster", n, concTime, seqTime)
+	}
+}
+
+// fsyncs returns how many WAL fsyncs the engine has done.
+func fsyncs(t *testing.T, s *Store) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := s.db.Metrics().LogWriter.FsyncLatency.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+func TestCountExpired(t *testing.T) {
+	s, err := Open(t.TempDir(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 30 {
+		req := benchRequest(99, uint64(i), now)
+		req.Record.ExpiresAt = now.Add(time.Duration(i) * time.Minute)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.CountExpired(ctx, now.Add(10*time.Minute))
+	if err != nil || n != 11 {
+		t.Fatalf("CountExpired = %d, %v; want 11 (expiry at 0..10 min)", n, err)
+	}
+	if removed, _ := s.Cleanup(ctx, now.Add(10*time.Minute), 0); removed != n {
+		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
+	}
+}
