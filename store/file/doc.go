@@ -46,9 +46,9 @@
 // Removing only the oldest segment means a delete entry never outlives an
 // older entry of its key, so a released key never comes back.
 //
-// Memory: each live record's metadata (about 300 bytes plus its key, scope
-// and fingerprint) stays in memory; stored responses do not. Ten million
-// live keys need about 4 GiB. For more live keys than memory allows, the
+// Memory: each live record's metadata stays in memory (about 610 bytes a
+// key with the gateway's fingerprints and scopes, measured with 40,000
+// keys); stored responses do not. Ten million live keys need about 6 GiB. For more live keys than memory allows, the
 // Pebble store (store/pebble, DSN pebble:PATH) keeps its index on disk.
 //
 // # Why a log of our own, not Pebble

@@ -6,7 +6,7 @@
 // The default embedded store is store/file, a log with its index in memory,
 // which costs less than half this store's CPU per call (figures in its
 // package doc). This one keeps its index on disk: use it when the live keys
-// do not fit in memory (store/file needs about 400 bytes of memory per
+// do not fit in memory (store/file needs about 610 bytes of memory per
 // live key), or to open a directory written by idem's first versions, whose
 // file: store was this one.
 //
