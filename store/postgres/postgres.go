@@ -120,6 +120,14 @@ func newStatements(table string) statements {
 		// stale in_progress row of the same request. When it writes
 		// nothing, the second branch returns the row read by "old".
 		//
+		// When "old" already shows a live row that the request may not
+		// replace (a replay, a conflict, a running holder), the INSERT is
+		// not even attempted: ON CONFLICT DO UPDATE locks the conflicting
+		// row even when its WHERE is false, which made every replay a
+		// write (a row lock, about 100 bytes of WAL and a commit). The
+		// answer is then the row as of the statement's snapshot, which is
+		// a moment inside the call.
+		//
 		// "old" reads the statement's snapshot, while ON CONFLICT judges the
 		// newest committed row version. They differ when another
 		// transaction committed this key after the snapshot was taken: then
@@ -136,7 +144,10 @@ func newStatements(table string) statements {
 ), ins AS (
 	INSERT INTO ` + table + ` AS r (key_hash, scope, key, fingerprint, binding, state, token, value,
 		request_id, created_at, updated_at, expires_at, lease_until)
-	VALUES ($1, $2, $3, $4, $5, 'in_progress', $6, NULL, $7, $8, $9, $10, $11)
+	SELECT $1, $2, $3, $4, $5, 'in_progress', $6, NULL, $7, $8, $9, $10, $11
+	WHERE NOT EXISTS (SELECT FROM old o WHERE o.expires_at > $12
+		AND NOT ($13 AND o.state = 'in_progress' AND o.lease_until <= $12
+			AND o.fingerprint = $4 AND o.binding = $5))
 	ON CONFLICT (key_hash) DO UPDATE SET
 		scope = excluded.scope, key = excluded.key, fingerprint = excluded.fingerprint,
 		binding = excluded.binding, state = 'in_progress', token = excluded.token, value = NULL,
