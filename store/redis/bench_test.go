@@ -110,7 +110,7 @@ func benchSetup(b *testing.B) benchVariants {
 	b.Cleanup(func() { _ = defaultClient.Close() })
 
 	ctx := context.Background()
-	for _, sc := range []*redis.Script{reserveScript, completeScript} {
+	for _, sc := range []*redis.Script{reserveScript.goredis, completeScript.goredis} {
 		if err := sc.Load(ctx, client).Err(); err != nil {
 			b.Fatal(err)
 		}

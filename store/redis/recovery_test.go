@@ -43,6 +43,11 @@ func TestRecovery(t *testing.T) {
 		}
 		subjects = append(subjects, subject{fmt.Sprintf("ContextTimeoutEnabled=%v", cte), s})
 	}
+	rs, err := redisstore.NewRueidis(newRueidis(t, srv.addr()), redisstore.Options{Prefix: uniquePrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects = append(subjects, subject{"rueidis", rs})
 
 	var seq atomic.Int64
 	// call reserves a fresh key and completes it, with a deadline.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/store"
 )
@@ -45,7 +46,7 @@ func (o Options) validate() error {
 // Prefix + "{" + key hash + "}". It is safe for concurrent use. Its zero
 // value is not usable; call New.
 type Store struct {
-	client redis.UniversalClient
+	client conn
 	prefix string
 	// deadlines: the client bounds its socket I/O by the context's deadline
 	// (ContextTimeoutEnabled), so a call with a deadline needs no watchdog.
@@ -71,7 +72,23 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{client: client, prefix: opts.Prefix, deadlines: honorsDeadlines(client)}, nil
+	return &Store{client: goredisConn{client}, prefix: opts.Prefix, deadlines: honorsDeadlines(client)}, nil
+}
+
+// NewRueidis returns a store that talks to Redis through a rueidis client,
+// which pipelines concurrent calls over one connection per node and bounds
+// every call by its context's deadline. It is the faster of the two
+// clients (figures in the package doc); the gateway uses it. The store
+// does not close client.
+func NewRueidis(client rueidis.Client, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{client: rueidisConn{client}, prefix: opts.Prefix, deadlines: true}, nil
 }
 
 func honorsDeadlines(c redis.UniversalClient) bool {
@@ -118,7 +135,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		takeOver = "1"
 	}
 	reply, err := s.eval(ctx, "reserve", reserveScript, key,
-		micros(req.Now), takeOver, pttl(r.ExpiresAt, req.Now),
+		micros(req.Now), takeOver, strconv.FormatInt(pttl(r.ExpiresAt, req.Now), 10),
 		strconv.FormatUint(r.Token, 10), r.Fingerprint, r.Binding, r.Scope, r.Key, r.RequestID,
 		micros(r.CreatedAt), micros(r.UpdatedAt), micros(r.ExpiresAt), micros(r.LeaseUntil))
 	if err != nil {
@@ -146,7 +163,7 @@ func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (stor
 	}
 	// One HMGET is atomic: no script needed to read.
 	reply, err := s.run(ctx, "get", func(ctx context.Context) (any, error) {
-		return s.client.HMGet(ctx, key, fields...).Result()
+		return s.client.hmget(ctx, key, fields)
 	})
 	if err != nil {
 		return store.Record{}, err
@@ -177,13 +194,9 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if c.State != store.Succeeded && c.State != store.Failed {
 		return fmt.Errorf("redisstore: complete: state %q is not succeeded or failed", c.State)
 	}
-	value := c.Value
-	if value == nil {
-		value = []byte{}
-	}
 	return s.fenced(ctx, "complete", c.KeyHash, completeScript,
-		strconv.FormatUint(c.Token, 10), string(c.State), value,
-		micros(c.Now), micros(c.ExpiresAt), pttl(c.ExpiresAt, c.Now))
+		strconv.FormatUint(c.Token, 10), string(c.State), string(c.Value),
+		micros(c.Now), micros(c.ExpiresAt), strconv.FormatInt(pttl(c.ExpiresAt, c.Now), 10))
 }
 
 // Release implements store.Store.
@@ -193,7 +206,7 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 
 // fenced runs a script that answers 1 when the token held the record and 0
 // when it did not.
-func (s *Store) fenced(ctx context.Context, op, keyHash string, script *redis.Script, args ...any) error {
+func (s *Store) fenced(ctx context.Context, op, keyHash string, script *script, args ...string) error {
 	key, err := s.key(keyHash)
 	if err != nil {
 		return err
@@ -212,10 +225,9 @@ func (s *Store) fenced(ctx context.Context, op, keyHash string, script *redis.Sc
 }
 
 // eval runs script on key (EVALSHA, or EVAL when the server lacks it).
-func (s *Store) eval(ctx context.Context, op string, script *redis.Script, key string, args ...any) (any, error) {
-	keys := []string{key}
+func (s *Store) eval(ctx context.Context, op string, script *script, key string, args ...string) (any, error) {
 	return s.run(ctx, op, func(ctx context.Context) (any, error) {
-		return script.Run(ctx, s.client, keys, args...).Result()
+		return s.client.eval(ctx, script, key, args)
 	})
 }
 
@@ -319,7 +331,7 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 		// context's error so that errors.Is finds it.
 		return fmt.Errorf("redisstore: %s: %w: %w", op, cerr, err)
 	}
-	if errors.Is(err, redis.ErrClosed) {
+	if s.client.closed(err) {
 		return fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrClosed, err)
 	}
 	return fmt.Errorf("redisstore: %s: %w", op, err)

@@ -1,6 +1,23 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// script is one Lua transition, ready for either client: go-redis sends it
+// with EVALSHA (EVAL when the server lacks it), and so does rueidis.
+type script struct {
+	goredis *redis.Script
+	rueidis *rueidis.Lua
+}
+
+func newScript(src string) *script {
+	return &script{goredis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
+}
+
+// Hash is the script's SHA1, as EVALSHA names it.
+func (s *script) Hash() string { return s.goredis.Hash() }
 
 // A record is one Redis hash with these fields; the field names are short
 // because they are repeated in every record.
@@ -30,7 +47,7 @@ var fields = []string{"st", "tok", "fp", "bd", "sc", "k", "rid", "ca", "ua", "ea
 //	ARGV: now, takeover ("1" or "0"), pttl (ms),
 //	      tok, fp, bd, sc, k, rid, ca, ua, ea, lu
 //	returns 1 (created), 2 (took over), or the existing fields as HMGET gives them
-var reserveScript = redis.NewScript(`
+var reserveScript = newScript(`
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'bd', 'sc', 'k', 'rid', 'ca', 'ua', 'ea', 'lu', 'v')
 local took = 0
 if cur[1] then
@@ -54,7 +71,7 @@ return took + 1
 // renewScript sets the lease of the in_progress record held by a token.
 //
 //	ARGV: tok, lu; returns 1, or 0 when the token does not hold the record
-var renewScript = redis.NewScript(`
+var renewScript = newScript(`
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
 if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then
 	return 0
@@ -67,7 +84,7 @@ return 1
 // state and gives the key its new lifetime.
 //
 //	ARGV: tok, st, v, ua, ea, pttl (ms); returns 1, or 0 when the token does not hold the record
-var completeScript = redis.NewScript(`
+var completeScript = newScript(`
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
 if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then
 	return 0
@@ -80,7 +97,7 @@ return 1
 // releaseScript deletes the in_progress record held by a token.
 //
 //	ARGV: tok; returns 1, or 0 when the token does not hold the record
-var releaseScript = redis.NewScript(`
+var releaseScript = newScript(`
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
 if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then
 	return 0
