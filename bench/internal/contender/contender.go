@@ -118,7 +118,15 @@ func All() []Contender {
 		middleware("mw-memory", "memory", func(Setup, string) string { return "memory:" }),
 		mwRedis,
 		{
-			Contender: results.Contender{ID: "fiber", Name: "gofiber idempotency", Kind: InProcess, Store: "memory", Baseline: "upstream",
+			Contender: results.Contender{ID: "fiber-bare", Name: "fiber (no middleware)", Kind: Baseline, Store: "-",
+				Notes: "fiber v2.52.15 serving the same operation without idempotency: gofiber's own floor"},
+			KeyHeader: "X-Idempotency-Key",
+			Argv: func(s Setup, _ string) []string {
+				return []string{filepath.Join(s.Bin, "fiberidem"), "-bare", "-listen", s.Listen}
+			},
+		},
+		{
+			Contender: results.Contender{ID: "fiber", Name: "gofiber idempotency", Kind: InProcess, Store: "memory", Baseline: "fiber-bare",
 				Notes: "fiber v2.52.15, middleware/idempotency with its in-memory storage and lock (per process); header X-Idempotency-Key; no request fingerprint; keeps any status the handler answers"},
 			KeyHeader: "X-Idempotency-Key",
 			Argv: func(s Setup, _ string) []string {
