@@ -27,6 +27,11 @@ function alive(pid) {
   }
 }
 
+// The lock tokens this process holds, over every FileOutbox instance: a lock
+// file naming this pid with a token not here was left by a killed process
+// whose pid was reused.
+const heldTokens = new Set()
+
 export class FileOutbox {
   constructor(dir) {
     this.dir = dir
@@ -79,7 +84,6 @@ export class FileOutbox {
     }
     return out
   }
-  #tokens = new Set()
   /**
    * claim makes this process the only sender of entry id across processes:
    * a lock file created exclusively. A lock whose process is gone (killed
@@ -96,7 +100,7 @@ export class FileOutbox {
         const fh = await open(path, 'wx', 0o600)
         await fh.writeFile(JSON.stringify({ pid: process.pid, at: Date.now(), token }))
         await fh.close()
-        this.#tokens.add(token)
+        heldTokens.add(token)
         return token
       } catch (err) {
         if (err.code !== 'EEXIST') throw err
@@ -109,13 +113,13 @@ export class FileOutbox {
       }
       // Held by a live process, unless that "process" is this one holding
       // no such token: the killed holder's pid was reused.
-      if (held && alive(held.pid) && (held.pid !== process.pid || this.#tokens.has(held.token))) return null
+      if (held && alive(held.pid) && (held.pid !== process.pid || heldTokens.has(held.token))) return null
       if (held) await unlink(path).catch(() => {})
     }
     return null
   }
   async release(id, token) {
-    this.#tokens.delete(token)
+    heldTokens.delete(token)
     const path = join(this.dir, id + '.lock')
     try {
       const held = JSON.parse(await readFile(path, 'utf8'))

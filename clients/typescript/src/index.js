@@ -230,6 +230,16 @@ function sleep(ms, signal) {
   })
 }
 
+// Connection failures that say the request never left. A browser's fetch
+// says only "Failed to fetch": without a code, the network counts as down.
+const UNREACHABLE = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH', 'EHOSTUNREACH', 'ENETDOWN', 'UND_ERR_CONNECT_TIMEOUT'])
+
+function unreachable(err) {
+  let code
+  for (let e = err; e && !code; e = e.cause) code = e.code
+  return !code || UNREACHABLE.has(code)
+}
+
 // Locks held in this JavaScript realm, per outbox: two clients over one
 // outbox never send one entry at once.
 const localLocks = new WeakMap()
@@ -382,7 +392,7 @@ export class IdemClient {
         res = null
         mayHaveRun = true
         last = { code: 'gave_up', cause: err }
-        if (fromOutbox) {
+        if (fromOutbox && unreachable(err)) {
           throw new IdemError('offline', `server unreachable for ${entry.method} ${entry.url} (key ${entry.key})`, { ...fields, attempts: attempt, mayHaveRun, cause: err })
         }
       }

@@ -221,7 +221,17 @@ export async function startProxy({ target, drop = 0.3, cut = 0.1, seed = Number(
     }
   })
   p.url = await listen(server)
-  p.close = () => new Promise(r => { agent.destroy(); server.closeAllConnections(); server.close(r) })
+  const port = server.address().port
+  // down closes the listener: connections are refused, as when the phone
+  // has no network. up listens again on the same port.
+  p.down = () => new Promise(r => { server.close(() => r()); server.closeAllConnections() })
+  p.up = () => new Promise((r, j) => { server.once('error', j); server.listen(port, '127.0.0.1', () => r()) })
+  p.close = () => new Promise(r => {
+    agent.destroy()
+    server.closeAllConnections()
+    if (server.listening) server.close(() => r())
+    else r()
+  })
   return p
 }
 
