@@ -96,3 +96,25 @@ test('reload mid-retry, resend from IndexedDB, each answer runs once', { skip: m
   mkdirSync(join(pkgRoot, 'test/artifacts'), { recursive: true })
   await page.screenshot({ path: join(pkgRoot, 'test/artifacts/browser-outbox.png'), fullPage: true })
 })
+
+test('LocalStorageOutbox over the browser\'s localStorage survives a reload', { skip: missing && `${CHROMIUM} missing` }, async () => {
+  const page = await ctx.newPage()
+  await page.goto(`${s.proxy.url}/static/test/browser/page.html?tab=ls`)
+  await page.evaluate(async () => {
+    const { LocalStorageOutbox, IdemClient } = await import('/static/src/index.js')
+    const client = new IdemClient({ outbox: new LocalStorageOutbox(), fetch: async () => { throw new TypeError('Failed to fetch') } })
+    await client.request('/api/funnels/stress/assessments/a1/answers/save', { key: 'ls-1', headers: { 'x-user-id': 'ls-user' }, body: { n: 'ls' }, maxAttempts: 1 }).catch(() => {})
+  })
+  await page.reload()
+  s.proxy.mode = 'normal'
+  const statuses = await page.evaluate(async () => {
+    const { LocalStorageOutbox, IdemClient } = await import('/static/src/index.js')
+    const outbox = new LocalStorageOutbox()
+    const before = (await outbox.list()).map(e => e.key)
+    const results = await new IdemClient({ outbox }).retryPending()
+    return { before, results: results.map(r => [r.status, r.response && r.response.json().data.n]), after: (await outbox.list()).length }
+  })
+  assert.deepEqual(statuses, { before: ['ls-1'], results: [['sent', 'ls']], after: 0 })
+  assert.equal(s.upstream.count('ls-user', SAVE, JSON.stringify({ n: 'ls' })), 1)
+  await page.close()
+})
