@@ -28,12 +28,12 @@ import (
 // user, endpoint and key. A handler that sees ?status=409 answers its own
 // 409, the operation's outcome.
 type profileAPI struct {
-	url     string
-	mu      sync.Mutex
-	runs    map[string]int
-	delay   time.Duration
-	inFlght atomic.Int32
-	maxIn   atomic.Int32
+	url      string
+	mu       sync.Mutex
+	runs     map[string]int
+	delay    time.Duration
+	inFlight atomic.Int32
+	maxIn    atomic.Int32
 }
 
 func newProfileAPI(t *testing.T, p *idemhttp.Profile, delay time.Duration) *profileAPI {
@@ -43,8 +43,8 @@ func newProfileAPI(t *testing.T, p *idemhttp.Profile, delay time.Duration) *prof
 	t.Cleanup(func() { eng.Close() })
 	var ids atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := a.inFlght.Add(1)
-		defer a.inFlght.Add(-1)
+		n := a.inFlight.Add(1)
+		defer a.inFlight.Add(-1)
 		for m := a.maxIn.Load(); n > m && !a.maxIn.CompareAndSwap(m, n); m = a.maxIn.Load() {
 		}
 		a.mu.Lock()
@@ -66,6 +66,16 @@ func newProfileAPI(t *testing.T, p *idemhttp.Profile, delay time.Duration) *prof
 	t.Cleanup(ts.Close)
 	a.url = ts.URL
 	return a
+}
+
+// waitRunning waits until the handler runs a request.
+func waitRunning(t *testing.T, a *profileAPI) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); a.inFlight.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never reached the handler")
+		}
+	}
 }
 
 func (a *profileAPI) count(user, path, key string) int {
@@ -212,7 +222,7 @@ func TestInProgressAndConflictsInEveryProfile(t *testing.T) {
 				}
 				first <- err
 			}()
-			time.Sleep(100 * time.Millisecond) // let the first request start (a timing hint, not an assertion)
+			waitRunning(t, a)
 			_, err := post(t, c, url, "alice", "k1", `{"v":1}`)
 			var e *idemclient.Error
 			if !errors.Is(err, idemclient.ErrInProgress) || errors.Is(err, idemclient.ErrConflict) || !errors.As(err, &e) || e.Key != "k1" {
@@ -257,7 +267,7 @@ func TestInProgressAfterLastAttemptStaysPending(t *testing.T) {
 			res.Body.Close()
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitRunning(t, a)
 	res, err := post(t, c, a.url+savePath, "alice", "k1", `{}`)
 	if err == nil {
 		res.Body.Close()

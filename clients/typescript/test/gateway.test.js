@@ -68,7 +68,7 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
         const client = new IdemClient({ baseURL: s.proxy.url, backoff: fastBackoff })
         const slow = SAVE + '?delay=600'
         const first = client.request(slow, { key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' } })
-        await new Promise(r => setTimeout(r, 150))
+        while (s.upstream.count('dave', SAVE, JSON.stringify({ n: 'slow' })) === 0) await new Promise(r => setTimeout(r, 5))
         // Another device (its own outbox) sends the same key meanwhile.
         const other = new IdemClient({ baseURL: s.proxy.url, backoff: fastBackoff })
         const err = await other.request(slow, { key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' }, maxAttempts: 1 })
