@@ -93,3 +93,11 @@ func ExampleError() {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The mobile app's 409 DUPLICATE_OPERATION, read as idem's payload_mismatch.
+func ExampleProblemKind() {
+	h := http.Header{"Content-Type": {"application/json"}}
+	body := `{"success":false,"error":{"code":"DUPLICATE_OPERATION","details":{"conflictType":"payload_mismatch"}}}`
+	fmt.Println(idemclient.ProblemKind(h, []byte(body)))
+	// Output: payload_mismatch
+}
