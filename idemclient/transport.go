@@ -251,7 +251,10 @@ func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending, fro
 				e.Status, e.Header, e.Body, e.Kind = res.StatusCode, res.Header, body, kind
 				e.Err = ErrConflict
 				// Sending it again cannot succeed: it leaves the outbox.
-				return nil, errors.Join(e, t.done(p))
+				if err := t.done(p); err != nil {
+					return nil, errors.Join(e, err)
+				}
+				return nil, e
 			case running:
 				e.Err = ErrInProgress
 			default:
@@ -382,7 +385,10 @@ func (t *Transport) SendPending(ctx context.Context) ([]Result, error) {
 	for i, p := range pending {
 		results[i].Pending = p
 		if t.now().Sub(p.Created) > maxAge {
-			results[i].Err = errors.Join(ErrExpired, t.Outbox.Remove(p))
+			results[i].Err = ErrExpired
+			if err := t.Outbox.Remove(p); err != nil {
+				results[i].Err = errors.Join(ErrExpired, err)
+			}
 			continue
 		}
 		select {

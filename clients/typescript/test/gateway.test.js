@@ -93,6 +93,17 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
         assert.ok(conflict.mayHaveRun && !conflict.pending)
         assert.equal(s.upstream.count('dave', SAVE, JSON.stringify({ n: 'c2' })), 0)
 
+        // The same key on another endpoint: a conflict where keys are bound
+        // to their action (ietf, workflow-admin), a separate key where they
+        // are scoped per endpoint (stripe, mobile).
+        const other2 = await client.request(SAVE.replace('answers/save', 'complete'), { key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c1' } }).then(r => r, e => e)
+        if (profile === 'ietf' || profile === 'workflow-admin') {
+          assert.equal(other2.code, 'conflict')
+          assert.equal(other2.kind, 'key_reused')
+        } else {
+          assert.ok(other2.ok, `${other2}`)
+        }
+
         // The API's own 409 is a final answer, not idem's in_progress.
         const own = await client.request(SAVE + '?status=409', { headers: { 'x-user-id': 'dave' }, body: { n: 'own409' } }).then(() => null, e => e)
         assert.equal(own.code, 'failed')
