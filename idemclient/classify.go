@@ -64,6 +64,14 @@ func ProblemKind(header http.Header, body []byte) string {
 		if _, frag, ok := strings.Cut(t, "#"); ok && frag != "" {
 			return frag
 		}
+		// A type URI that names the kind in its last path segment
+		// (".../problems/in_progress"): taken only when it is a kind this
+		// client acts on, since any URI ends in some segment.
+		if i := strings.LastIndexAny(t, "/:"); i >= 0 {
+			if k := t[i+1:]; k == "in_progress" || conflictKinds[k] {
+				return k
+			}
+		}
 	}
 	if e := doc.Error; e != nil {
 		if e.Details != nil && e.Details.ConflictType != "" {

@@ -18,6 +18,8 @@ func TestProblemKindShapes(t *testing.T) {
 	}{
 		{"ietf conflict_type", problem, `{"type":"https://x/problems.md#in_progress","conflict_type":"in_progress"}`, "in_progress"},
 		{"problem type fragment", problem, `{"type":"https://x/problems.md#payload_mismatch","status":422}`, "payload_mismatch"},
+		{"problem type path", problem, `{"type":"https://idem.example/problems/in_progress"}`, "in_progress"},
+		{"unrelated type path", problem, `{"type":"https://example.com/probs/out-of-credit"}`, ""},
 		{"mobile conflictType", plain, `{"success":false,"error":{"code":"DUPLICATE_OPERATION","details":{"conflictType":"key_reused"}}}`, "key_reused"},
 		{"mobile code", plain, `{"success":false,"error":{"code":"OPERATION_IN_PROGRESS"}}`, "in_progress"},
 		{"mobile duplicate", plain, `{"success":false,"error":{"code":"DUPLICATE_OPERATION"}}`, "payload_mismatch"},

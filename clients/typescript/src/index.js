@@ -88,6 +88,10 @@ export function problemKind(headers, text) {
   if (typeof doc.type === 'string') {
     const i = doc.type.indexOf('#')
     if (i >= 0 && i < doc.type.length - 1) return doc.type.slice(i + 1)
+    // A type URI naming the kind in its last path segment: taken only when
+    // it is a kind the client acts on, since any URI ends in some segment.
+    const last = doc.type.slice(Math.max(doc.type.lastIndexOf('/'), doc.type.lastIndexOf(':')) + 1)
+    if (last === 'in_progress' || CONFLICT_KINDS.has(last)) return last
   }
   const e = doc.error
   if (e && typeof e === 'object') {

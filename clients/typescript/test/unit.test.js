@@ -18,6 +18,8 @@ describe('problemKind reads every profile\'s shape', () => {
     assert.equal(problemKind(h, JSON.stringify({ type: 'https://github.com/idem-dev/idem/blob/main/docs/problems.md#in_progress', status: 409, conflict_type: 'in_progress' })), 'in_progress')
     assert.equal(problemKind(h, JSON.stringify({ type: 'https://x/problems.md#payload_mismatch', status: 422 })), 'payload_mismatch')
     assert.equal(problemKind(h, JSON.stringify({ type: 'https://x/problems.md#missing_key', status: 400 })), 'missing_key')
+    assert.equal(problemKind(h, JSON.stringify({ type: 'https://idem.example/problems/key_reused' })), 'key_reused')
+    assert.equal(problemKind(h, JSON.stringify({ type: 'https://example.com/probs/out-of-credit' })), '')
   })
   test('the mobile app\'s shape', () => {
     const h = json()
