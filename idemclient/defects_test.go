@@ -20,6 +20,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemclient"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
 
@@ -388,5 +389,26 @@ func TestOutboxLeavesCredentialsOut(t *testing.T) {
 	}
 	if got := seen.Load(); got != "Bearer sk_live_secret|" {
 		t.Fatalf("server saw %q", got)
+	}
+}
+
+// An outbox written before entries were keyed by scope, method and URL
+// names its files by the key alone; they are sent and removed all the same.
+func TestOutboxReadsEntriesOfTheOldLayout(t *testing.T) {
+	a := newProfileAPI(t, idemhttp.Mobile(), 0)
+	dir := t.TempDir()
+	old := fmt.Sprintf(`{"idempotency_key":"k-old","method":"POST","url":%q,"header":{"X-User-Id":["alice"]},"body":"e30=","timestamp":%q}`,
+		a.url+savePath, time.Now().Format(time.RFC3339Nano))
+	if err := os.WriteFile(filepath.Join(dir, store.HashKey("outbox", "k-old")+".json"), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ob, _ := idemclient.OpenOutbox(dir)
+	results, err := idemclient.NewTransport(nil, idemclient.WithOutbox(ob)).SendPending(context.Background())
+	if err != nil || len(results) != 1 || results[0].Err != nil {
+		t.Fatalf("%v %v", results, err)
+	}
+	results[0].Response.Body.Close()
+	if left, _ := ob.List(); len(left) != 0 || a.count("alice", savePath, "k-old") != 1 {
+		t.Fatalf("%d left, %d runs", len(left), a.count("alice", savePath, "k-old"))
 	}
 }

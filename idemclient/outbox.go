@@ -28,6 +28,10 @@ type Pending struct {
 	Body   []byte      `json:"body,omitempty"`
 	// Created is when the request was first stored.
 	Created time.Time `json:"timestamp"`
+
+	// file is the name List read p from: entries written by older versions
+	// are named by their key alone, and must be removed under that name.
+	file string
 }
 
 // Outbox keeps pending requests durably: one file per request in a
@@ -53,6 +57,9 @@ func (p Pending) ID() string {
 
 // File names are the ID: keys and URLs may hold any text.
 func (o *Outbox) path(p Pending) string {
+	if p.file != "" {
+		return filepath.Join(o.dir, p.file)
+	}
 	return filepath.Join(o.dir, p.ID()+".json")
 }
 
@@ -78,6 +85,7 @@ func (o *Outbox) Put(p Pending) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
+	p.file = "" // Put always writes under the ID
 	if err := os.Rename(tmp.Name(), o.path(p)); err != nil {
 		return fmt.Errorf("idemclient: outbox: %w", err)
 	}
@@ -116,6 +124,7 @@ func (o *Outbox) List() ([]Pending, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
 			continue
 		}
+		p.file = e.Name()
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })

@@ -482,17 +482,17 @@ export class IdemClient {
 export class MemoryOutbox {
   #m = new Map()
   async put(e) {
-    this.#m.set(e.id, structuredClone(e))
+    this.#m.set(e.id, JSON.stringify(e))
   }
   async get(id) {
     const e = this.#m.get(id)
-    return e ? structuredClone(e) : undefined
+    return e === undefined ? undefined : JSON.parse(e)
   }
   async delete(id) {
     this.#m.delete(id)
   }
   async list() {
-    return [...this.#m.values()].map(e => structuredClone(e))
+    return [...this.#m.values()].map(e => JSON.parse(e))
   }
 }
 
