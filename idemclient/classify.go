@@ -22,6 +22,9 @@ const (
 // mobile app's error.details.conflictType.
 var conflictKinds = map[string]bool{
 	"payload_mismatch": true, "key_reused": true, "previous_failure": true, "response_not_stored": true,
+	// The first request's outcome is unknown (it stopped mid-way and the
+	// route does not run it again): it may have run.
+	"outcome_unknown": true,
 }
 
 // The mobile app's error codes (its {"success":false,"error":{...}} shape).
@@ -30,6 +33,7 @@ var mobileKinds = map[string]string{
 	"DUPLICATE_OPERATION":       "payload_mismatch",
 	"PREVIOUS_OPERATION_FAILED": "previous_failure",
 	"RESPONSE_NOT_STORED":       "response_not_stored",
+	"OUTCOME_UNKNOWN":           "outcome_unknown",
 }
 
 // ProblemKind returns the kind of idempotency problem an answer names, or

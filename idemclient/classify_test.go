@@ -21,6 +21,7 @@ func TestProblemKindShapes(t *testing.T) {
 		{"problem type path", problem, `{"type":"https://idem.example/problems/in_progress"}`, "in_progress"},
 		{"unrelated type path", problem, `{"type":"https://example.com/probs/out-of-credit"}`, ""},
 		{"mobile conflictType", plain, `{"success":false,"error":{"code":"DUPLICATE_OPERATION","details":{"conflictType":"key_reused"}}}`, "key_reused"},
+		{"outcome unknown", problem, `{"type":"https://x/problems.md#outcome_unknown","conflict_type":"outcome_unknown"}`, "outcome_unknown"},
 		{"mobile code", plain, `{"success":false,"error":{"code":"OPERATION_IN_PROGRESS"}}`, "in_progress"},
 		{"mobile duplicate", plain, `{"success":false,"error":{"code":"DUPLICATE_OPERATION"}}`, "payload_mismatch"},
 		{"stripe in progress", plain, `{"error":{"type":"idempotency_error","message":"There is currently another in-progress request using this Idempotent Key."}}`, "in_progress"},

@@ -15,8 +15,8 @@ var (
 	ErrInProgress = errors.New("idemclient: a request with this key is still in progress")
 	// ErrConflict: the server refused the key because it was used before
 	// for a different request (payload_mismatch, key_reused), or because its
-	// first use failed or was not stored (previous_failure,
-	// response_not_stored). The operation behind the key ran (or was
+	// first use failed, was not stored or has an unknown outcome
+	// (previous_failure, response_not_stored, outcome_unknown). The operation behind the key ran (or was
 	// tried): sending the request again with a new key may run it twice.
 	ErrConflict = errors.New("idemclient: the idempotency key conflicts with an earlier request")
 	// ErrGaveUp: no final answer after the last attempt (network errors,

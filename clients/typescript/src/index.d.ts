@@ -36,7 +36,7 @@ export class IdemError extends Error {
   name: 'IdemError'
   /**
    * conflict: the key belongs to an earlier request (payload_mismatch, key_reused,
-   * DUPLICATE_OPERATION, previous_failure, response_not_stored); it ran, do not
+   * DUPLICATE_OPERATION, previous_failure, response_not_stored, outcome_unknown); it ran, do not
    * resend with a new key. failed: a final non-2xx answer (in `response`).
    * in_progress / gave_up / offline / aborted: no outcome yet, the entry stays
    * pending. expired: older than giveUpAfter, dropped unsent.

@@ -14,7 +14,7 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE'])
 
 // idem's answers that bind the key to an earlier request: the first request
 // ran (or was tried), so a new key would run the operation again.
-export const CONFLICT_KINDS = new Set(['payload_mismatch', 'key_reused', 'previous_failure', 'response_not_stored'])
+export const CONFLICT_KINDS = new Set(['payload_mismatch', 'key_reused', 'previous_failure', 'response_not_stored', 'outcome_unknown'])
 
 // The mobile app's error codes, in its {"success":false,"error":{...}} shape.
 const MOBILE_CODES = {
@@ -22,13 +22,14 @@ const MOBILE_CODES = {
   DUPLICATE_OPERATION: 'payload_mismatch',
   PREVIOUS_OPERATION_FAILED: 'previous_failure',
   RESPONSE_NOT_STORED: 'response_not_stored',
+  OUTCOME_UNKNOWN: 'outcome_unknown',
 }
 
 /**
  * IdemError is every failure of the client. code says what happened:
  * - 'conflict': the server bound the key to another request (payload_mismatch,
  *   key_reused, the mobile app's 409 DUPLICATE_OPERATION, previous_failure,
- *   response_not_stored). The first request ran: do not resend with a new key.
+ *   response_not_stored, outcome_unknown). The first request ran: do not resend with a new key.
  * - 'failed': a final answer that is not a success (400, 401, 404, 422 from
  *   the API, the API's own 409...); `response` holds it.
  * - 'in_progress': the first request with the key still runs; the entry stays

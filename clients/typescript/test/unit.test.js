@@ -53,6 +53,7 @@ test('classify: replays are final, in_progress is retried, conflicts stop, the A
   assert.equal(classify(409, h(), '{"success":false,"error":{"code":"DUPLICATE_OPERATION"}}').verdict, 'conflict')
   assert.equal(classify(422, h(), '{"conflict_type":"payload_mismatch"}').verdict, 'conflict')
   assert.equal(classify(409, h(), '{"conflict_type":"previous_failure"}').verdict, 'conflict')
+  assert.equal(classify(409, h(), '{"conflict_type":"outcome_unknown"}').verdict, 'conflict')
   assert.equal(classify(409, h(), '{"success":true}').verdict, 'final')
   for (const s of [408, 429, 500, 502, 503, 504]) assert.equal(classify(s, h(), '').verdict, 'retry', String(s))
   for (const s of [400, 401, 404, 422, 501]) assert.equal(classify(s, h(), '{}').verdict, 'final', String(s))
