@@ -22,9 +22,9 @@
 //   - ErrConflict: the server bound the key to another request (422
 //     payload_mismatch or key_reused, the mobile app's 409
 //     DUPLICATE_OPERATION, previous_failure, response_not_stored,
-//     outcome_unknown). The first
-//     request ran: a new key would run the operation again. Treat it as a
-//     client bug, not as "retry with a new key".
+//     outcome_unknown). The first request ran: a new key would run the
+//     operation again. Treat it as a client bug, not as "retry with a new
+//     key".
 //   - ErrGaveUp: no answer after the last attempt; Error.MayHaveRun says
 //     whether it can have reached the server.
 //
