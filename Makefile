@@ -57,3 +57,9 @@ build: ## build bin/idem
 
 clean: ## remove build output and the demo's data
 	rm -rf bin idem-data
+
+# The TypeScript client (clients/typescript): `make test` runs its tests too.
+.PHONY: test-ts
+test: test-ts
+test-ts: ## the TypeScript client's tests (node --test; installs node_modules and chromium when missing)
+	./scripts/ts-test.sh

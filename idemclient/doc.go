@@ -1,8 +1,8 @@
 // Package idemclient is the client side of idem: an http.RoundTripper that
 // gives every mutating request an Idempotency-Key, retries it safely with the
 // same key, and can keep a durable outbox of requests whose outcome it never
-// saw, to send again after a crash or when the network returns (seed 001's
-// client practices).
+// saw, to send again after a crash or when the network returns (the mobile
+// app's client practices).
 //
 //	client := &http.Client{Transport: idemclient.NewTransport(nil,
 //		idemclient.WithOutbox(outbox))}
@@ -11,5 +11,28 @@
 // (a UUID) when the request has none and reuses it for every retry, so the
 // server runs the operation once and replays its response to the retries.
 // Requests are stored in the outbox before they are sent ("store keys
-// before request") and removed once a final response arrives.
+// before request") and removed once they have an outcome.
+//
+// The transport returns a response only when it is the request's outcome.
+// Otherwise it returns an *Error carrying the key, so that the caller can
+// send the same request again without running it twice:
+//
+//   - ErrInProgress: the first request with the key still runs (409
+//     in_progress in every profile); ask again later with Error.Key.
+//   - ErrConflict: the server bound the key to another request (422
+//     payload_mismatch or key_reused, the mobile app's 409
+//     DUPLICATE_OPERATION, previous_failure, response_not_stored,
+//     outcome_unknown). The first request ran: a new key would run the
+//     operation again. Treat it as a client bug, not as "retry with a new
+//     key".
+//   - ErrGaveUp: no answer after the last attempt; Error.MayHaveRun says
+//     whether it can have reached the server.
+//
+// The outbox keeps one entry per scope (the user: DefaultScope), method,
+// URL and key, since servers scope keys per user and endpoint. Credentials
+// (DefaultSecretHeaders: Authorization, Cookie, ...) are not written to it:
+// a token at rest in an app's files outlives its session and leaks with a
+// backup. Transport.Authorize puts them back when SendPending sends the
+// outbox, with the user's current token. Set SecretHeaders to an empty
+// slice to store every header instead.
 package idemclient

@@ -1,6 +1,7 @@
 package idemclient_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,4 +47,57 @@ func ExampleNewTransport() {
 	// charge 1 replayed: false
 	// charge 1 replayed: true
 	// pending: 0
+}
+
+// A request that got no answer is sent again with the key from the error,
+// so the server replays it instead of running it twice.
+func ExampleError() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	charges := 0
+	api := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{})(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) { charges++; fmt.Fprintf(w, "charge %d", charges) })))
+	defer api.Close()
+
+	// The network loses the answer of the only attempt.
+	lossy := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		res, err := http.DefaultTransport.RoundTrip(r)
+		if err == nil {
+			res.Body.Close()
+			err = errors.New("connection reset by peer")
+		}
+		return nil, err
+	})
+	client := &http.Client{Transport: idemclient.NewTransport(lossy, idemclient.WithMaxAttempts(1))}
+	_, err := client.Post(api.URL+"/charges", "application/json", strings.NewReader(`{"amount":1000}`))
+	var e *idemclient.Error
+	if errors.As(err, &e) {
+		fmt.Println("gave up:", errors.Is(err, idemclient.ErrGaveUp), "may have run:", e.MayHaveRun)
+	}
+
+	client = &http.Client{Transport: idemclient.NewTransport(nil)}
+	req, _ := http.NewRequest("POST", api.URL+"/charges", strings.NewReader(`{"amount":1000}`))
+	req.Header.Set("Idempotency-Key", e.Key)
+	res, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	fmt.Println(string(body), "replayed:", idemclient.Replayed(res))
+	// Output:
+	// gave up: true may have run: true
+	// charge 1 replayed: true
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The mobile app's 409 DUPLICATE_OPERATION, read as idem's payload_mismatch.
+func ExampleProblemKind() {
+	h := http.Header{"Content-Type": {"application/json"}}
+	body := `{"success":false,"error":{"code":"DUPLICATE_OPERATION","details":{"conflictType":"payload_mismatch"}}}`
+	fmt.Println(idemclient.ProblemKind(h, []byte(body)))
+	// Output: payload_mismatch
 }

@@ -14,8 +14,13 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-// Pending is a request whose final response has not been seen.
+// Pending is a request whose outcome has not been seen. Its identity in
+// the outbox is (Scope, Method, URL, Key): the mobile app's server scopes
+// keys per user and endpoint, so the same key may be pending for two users
+// or on two endpoints at once.
 type Pending struct {
+	// Scope tells apart callers that may share a key (Transport.Scope).
+	Scope  string      `json:"scope,omitempty"`
 	Key    string      `json:"idempotency_key"`
 	Method string      `json:"method"`
 	URL    string      `json:"url"`
@@ -23,6 +28,10 @@ type Pending struct {
 	Body   []byte      `json:"body,omitempty"`
 	// Created is when the request was first stored.
 	Created time.Time `json:"timestamp"`
+
+	// file is the name List read p from: entries written by older versions
+	// are named by their key alone, and must be removed under that name.
+	file string
 }
 
 // Outbox keeps pending requests durably: one file per request in a
@@ -40,12 +49,21 @@ func OpenOutbox(dir string) (*Outbox, error) {
 	return &Outbox{dir: dir}, nil
 }
 
-// File names are the key's hash: keys may hold any printable text.
-func (o *Outbox) path(key string) string {
-	return filepath.Join(o.dir, store.HashKey("outbox", key)+".json")
+// ID is p's identity in the outbox: a digest of its scope, method, URL and
+// key.
+func (p Pending) ID() string {
+	return store.HashKey("outbox", p.Scope+"\x00"+p.Method+"\x00"+p.URL+"\x00"+p.Key)
 }
 
-// Put stores p durably, replacing a request with the same key.
+// File names are the ID: keys and URLs may hold any text.
+func (o *Outbox) path(p Pending) string {
+	if p.file != "" {
+		return filepath.Join(o.dir, p.file)
+	}
+	return filepath.Join(o.dir, p.ID()+".json")
+}
+
+// Put stores p durably, replacing a request with the same ID.
 func (o *Outbox) Put(p Pending) error {
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -67,15 +85,16 @@ func (o *Outbox) Put(p Pending) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), o.path(p.Key)); err != nil {
+	p.file = "" // Put always writes under the ID
+	if err := os.Rename(tmp.Name(), o.path(p)); err != nil {
 		return fmt.Errorf("idemclient: outbox: %w", err)
 	}
 	return syncDir(o.dir)
 }
 
-// Remove deletes the request with key; a missing one is not an error.
-func (o *Outbox) Remove(key string) error {
-	err := os.Remove(o.path(key))
+// Remove deletes the request with p's ID; a missing one is not an error.
+func (o *Outbox) Remove(p Pending) error {
+	err := os.Remove(o.path(p))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("idemclient: outbox: %w", err)
 	}
@@ -105,6 +124,7 @@ func (o *Outbox) List() ([]Pending, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
 			continue
 		}
+		p.file = e.Name()
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
@@ -123,4 +143,14 @@ func syncDir(dir string) error {
 		return err
 	}
 	return nil
+}
+
+// Result is what SendPending did with one pending request: its outcome
+// (Response, its body in memory; close it all the same) or why it has none
+// (Err, an *Error or ErrExpired; the request stays pending unless it
+// expired or was refused with ErrConflict).
+type Result struct {
+	Pending  Pending
+	Response *http.Response
+	Err      error
 }

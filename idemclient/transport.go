@@ -3,12 +3,16 @@ package idemclient
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,28 +23,81 @@ import (
 // HeaderName is the request header that carries the key.
 const HeaderName = idemhttp.HeaderName
 
+// DefaultSecretHeaders are the request headers kept out of the outbox: the
+// credentials a stolen phone or a backup must not give away.
+var DefaultSecretHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"}
+
+// DefaultScopeHeaders are the headers DefaultScope reads: whatever tells the
+// server which user is calling.
+var DefaultScopeHeaders = []string{"Authorization", "Cookie", "X-User-ID", "X-Organization-ID"}
+
+// DefaultScope returns a digest of the request's DefaultScopeHeaders, or ""
+// when it has none. Servers scope keys per user (and endpoint, which the
+// outbox adds itself), so two users may send the same key; the outbox must
+// keep both. It is a digest so that no credential is stored.
+func DefaultScope(r *http.Request) string {
+	h := sha256.New()
+	any := false
+	for _, name := range DefaultScopeHeaders {
+		for _, v := range r.Header.Values(name) {
+			any = true
+			h.Write([]byte(name))
+			h.Write([]byte{0})
+			h.Write([]byte(v))
+			h.Write([]byte{0})
+		}
+	}
+	if !any {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // Transport attaches idempotency keys to mutating requests and retries them
 // with the same key. Its zero value works; nil fields have the defaults
 // their comments give.
+//
+// RoundTrip returns a response only when it is the request's outcome: a
+// first answer, or a replay. When there is none it returns an *Error that
+// carries the key: ErrInProgress while the first request with the key still
+// runs, ErrConflict when the server says the key belongs to another request,
+// ErrGaveUp after the last attempt.
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport.
 	Base http.RoundTripper
 	// NewKey makes a key for a request that has none; nil means a random
-	// UUID, as seed 001 recommends.
+	// UUID, one per user intent.
 	NewKey func() string
 	// MaxAttempts bounds the attempts per request; 0 means 4.
 	MaxAttempts int
-	// Backoff is the wait before attempt n (n >= 1) when the server sent
+	// Backoff is the wait before attempt n+1 (n >= 1) when the server sent
 	// no Retry-After; nil means 100 ms doubling up to 5 s, with jitter.
 	Backoff func(n int) time.Duration
 	// Outbox, when set, stores each request before it is sent and removes
-	// it once a final response arrives.
+	// it once it has an outcome.
 	Outbox *Outbox
 	// MaxAge is how old a pending request may be and still be sent again
-	// by SendPending; 0 means 24 h, the server's key TTL (seed 001).
+	// by SendPending; 0 means 24 h, the mobile app's key TTL.
 	MaxAge time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Scope tells apart callers that may share a key: the outbox keeps one
+	// entry per scope, method, URL and key. nil means DefaultScope.
+	Scope func(*http.Request) string
+	// SecretHeaders are left out of the outbox. nil means
+	// DefaultSecretHeaders; an empty non-nil slice stores every header.
+	// Requests sent again from the outbox get them back from Authorize.
+	SecretHeaders []string
+	// Authorize, when set, is called before each attempt of a request sent
+	// from the outbox (SendPending), to put back the credentials that were
+	// not stored; p is the stored request (its Scope and non-secret
+	// headers, such as X-User-ID, say whose it is). nil means such
+	// requests go without them. An error stops the request and is
+	// returned in its Result; it stays pending.
+	Authorize func(req *http.Request, p Pending) error
+	// PendingConcurrency bounds the requests SendPending sends at once; 0
+	// means 4.
+	PendingConcurrency int
 }
 
 // Option configures NewTransport.
@@ -61,8 +118,9 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 	return t
 }
 
-// Key returns the idempotency key the transport used for req's response,
-// from the request it sent.
+// Key returns the idempotency key the transport used for res, from the
+// request it sent. For a request without an outcome, the key is in the
+// returned *Error.
 func Key(res *http.Response) string {
 	if res == nil || res.Request == nil {
 		return ""
@@ -71,7 +129,7 @@ func Key(res *http.Response) string {
 }
 
 // Replayed reports whether the server answered from its stored outcome
-// (Idempotent-Replayed: true, or seed 001's X-Idempotency-Cached: true).
+// (Idempotent-Replayed: true, or the mobile app's X-Idempotency-Cached: true).
 func Replayed(res *http.Response) bool {
 	return res.Header.Get("Idempotent-Replayed") == "true" || res.Header.Get("X-Idempotency-Cached") == "true"
 }
@@ -107,78 +165,138 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			key = uuid.NewString()
 		}
 	}
-	p := Pending{Key: key, Method: req.Method, URL: req.URL.String(), Header: req.Header.Clone(), Body: body, Created: t.now()}
+	scope := DefaultScope
+	if t.Scope != nil {
+		scope = t.Scope
+	}
+	p := Pending{Scope: scope(req), Key: key, Method: req.Method, URL: req.URL.String(), Header: req.Header.Clone(), Body: body, Created: t.now()}
 	p.Header.Set(HeaderName, key)
 	if t.Outbox != nil {
-		if err := t.Outbox.Put(p); err != nil {
+		if err := t.Outbox.Put(t.stored(p)); err != nil {
 			return nil, err
 		}
 	}
-	return t.send(req.Context(), req, p)
+	return t.send(req.Context(), req, p, false)
 }
 
-// send tries p until a final response, then clears it from the outbox. A
-// request that never got one stays there for SendPending.
-func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending) (*http.Response, error) {
+// stored is p without its secret headers.
+func (t *Transport) stored(p Pending) Pending {
+	secret := t.SecretHeaders
+	if secret == nil {
+		secret = DefaultSecretHeaders
+	}
+	p.Header = p.Header.Clone()
+	for _, h := range secret {
+		p.Header.Del(h)
+	}
+	return p
+}
+
+// send tries p until it has an outcome, then clears it from the outbox. A
+// request without one stays there for SendPending. With fromOutbox, each
+// attempt is authorized by t.Authorize, and a failed connection is not
+// retried: the network is down, and SendPending will be called again when
+// it is back.
+func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending, fromOutbox bool) (*http.Response, error) {
 	max := t.MaxAttempts
 	if max <= 0 {
 		max = 4
 	}
-	var lastErr error
+	e := &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: fromOutbox}
 	for attempt := 1; ; attempt++ {
+		e.Attempts = attempt
 		req, err := p.request(ctx, orig)
 		if err != nil {
 			return nil, err
 		}
+		if fromOutbox && t.Authorize != nil {
+			if err := t.Authorize(req, p); err != nil {
+				e.Err = err
+				return nil, e
+			}
+		}
 		res, err := t.base().RoundTrip(req)
-		if err == nil && !retryable(res) {
-			if t.Outbox != nil {
-				if rerr := t.Outbox.Remove(p.Key); rerr != nil {
-					res.Body.Close()
-					return nil, rerr
-				}
-			}
-			return res, nil
-		}
-		if attempt >= max || ctx.Err() != nil {
-			if err != nil {
-				return nil, fmt.Errorf("idemclient: %s %s (key %s) after %d attempts: %w", p.Method, p.URL, p.Key, attempt, err)
-			}
-			return res, nil // the last retryable answer; the request stays pending
-		}
-		wait := t.backoff(attempt)
+		var wait time.Duration
 		if err != nil {
-			lastErr = err
-		} else {
-			if ra := retryAfter(res.Header.Get("Retry-After")); ra > 0 {
-				wait = ra
+			offline := unreachable(err)
+			if !offline {
+				e.MayHaveRun = true
 			}
-			io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-			res.Body.Close()
+			e.Status, e.Header, e.Body, e.Kind = 0, nil, nil, ""
+			e.Err = errors.Join(ErrGaveUp, err)
+			if offline && fromOutbox {
+				e.Err = errors.Join(ErrOffline, err)
+				return nil, e
+			}
+		} else {
+			e.MayHaveRun = true
+			body, rerr := io.ReadAll(io.LimitReader(res.Body, 64<<10+1))
+			if rerr != nil || len(body) > 64<<10 {
+				// Too long for a problem or unreadable: not one of idem's
+				// answers; hand it on as it is.
+				res.Body = struct {
+					io.Reader
+					io.Closer
+				}{io.MultiReader(bytes.NewReader(body), res.Body), res.Body}
+				body = nil
+			} else {
+				res.Body.Close()
+				res.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			v, kind := classify(res, body)
+			switch v {
+			case final:
+				return res, t.done(p)
+			case conflict:
+				e.Status, e.Header, e.Body, e.Kind = res.StatusCode, res.Header, body, kind
+				e.Err = ErrConflict
+				// Sending it again cannot succeed: it leaves the outbox.
+				if err := t.done(p); err != nil {
+					return nil, errors.Join(e, err)
+				}
+				return nil, e
+			case running:
+				e.Err = ErrInProgress
+			default:
+				e.Err = ErrGaveUp
+			}
+			e.Status, e.Header, e.Body, e.Kind = res.StatusCode, res.Header, body, kind
+			wait = retryAfter(res.Header.Get("Retry-After"))
+		}
+		if attempt >= max {
+			return nil, e
+		}
+		if wait <= 0 {
+			wait = t.backoff(attempt)
 		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, errors.Join(ctx.Err(), lastErr)
+			e.Err = errors.Join(e.Err, ctx.Err())
+			return nil, e
 		case <-timer.C:
 		}
 	}
 }
 
-// retryable answers say nothing ran, or that the first run is still going:
-// the same key is safe to send again. A 409 is retried only when it says
-// when to come back (idem's in_progress carries Retry-After); a 409 that is
-// the operation's own stored outcome is final.
-func retryable(res *http.Response) bool {
-	switch res.StatusCode {
-	case http.StatusConflict:
-		return res.Header.Get("Retry-After") != ""
-	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+// done clears p from the outbox.
+func (t *Transport) done(p Pending) error {
+	if t.Outbox == nil {
+		return nil
+	}
+	return t.Outbox.Remove(p)
+}
+
+// unreachable reports whether err says the request never left: the
+// connection or the name lookup failed.
+func unreachable(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return false
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
 
 func (t *Transport) backoff(n int) time.Duration {
@@ -233,40 +351,89 @@ func readAll(req *http.Request) ([]byte, error) {
 	return io.ReadAll(req.Body)
 }
 
-// SendPending sends every pending request of the outbox again with its key
-// (seed 001's retryPendingRequests: on start-up, or when the network comes
-// back). Requests older than MaxAge are dropped unsent: the server has
-// forgotten their keys, and sending them could run them twice. It returns
-// the responses it got, by key; their bodies are closed.
-func (t *Transport) SendPending(ctx context.Context) (map[string]int, error) {
+// SendPending sends the outbox's pending requests again, each with its key
+// (on start-up, or when the network comes back), at most
+// PendingConcurrency at a time, and returns one Result per request, oldest
+// first: its outcome (the body read into memory, so it can be read after
+// the connection is gone) or its error. Requests older than MaxAge are
+// dropped unsent with ErrExpired: the server has forgotten their keys, and
+// sending them could run them twice. When a connection cannot be made, the
+// requests not yet sent are left pending with ErrOffline instead of each
+// waiting out its own backoff. The error joins the outbox's own errors and
+// ErrOffline when the server was unreachable.
+//
+// Only one SendPending of a Transport should run at a time; two processes
+// sharing an outbox directory may send the same request twice, which the
+// server answers with one execution and a replay.
+func (t *Transport) SendPending(ctx context.Context) ([]Result, error) {
 	if t.Outbox == nil {
 		return nil, errors.New("idemclient: no outbox")
 	}
-	pending, err := t.Outbox.List()
+	pending, listErr := t.Outbox.List()
 	maxAge := t.MaxAge
 	if maxAge <= 0 {
 		maxAge = 24 * time.Hour
 	}
-	statuses := map[string]int{}
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
+	n := t.PendingConcurrency
+	if n <= 0 {
+		n = 4
 	}
-	for _, p := range pending {
+	results := make([]Result, len(pending))
+	var down atomic.Bool
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, n)
+	for i, p := range pending {
+		results[i].Pending = p
 		if t.now().Sub(p.Created) > maxAge {
-			if err := t.Outbox.Remove(p.Key); err != nil {
-				errs = append(errs, err)
+			results[i].Err = ErrExpired
+			if err := t.Outbox.Remove(p); err != nil {
+				results[i].Err = errors.Join(ErrExpired, err)
 			}
 			continue
 		}
-		res, err := t.send(ctx, nil, p)
-		if err != nil {
-			errs = append(errs, err)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			results[i].Err = ctx.Err()
 			continue
 		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		statuses[p.Key] = res.StatusCode
+		if down.Load() {
+			<-sem
+			results[i].Err = offlineError(p)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if down.Load() {
+				results[i].Err = offlineError(p)
+				return
+			}
+			res, err := t.send(ctx, nil, p, true)
+			if errors.Is(err, ErrOffline) {
+				down.Store(true)
+			}
+			if res != nil {
+				body, rerr := io.ReadAll(res.Body)
+				res.Body.Close()
+				res.Body = io.NopCloser(bytes.NewReader(body))
+				if rerr != nil {
+					res, err = nil, &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: true, Err: errors.Join(ErrGaveUp, rerr)}
+				}
+			}
+			results[i].Response, results[i].Err = res, err
+		}()
 	}
-	return statuses, errors.Join(errs...)
+	wg.Wait()
+	errs := []error{listErr}
+	if down.Load() {
+		errs = append(errs, ErrOffline)
+	}
+	return results, errors.Join(errs...)
+}
+
+// offlineError is the Result of a request SendPending did not send. It may
+// have run on an earlier attempt, before it was stored or the process died.
+func offlineError(p Pending) error {
+	return &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: true, Err: ErrOffline}
 }

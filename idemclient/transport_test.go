@@ -189,10 +189,11 @@ func TestOutboxSurvivesACrash(t *testing.T) {
 	// The restarted app reopens the outbox and sends what is pending.
 	ob2, _ := idemclient.OpenOutbox(dir)
 	tr2 := idemclient.NewTransport(nil, idemclient.WithOutbox(ob2))
-	statuses, err := tr2.SendPending(context.Background())
-	if err != nil || statuses[pending[0].Key] != 200 {
-		t.Fatalf("SendPending: %v %v", statuses, err)
+	results, err := tr2.SendPending(context.Background())
+	if err != nil || len(results) != 1 || results[0].Pending.Key != pending[0].Key || results[0].Response.StatusCode != 200 {
+		t.Fatalf("SendPending: %v %v", results, err)
 	}
+	results[0].Response.Body.Close()
 	if left, _ := ob2.List(); len(left) != 0 {
 		t.Fatalf("%d requests still pending", len(left))
 	}
@@ -208,11 +209,20 @@ func TestOutboxDropsExpiredRequests(t *testing.T) {
 	ob.Put(idemclient.Pending{Key: "old", Method: "POST", URL: a.url + "/x", Body: []byte(`{}`), Created: old})
 	ob.Put(idemclient.Pending{Key: "fresh", Method: "POST", URL: a.url + "/x", Body: []byte(`{}`), Created: time.Now()})
 	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob))
-	statuses, err := tr.SendPending(context.Background())
+	results, err := tr.SendPending(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, sent := statuses["old"]; sent || statuses["fresh"] != 200 {
+	statuses := map[string]string{}
+	for _, r := range results {
+		if r.Response != nil {
+			r.Response.Body.Close()
+			statuses[r.Pending.Key] = r.Response.Status
+		} else {
+			statuses[r.Pending.Key] = r.Err.Error()
+		}
+	}
+	if !errors.Is(results[0].Err, idemclient.ErrExpired) || statuses["fresh"] != "200 OK" {
 		t.Fatalf("statuses %v", statuses)
 	}
 	if total, keys := a.executions(); total != 1 || a.runs["fresh"] != 1 || keys != 1 {
