@@ -125,8 +125,9 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	if _, err := s.held(f); err != nil {
-		return err
+	cur, ok := s.records[f.KeyHash]
+	if !ok || cur.Token != f.Token || cur.State == store.Succeeded {
+		return store.ErrLeaseLost
 	}
 	delete(s.records, f.KeyHash)
 	return nil
