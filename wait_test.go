@@ -37,6 +37,13 @@ func parked(t *testing.T, eng *idem.Engine, key string, n int) {
 	}
 }
 
+// woken bounds a waiter: one that is woken returns within milliseconds,
+// one that is not would wait for its hour-long Policy.Wait, so it fails
+// with this deadline instead (generous: the machine is shared).
+func woken() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(bg, 20*time.Second)
+}
+
 // holder starts a call on eng that runs until finish is closed, and
 // returns once it holds the key.
 func holder(t *testing.T, eng *idem.Engine, key string, v []byte, err error) (finish chan struct{}, done <-chan error) {
@@ -59,7 +66,7 @@ func holder(t *testing.T, eng *idem.Engine, key string, v []byte, err error) (fi
 // holder ends, woken by it, not by polling: polling is set to hours.
 func TestWaiterWokenInProcess(t *testing.T) {
 	st := &reads{Store: memory.New()}
-	eng := idem.New(st, idem.Policy{Wait: time.Minute, CleanupInterval: -1}, quiet)
+	eng := idem.New(st, idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet)
 	idem.SetPolling(eng, time.Hour, time.Hour)
 
 	finish, done := holder(t, eng, "k", []byte("charged"), nil)
@@ -72,7 +79,9 @@ func TestWaiterWokenInProcess(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			op := &counter{}
-			res, err := eng.Do(bg, call("k"), op.fn)
+			ctx, cancel := woken()
+			defer cancel()
+			res, err := eng.Do(ctx, call("k"), op.fn)
 			if err == nil && (!res.Replayed || string(res.Value) != "charged" || op.n.Load() != 0) {
 				err = errors.New("waiter did not get the holder's outcome: " + string(res.Value))
 			}
@@ -101,13 +110,15 @@ func TestWaiterWokenInProcess(t *testing.T) {
 // TestWaiterWokenByRelease: a holder whose call failed and was released
 // wakes its waiters, and one of them runs the operation.
 func TestWaiterWokenByRelease(t *testing.T) {
-	eng := idem.New(memory.New(), idem.Policy{Wait: time.Minute, CleanupInterval: -1}, quiet)
+	eng := idem.New(memory.New(), idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet)
 	idem.SetPolling(eng, time.Hour, time.Hour)
 	finish, done := holder(t, eng, "k", nil, errors.New("card_declined"))
 	op := &counter{value: "v"}
 	waited := make(chan error, 1)
 	go func() {
-		res, err := eng.Do(bg, call("k"), op.fn)
+		ctx, cancel := woken()
+		defer cancel()
+		res, err := eng.Do(ctx, call("k"), op.fn)
 		if err == nil && (res.Replayed || op.n.Load() != 1) {
 			err = errors.New("the waiter did not run the operation")
 		}
@@ -128,13 +139,15 @@ func TestWaiterWokenByRelease(t *testing.T) {
 // the store's Notifier wakes the waiter of the other engine.
 func TestWaiterWokenAcrossEngines(t *testing.T) {
 	st := memory.New()
-	p := idem.Policy{Wait: time.Minute, CleanupInterval: -1}
+	p := idem.Policy{Wait: time.Hour, CleanupInterval: -1}
 	gw1, gw2 := idem.New(st, p, quiet), idem.New(st, p, quiet)
 	idem.SetPolling(gw2, time.Hour, time.Hour)
 	finish, done := holder(t, gw1, "k", []byte("charged"), nil)
 	waited := make(chan error, 1)
 	go func() {
-		res, err := gw2.Do(bg, call("k"), (&counter{}).fn)
+		ctx, cancel := woken()
+		defer cancel()
+		res, err := gw2.Do(ctx, call("k"), (&counter{}).fn)
 		if err == nil && string(res.Value) != "charged" {
 			err = errors.New("wrong outcome " + string(res.Value))
 		}
