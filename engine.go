@@ -124,6 +124,24 @@ type Option func(*shared)
 // use it to expire leases and records without sleeping.
 func WithClock(now func() time.Time) Option { return func(s *shared) { s.now = now } }
 
+// WithWaitPolling sets how often a caller waiting for a running call
+// (Policy.Wait) reads the record when nothing wakes it: first, doubling up
+// to max. The defaults are 5 ms and DefaultPollCap (250 ms). Waiters are
+// woken without polling by a holder in the same process, and by the
+// store's Notifier when it has one; then they read only every max, as a
+// safety net, and max is the longest a lost notification can delay them.
+// Non-positive values keep the defaults.
+func WithWaitPolling(first, max time.Duration) Option {
+	return func(s *shared) {
+		if first > 0 {
+			s.pollStart = first
+		}
+		if max > 0 {
+			s.pollCap = max
+		}
+	}
+}
+
 // WithLogger sets the logger for background work (cleanup, lease renewal).
 // The default is slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(s *shared) { s.logger = l } }

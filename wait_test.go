@@ -37,6 +37,10 @@ func parked(t *testing.T, eng *idem.Engine, key string, n int) {
 	}
 }
 
+// noPolling makes waiters read the record once an hour: a waiter that
+// returns sooner was woken.
+var noPolling = idem.WithWaitPolling(time.Hour, time.Hour)
+
 // woken bounds a waiter: one that is woken returns within milliseconds,
 // one that is not would wait for its hour-long Policy.Wait, so it fails
 // with this deadline instead (generous: the machine is shared).
@@ -66,8 +70,7 @@ func holder(t *testing.T, eng *idem.Engine, key string, v []byte, err error) (fi
 // holder ends, woken by it, not by polling: polling is set to hours.
 func TestWaiterWokenInProcess(t *testing.T) {
 	st := &reads{Store: memory.New()}
-	eng := idem.New(st, idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet)
-	idem.SetPolling(eng, time.Hour, time.Hour)
+	eng := idem.New(st, idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet, noPolling)
 
 	finish, done := holder(t, eng, "k", []byte("charged"), nil)
 	const waiters = 8
@@ -110,8 +113,7 @@ func TestWaiterWokenInProcess(t *testing.T) {
 // TestWaiterWokenByRelease: a holder whose call failed and was released
 // wakes its waiters, and one of them runs the operation.
 func TestWaiterWokenByRelease(t *testing.T) {
-	eng := idem.New(memory.New(), idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet)
-	idem.SetPolling(eng, time.Hour, time.Hour)
+	eng := idem.New(memory.New(), idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet, noPolling)
 	finish, done := holder(t, eng, "k", nil, errors.New("card_declined"))
 	op := &counter{value: "v"}
 	waited := make(chan error, 1)
@@ -140,8 +142,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 func TestWaiterWokenAcrossEngines(t *testing.T) {
 	st := memory.New()
 	p := idem.Policy{Wait: time.Hour, CleanupInterval: -1}
-	gw1, gw2 := idem.New(st, p, quiet), idem.New(st, p, quiet)
-	idem.SetPolling(gw2, time.Hour, time.Hour)
+	gw1, gw2 := idem.New(st, p, quiet), idem.New(st, p, quiet, noPolling)
 	finish, done := holder(t, gw1, "k", []byte("charged"), nil)
 	waited := make(chan error, 1)
 	go func() {
