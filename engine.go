@@ -227,6 +227,8 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	}
 	var w waiter
 	defer w.stop()
+	woken := false
+	var handed *store.Record // the outcome handed over by a holder in this process
 	backoff := e.pollStart
 	for {
 		now := e.now()
@@ -248,7 +250,15 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			Now:           now,
 			TakeOverStale: e.policy.OnStale == OnStaleRetry,
 		}
-		res, err := e.store.Reserve(ctx, req)
+		var res store.Reservation
+		if handed != nil {
+			res.Existing, handed = *handed, nil
+		} else if cur, ok := e.ended(ctx, woken, c.Scope, keyHash, now); ok {
+			res.Existing = cur
+		} else {
+			res, err = e.store.Reserve(ctx, req)
+		}
+		woken = false
 		if err != nil {
 			if ctx.Err() != nil {
 				return Result{}, context.Cause(ctx)
@@ -315,14 +325,34 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			return Result{}, context.Cause(ctx)
 		case <-w.local:
 			t.Stop()
+			handed, _ = w.value().(*store.Record)
 			w.stop()
+			woken = true
 		case <-w.remote:
 			t.Stop()
 			w.stop()
+			woken = true
 		case <-t.C:
 		}
 		backoff = min(backoff*2, e.pollCap)
 	}
+}
+
+// ended returns the record of keyHash when a woken waiter finds it
+// completed. A read answers it: on stores whose reservation writes even
+// when it finds a record (PostgreSQL's takes a row lock), a crowd of woken
+// duplicates would otherwise queue on the row the holder just released.
+// Anything else (released, still or again in progress, a store error) is
+// left to Reserve.
+func (e *Engine) ended(ctx context.Context, woken bool, scope, keyHash string, now time.Time) (store.Record, bool) {
+	if !woken {
+		return store.Record{}, false
+	}
+	cur, err := e.store.Get(ctx, scope, keyHash, now)
+	if err != nil || cur.State == store.InProgress {
+		return store.Record{}, false
+	}
+	return cur, true
 }
 
 // waiter is a caller's subscription to the end of the call that holds its
@@ -330,13 +360,14 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 // store is no Notifier or cannot listen now) by a holder anywhere.
 type waiter struct {
 	local, remote  <-chan struct{}
+	value          func() any
 	unsubL, unsubR func()
 }
 
 func (w *waiter) subscribed() bool { return w.local != nil }
 
 func (w *waiter) start(ctx context.Context, e *Engine, scope, keyHash string) {
-	w.local, w.unsubL = e.waiters.Subscribe(keyHash)
+	w.local, w.value, w.unsubL = e.waiters.SubscribeValue(keyHash)
 	if n, ok := e.store.(store.Notifier); ok {
 		ch, unsub, err := n.Subscribe(ctx, scope, keyHash)
 		if err == nil {
@@ -481,18 +512,35 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 		werr = nil
 	}
 	if werr == nil {
-		e.ended(ctx, rec.Scope, rec.KeyHash)
+		var final *store.Record
+		if !release {
+			final = &rec
+			final.State, final.Value, final.UpdatedAt, final.ExpiresAt = res.State, stored, now, now.Add(e.policy.TTL)
+		}
+		e.announce(ctx, rec.Scope, rec.KeyHash, final)
 	}
 	return res, werr
 }
 
-// ended wakes the callers waiting for keyHash: those in this process at
-// once, those in other processes through the store's Notifier. The remote
+// announce wakes the callers waiting for keyHash: those in this process at
+// once, handing them final, the record as stored (nil when the key was
+// released), so that they need not read it; those in other processes
+// through the store's Notifier. The remote
 // notification costs a round trip, so it is sent only by policies that
 // wait (Policy.Wait): replicas share their routes' policies, so a key
 // nobody waits for is never announced.
-func (e *Engine) ended(ctx context.Context, scope, keyHash string) {
-	e.waiters.Wake(keyHash)
+func (e *Engine) announce(ctx context.Context, scope, keyHash string, final *store.Record) {
+	if final == nil {
+		e.waiters.Wake(keyHash)
+	} else {
+		e.waiters.WakeWith(keyHash, func() any {
+			// The caller of Do owns the value it returned and may reuse
+			// its buffer: the waiters get a copy.
+			r := *final
+			r.Value = bytes.Clone(final.Value)
+			return &r
+		})
+	}
 	if e.policy.Wait <= 0 {
 		return
 	}

@@ -77,17 +77,21 @@ func mustSubscribe(t testing.TB, n store.Notifier, keyHash string) (<-chan struc
 	}
 }
 
-// spy passes calls to a store that notifies, and notes when a waiter has
-// subscribed and when the last Complete returned.
+// spy passes calls to a store that notifies, and counts reservations
+// (a waiter parks after its second: one finds the key held, one more once
+// subscribed) and notes when the last Complete returned.
 type spy struct {
 	store.Store
-	n          store.Notifier
-	subscribed chan struct{}
-	completed  atomic.Int64 // unix ns
+	n         store.Notifier
+	reserves  atomic.Int64
+	completed atomic.Int64 // unix ns
 }
 
-func newSpy(s store.Store) *spy {
-	return &spy{Store: s, n: s.(store.Notifier), subscribed: make(chan struct{}, 1024)}
+func newSpy(s store.Store) *spy { return &spy{Store: s, n: s.(store.Notifier)} }
+
+func (s *spy) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
+	defer s.reserves.Add(1)
+	return s.Store.Reserve(ctx, req)
 }
 
 func (s *spy) Complete(ctx context.Context, c store.Completion) error {
@@ -103,14 +107,7 @@ func (s *spy) Notify(ctx context.Context, scope, keyHash string) error {
 }
 
 func (s *spy) Subscribe(ctx context.Context, scope, keyHash string) (<-chan struct{}, func(), error) {
-	ch, cancel, err := s.n.Subscribe(ctx, scope, keyHash)
-	if err == nil {
-		select {
-		case s.subscribed <- struct{}{}:
-		default:
-		}
-	}
-	return ch, cancel, err
+	return s.n.Subscribe(ctx, scope, keyHash)
 }
 
 // RunWake checks that callers waiting for a running call are woken when
@@ -171,9 +168,6 @@ func RunWake(t *testing.T, a, b store.Store) {
 func wakeOnce(t *testing.T, eh, ew *idem.Engine, sub, hold *spy, key string, n int) time.Duration {
 	t.Helper()
 	call := idem.Call{Scope: "test", Key: key, Fingerprint: "fp", RequestID: "req-1"}
-	for len(sub.subscribed) > 0 {
-		<-sub.subscribed
-	}
 	started, finish := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
 	go func() {
@@ -185,6 +179,7 @@ func wakeOnce(t *testing.T, eh, ew *idem.Engine, sub, hold *spy, key string, n i
 		held <- err
 	}()
 	<-started
+	parkedAt := sub.reserves.Load() + int64(2*n)
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -213,17 +208,12 @@ func wakeOnce(t *testing.T, eh, ew *idem.Engine, sub, hold *spy, key string, n i
 			}
 		}()
 	}
-	for range n {
-		select {
-		case <-sub.subscribed:
-		case <-time.After(10 * time.Second):
+	for deadline := time.Now().Add(10 * time.Second); sub.reserves.Load() < parkedAt; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
 			close(finish)
-			t.Fatal("a waiter never subscribed")
+			t.Fatal("the waiters never parked")
 		}
 	}
-	// Subscribed, each waiter reads the record once more before parking;
-	// give that read a moment so that it is the wake-up that is measured.
-	time.Sleep(2 * time.Millisecond)
 	close(finish)
 	if err := <-held; err != nil {
 		t.Fatalf("holder: %v", err)
