@@ -409,8 +409,8 @@ func newToken() uint64 {
 }
 
 // tokenContext is the context fn runs with: the run's cancelable context,
-// plus the reservation's fencing token for TokenFromContext. One type
-// instead of context.WithValue saves an allocation per call.
+// plus the reservation's fencing token for TokenFromContext. A field of
+// hold rather than context.WithValue: no allocation of its own.
 type tokenContext struct {
 	context.Context
 	token uint64
@@ -441,12 +441,11 @@ const panicFailure = "idem: the operation panicked"
 // run executes fn for the reservation rec and records its outcome.
 func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stopRenew := e.renew(runCtx, f, cancel)
+	h := e.newHold(ctx, f)
 	finished := false
 	defer func() {
-		stopRenew()
-		cancel(nil)
+		h.stop()
+		h.cancel(nil)
 		if !finished {
 			// fn panicked (or called runtime.Goexit) after it started: it
 			// may have done its work, so the outcome is unknown. Record
@@ -460,9 +459,9 @@ func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Fu
 		}
 	}()
 
-	v, ferr := fn(&tokenContext{Context: runCtx, token: rec.Token})
+	v, ferr := fn(h.ctx())
 	finished = true
-	stopRenew()
+	h.stop()
 	res, werr := e.finish(ctx, rec, f, v, ferr)
 	res.TookOver = tookOver
 	if werr != nil {
@@ -615,58 +614,79 @@ func failureValue(err error) []byte {
 	return []byte(err.Error())
 }
 
-// renew extends the lease every third of its length until stop is called.
-// If the lease is lost, the operation's context is canceled with cause
-// ErrLeaseLost so it can stop early. It uses a timer rather than a goroutine
-// with a ticker: most operations end long before the first renewal, and a
-// timer that never fires costs almost nothing.
-func (e *Engine) renew(ctx context.Context, f store.Fence, cancel context.CancelCauseFunc) (stop func()) {
-	var (
-		mu      sync.Mutex
-		stopped bool // guarded by mu
-		running sync.WaitGroup
-		timer   *time.Timer
-	)
-	every := e.policy.Lease / 3
-	tick := func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		running.Add(1)
-		mu.Unlock()
-		defer running.Done()
-		err := e.store.Renew(ctx, f, e.now().Add(e.policy.Lease))
-		switch {
-		case errors.Is(err, store.ErrLeaseLost):
-			cancel(ErrLeaseLost)
-			return
-		case err != nil && ctx.Err() == nil:
-			e.logger.Warn("idem: lease renewal failed", "scope", f.Scope, "err", err)
-		case ctx.Err() != nil:
-			return
-		}
-		mu.Lock()
-		if !stopped {
-			timer.Reset(every)
-		}
-		mu.Unlock()
+// hold is one reservation while its operation runs: the context the
+// operation runs with (its cancelable context plus the fencing token), and
+// the renewal of its lease. One allocation holds it all; the lease is
+// renewed every third of its length until stop is called. If the lease is
+// lost, the operation's context is canceled with cause ErrLeaseLost so it
+// can stop early. A timer rather than a goroutine with a ticker: most
+// operations end long before the first renewal, and a timer that never
+// fires costs almost nothing.
+type hold struct {
+	tokenContext
+	e      *Engine
+	f      store.Fence
+	cancel context.CancelCauseFunc
+	every  time.Duration
+
+	mu      sync.Mutex
+	stopped bool        // guarded by mu
+	timer   *time.Timer // guarded by mu
+	running sync.WaitGroup
+}
+
+// newHold starts renewing f's lease; the operation runs with h.ctx().
+func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	h := &hold{tokenContext: tokenContext{Context: runCtx, token: f.Token}, e: e, f: f, cancel: cancel, every: e.policy.Lease / 3}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(h.every, h.tick)
+	h.mu.Unlock()
+	return h
+}
+
+// ctx is the context the operation runs with.
+func (h *hold) ctx() context.Context { return &h.tokenContext }
+
+func (h *hold) tick() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
 	}
-	mu.Lock()
-	timer = time.AfterFunc(every, tick)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
-		running.Wait() // a renewal in flight finishes before the outcome is written
+	h.running.Add(1)
+	h.mu.Unlock()
+	defer h.running.Done()
+	e, ctx := h.e, h.tokenContext.Context
+	err := e.store.Renew(ctx, h.f, e.now().Add(e.policy.Lease))
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		h.cancel(ErrLeaseLost)
+		return
+	case err != nil && ctx.Err() == nil:
+		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)
+	case ctx.Err() != nil:
+		return
 	}
+	h.mu.Lock()
+	if !h.stopped {
+		h.timer.Reset(h.every)
+	}
+	h.mu.Unlock()
+}
+
+// stop ends the renewals; a renewal in flight finishes before stop
+// returns, so that it never lands after the outcome is written.
+func (h *hold) stop() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	h.timer.Stop()
+	h.mu.Unlock()
+	h.running.Wait()
 }
 
 // Lookup returns the live record of key in scope, or an error matching
