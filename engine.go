@@ -689,8 +689,10 @@ func (h *hold) stop() {
 	h.running.Wait()
 }
 
-// Lookup returns the live record of key in scope, or an error matching
-// store.ErrNotFound. The key is validated as Do would.
+// Lookup returns the live record of key in scope, as stored, or an error
+// matching store.ErrNotFound. The key is validated as Do would. A failed
+// record whose outcome is unknown carries a marker in its Value:
+// OutcomeUnknown tells it from a plain failure and strips the marker.
 func (e *Engine) Lookup(ctx context.Context, scope, key string) (store.Record, error) {
 	key, err := ValidateKey(key, e.policy.MaxKeyBytes)
 	if err != nil {
