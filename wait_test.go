@@ -182,3 +182,40 @@ func TestWaiterGivesUpAtWait(t *testing.T) {
 		t.Fatalf("%d subscriptions left", n)
 	}
 }
+
+// deaf is a store whose Notifier subscribes but never delivers: every
+// notification is lost, as on a listener connection that broke unnoticed.
+type deaf struct{ store.Store }
+
+func (deaf) Notify(context.Context, string, string) error { return nil }
+func (deaf) Subscribe(context.Context, string, string) (<-chan struct{}, func(), error) {
+	return make(chan struct{}), func() {}, nil
+}
+
+// TestLostNotificationPollCap: a waiter whose notification never comes
+// still gets the outcome, by its safety-net poll, every poll cap.
+func TestLostNotificationPollCap(t *testing.T) {
+	st := memory.New()
+	p := idem.Policy{Wait: time.Hour, CleanupInterval: -1}
+	gw1 := idem.New(deaf{st}, p, quiet)
+	gw2 := idem.New(deaf{st}, p, quiet, idem.WithWaitPolling(time.Hour, 20*time.Millisecond))
+	finish, done := holder(t, gw1, "k", []byte("charged"), nil)
+	waited := make(chan error, 1)
+	go func() {
+		ctx, cancel := woken()
+		defer cancel()
+		res, err := gw2.Do(ctx, call("k"), (&counter{}).fn)
+		if err == nil && string(res.Value) != "charged" {
+			err = errors.New("wrong outcome " + string(res.Value))
+		}
+		waited <- err
+	}()
+	parked(t, gw2, "k", 1)
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+}
