@@ -110,6 +110,8 @@ type shared struct {
 	// pollStart is a waiter's first interval when the store does not
 	// notify; it doubles up to pollCap.
 	pollStart time.Duration
+	// notifier is the store's Notifier (store.NotifierOf), nil if none.
+	notifier store.Notifier
 }
 
 // DefaultPollCap bounds the interval between two reads of the record by a
@@ -158,6 +160,7 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 	for _, o := range opts {
 		o(sh)
 	}
+	sh.notifier, _ = store.NotifierOf(s)
 	return &Engine{store: s, policy: p, shared: sh}
 }
 
@@ -368,7 +371,7 @@ func (w *waiter) subscribed() bool { return w.local != nil }
 
 func (w *waiter) start(ctx context.Context, e *Engine, scope, keyHash string) {
 	w.local, w.value, w.unsubL = e.waiters.SubscribeValue(keyHash)
-	if n, ok := e.store.(store.Notifier); ok {
+	if n := e.notifier; n != nil {
 		ch, unsub, err := n.Subscribe(ctx, scope, keyHash)
 		if err == nil {
 			w.remote, w.unsubR = ch, unsub
@@ -543,8 +546,8 @@ func (e *Engine) announce(ctx context.Context, scope, keyHash string, final *sto
 	if e.policy.Wait <= 0 {
 		return
 	}
-	n, ok := e.store.(store.Notifier)
-	if !ok {
+	n := e.notifier
+	if n == nil {
 		return
 	}
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyTimeout)
