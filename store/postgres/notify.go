@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,7 +34,13 @@ func (s *Store) listener() *wakeup.Listener {
 			if err != nil {
 				return err
 			}
-			defer conn.Close(context.WithoutCancel(ctx))
+			defer func() {
+				// Bounded: a server that stopped answering must not hold up
+				// Close.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				defer cancel()
+				_ = conn.Close(cctx)
+			}()
 			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 				return err
 			}
