@@ -122,6 +122,13 @@ func RunWake(t *testing.T, a, b store.Store) {
 	noPolling := idem.WithWaitPolling(time.Hour, time.Hour)
 	ea, eb := idem.New(sa, p, noPolling), idem.New(sb, p, noPolling)
 	t.Cleanup(func() { ea.Close(); eb.Close() })
+	// The first subscription starts a store's listener and waits for it a
+	// little; a waiter that finds it not yet listening polls, which these
+	// tests set to hours. Start both listeners first.
+	for _, n := range []store.Notifier{sa, sb} {
+		_, cancel := mustSubscribe(t, n, store.HashKey("test", "warm-up"))
+		cancel()
+	}
 
 	t.Run("Woken", func(t *testing.T) {
 		for _, tc := range []struct {
