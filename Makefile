@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -63,3 +63,6 @@ clean: ## remove build output and the demo's data
 test: test-ts
 test-ts: ## the TypeScript client's tests (node --test; installs node_modules and chromium when missing)
 	./scripts/ts-test.sh
+
+bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, the file store, PostgreSQL and Redis
+	$(GO) test -run '^TestWake$$' -count=1 -v ./store/memory ./store/file ./store/postgres ./store/redis | grep -E 'replay after|^(ok|FAIL|---)'

@@ -622,3 +622,10 @@ func TestCountExpired(t *testing.T) {
 		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
 	}
 }
+
+// TestWake: two engines over one file store (the gateway's routes) wake
+// each other's waiters through the store.
+func TestWake(t *testing.T) {
+	s := openT(t, t.TempDir())
+	storetest.RunWake(t, s, s)
+}
