@@ -2,7 +2,6 @@ package file
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,13 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 )
 
 // ErrLocked is returned by Open when another process, or another Store in
-// this one, has the directory open.
-var ErrLocked = errors.New("another process holds the store directory")
+// this one, has the directory open. The embedded stores share it.
+var ErrLocked = dirlock.ErrLocked
 
 // lockFile is the file, inside the directory, that Open locks.
 const lockFile = "idem.lock"
@@ -72,7 +72,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
-	lock, err := lockDir(filepath.Join(dir, lockFile))
+	lock, err := dirlock.Lock(filepath.Join(dir, lockFile))
 	if err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
