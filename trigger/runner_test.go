@@ -302,3 +302,83 @@ func TestSlotOfDeadReplicaRerunsAfterLease(t *testing.T) {
 	survivor.Tick(context.Background())
 	b.onceEach(t, slot, trigger.SlotKey(activity, nineUTC.Add(2*time.Hour)))
 }
+
+// Seed 002 keeps dedupe_key_strategy and misfire_policy in two fields and
+// requires them to agree; a definition where they differ is refused before
+// anything runs.
+func TestStrategyMustMatchMisfire(t *testing.T) {
+	b := setupRunner(t, nineUTC, idem.Policy{})
+	for _, c := range []struct {
+		strategy string
+		misfire  trigger.Misfire
+		ok       bool
+	}{
+		{"", trigger.MisfireCompress, true},
+		{"skip", trigger.MisfireSkip, true},
+		{"catchup", trigger.MisfireCatchUp, true},
+		{"compress", trigger.MisfireCompress, true},
+		{"compress", trigger.MisfireCatchUp, false},
+		{"skip", trigger.MisfireCompress, false},
+		{"catchup", trigger.MisfireSkip, false},
+	} {
+		s := trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: c.misfire, DedupeStrategy: c.strategy}
+		err := s.Validate()
+		if c.ok != (err == nil) || (!c.ok && !errors.Is(err, trigger.ErrStrategyMismatch)) {
+			t.Errorf("%q with %v: %v", c.strategy, c.misfire, err)
+		}
+		if err := trigger.CheckStrategy(c.strategy, c.misfire); (err == nil) != c.ok {
+			t.Errorf("CheckStrategy(%q, %v) = %v", c.strategy, c.misfire, err)
+		}
+		r := b.runner(s, time.UTC)
+		if _, err := r.Tick(context.Background()); (err == nil) != c.ok {
+			t.Errorf("Tick with %q / %v: %v", c.strategy, c.misfire, err)
+		}
+	}
+	if err := trigger.CheckStrategy("hourly", trigger.MisfireSkip); !errors.Is(err, trigger.ErrInvalidSchedule) {
+		t.Errorf("unknown strategy: %v", err)
+	}
+	b.onceEach(t)
+}
+
+func TestInvalidSchedules(t *testing.T) {
+	for name, s := range map[string]trigger.Schedule{
+		"no activity":   {Cron: "@hourly"},
+		"bad cron":      {ActivityID: "a", Cron: "61 * * * *"},
+		"local zone":    {ActivityID: "a", Cron: "@hourly", Location: time.Local},
+		"misfire":       {ActivityID: "a", Cron: "@hourly", Misfire: 7},
+		"negative max":  {ActivityID: "a", Cron: "@hourly", MaxCatchUp: -1},
+		"six fields":    {ActivityID: "a", Cron: "0 0 * * * *"},
+		"unknown words": {ActivityID: "a", Cron: "@fortnightly"},
+	} {
+		if err := s.Validate(); !errors.Is(err, trigger.ErrInvalidSchedule) {
+			t.Errorf("%s: %v, want ErrInvalidSchedule", name, err)
+		}
+	}
+	if d := (trigger.Schedule{ActivityID: "a", Cron: "@every 15m"}).Interval(); d != 15*time.Minute {
+		t.Errorf("Interval = %v", d)
+	}
+}
+
+// A job that fails under OnFailureRelease did not happen: its slot is
+// planned again at the next tick, not passed over.
+func TestFailedJobIsRetried(t *testing.T) {
+	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{})
+	r := b.runner(trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}, time.UTC)
+	job := r.Job
+	fail := true
+	r.Job = func(ctx context.Context, run trigger.Run) error {
+		if fail {
+			return errors.New("upstream 503")
+		}
+		return job(ctx, run)
+	}
+	r.Tick(context.Background())
+	b.advance(time.Hour)
+	if _, err := r.Tick(context.Background()); err == nil {
+		t.Fatal("failed job reported no error")
+	}
+	fail = false
+	b.advance(time.Minute)
+	r.Tick(context.Background())
+	b.onceEach(t, trigger.SlotKey(activity, nineUTC.Add(time.Hour)))
+}

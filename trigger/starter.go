@@ -3,6 +3,7 @@ package trigger
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/idem-dev/idem"
 )
@@ -27,16 +28,44 @@ type Starter struct {
 // Start runs fn under id unless id was started before, in which case it
 // returns ErrAlreadyStarted. fn's error is returned as it is.
 func (s *Starter) Start(ctx context.Context, id string, fn func(ctx context.Context) error) error {
+	_, err := s.start(ctx, id, fn)
+	return err
+}
+
+// outcome is what a start left behind, as a Runner needs to know it.
+type outcome struct {
+	// settled: the ID's outcome is recorded (it ran here or elsewhere and
+	// finished, or its failure is kept); it never needs another start.
+	settled bool
+	// running: another holder has the ID in progress, with its lease until
+	// leaseUntil; if that holder died, a start after then runs it again.
+	running    bool
+	leaseUntil time.Time
+}
+
+func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Context) error) (outcome, error) {
 	res, err := s.Engine.Do(ctx, idem.Call{Scope: s.Scope, Key: id}, func(ctx context.Context) ([]byte, error) {
 		return nil, fn(ctx)
 	})
+	var conflict *idem.ConflictError
 	switch {
-	case errors.Is(err, idem.ErrInProgress), errors.Is(err, idem.ErrPreviousFailure):
-		return ErrAlreadyStarted
+	case errors.As(err, &conflict) && errors.Is(err, idem.ErrInProgress):
+		return outcome{running: true, leaseUntil: conflict.Record.LeaseUntil}, ErrAlreadyStarted
+	case errors.Is(err, idem.ErrPreviousFailure):
+		return outcome{settled: true}, ErrAlreadyStarted
+	case errors.Is(err, idem.ErrLeaseLost):
+		// fn ran, but another holder took the ID over and will record it.
+		return outcome{running: true}, err
 	case err != nil:
-		return err
+		// fn failed and the policy released the ID, or the store failed:
+		// nothing is recorded.
+		released := res.State == idem.Failed && s.Engine.Policy().OnFailure == idem.OnFailureRelease
+		if res.State == idem.Failed && !released && !errors.Is(err, idem.ErrNotExecuted) && !errors.Is(err, idem.ErrStoreUnavailable) {
+			return outcome{settled: true}, err
+		}
+		return outcome{}, err
 	case res.Replayed:
-		return ErrAlreadyStarted
+		return outcome{settled: true}, ErrAlreadyStarted
 	}
-	return nil
+	return outcome{settled: true}, nil
 }
