@@ -9,8 +9,36 @@ import (
 )
 
 // ErrAlreadyStarted is returned by Start when the ID was started before (or
-// is being started right now). Nothing ran; log it and move on.
+// is being started right now). Nothing ran; log it and move on. The error
+// is an *AlreadyStartedError, which says whether the first start is still
+// running.
 var ErrAlreadyStarted = errors.New("trigger: already started")
+
+// AlreadyStartedError is the error Start returns for an ID that was
+// started before. It matches ErrAlreadyStarted.
+//
+// A broker consumer must not acknowledge an event whose first start is
+// still Running: if that holder was killed, the event would be lost. It
+// asks for redelivery after LeaseUntil instead, when a start takes the ID
+// over from a dead holder (under the engine's default OnStaleRetry).
+type AlreadyStartedError struct {
+	ID string
+	// Running: another holder has the ID in progress; its lease runs until
+	// LeaseUntil unless renewed. False: the first start finished, and its
+	// outcome is recorded.
+	Running    bool
+	LeaseUntil time.Time
+}
+
+func (e *AlreadyStartedError) Error() string {
+	if e.Running {
+		return "trigger: already started (still running): " + e.ID
+	}
+	return "trigger: already started: " + e.ID
+}
+
+// Is reports whether target is ErrAlreadyStarted.
+func (e *AlreadyStartedError) Is(target error) bool { return target == ErrAlreadyStarted }
 
 // Starter starts work at most once per ID.
 type Starter struct {
@@ -50,9 +78,10 @@ func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Cont
 	var conflict *idem.ConflictError
 	switch {
 	case errors.As(err, &conflict) && errors.Is(err, idem.ErrInProgress):
-		return outcome{running: true, leaseUntil: conflict.Record.LeaseUntil}, ErrAlreadyStarted
+		lu := conflict.Record.LeaseUntil
+		return outcome{running: true, leaseUntil: lu}, &AlreadyStartedError{ID: id, Running: true, LeaseUntil: lu}
 	case errors.Is(err, idem.ErrPreviousFailure):
-		return outcome{settled: true}, ErrAlreadyStarted
+		return outcome{settled: true}, &AlreadyStartedError{ID: id}
 	case errors.Is(err, idem.ErrLeaseLost):
 		// fn ran, but another holder took the ID over and will record it.
 		return outcome{running: true}, err
@@ -65,7 +94,7 @@ func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Cont
 		}
 		return outcome{}, err
 	case res.Replayed:
-		return outcome{settled: true}, ErrAlreadyStarted
+		return outcome{settled: true}, &AlreadyStartedError{ID: id}
 	}
 	return outcome{settled: true}, nil
 }
