@@ -56,9 +56,12 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 		Handler: func(ctx context.Context, msg jetstream.Msg) error {
 			return h.Effect(ctx, msg.Headers().Get(jetstream.MsgIDHeader))
 		},
-		RetryDelay:  100 * time.Millisecond,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		afterRecord: h.Recorded,
+		RetryDelay: 100 * time.Millisecond,
+		// Shorter than AckWait, so only a dead consumer's messages are
+		// redelivered.
+		InProgressEvery: 300 * time.Millisecond,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		afterRecord:     h.Recorded,
 	}
 	c.Consume(ctx, cons, jetstream.PullMaxMessages(8))
 	return 0
@@ -68,8 +71,9 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 // PostgreSQL store. 1,000 events are published (50 of them twice, as a
 // publisher retrying after a lost publish ack does, with the same
 // Nats-Msg-Id). Consumers are killed with SIGKILL in the middle of a
-// handler (the message is redelivered after AckWait, to a consumer that
-// waits out the dead holder's lease and runs it) and after an outcome is
+// handler (the message is redelivered after AckWait, which is shorter than
+// the idem lease: the consumer that gets it finds the event still held, naks
+// it until the dead holder's lease is over, and then runs it) and after an outcome is
 // recorded but before its ack (the redelivery is acked without running).
 // Each event runs exactly once and none is lost.
 func TestKilledConsumersRunEachEventOnce(t *testing.T) {
@@ -95,7 +99,7 @@ func TestKilledConsumersRunEachEventOnce(t *testing.T) {
 	}
 	t.Cleanup(func() { js.DeleteStream(context.Background(), name) })
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second,
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second,
 		MaxDeliver: -1, MaxAckPending: 1000,
 	})
 	if err != nil {

@@ -49,7 +49,7 @@ const (
 
 // Lease is the idem lease of the consumers: how long a killed consumer's
 // event stays blocked before another consumer takes it over.
-const Lease = time.Second
+const Lease = 3 * time.Second
 
 // Config describes a run.
 type Config struct {
@@ -178,13 +178,15 @@ func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bo
 		}
 		if time.Now().After(deadline) {
 			p.mu.Lock()
+			kh, kr := p.killedH, p.killedR
+			p.mu.Unlock()
 			t.Fatalf("after %v: %d of %d events ran (%d effects); kills %d/%d in handler, %d/%d after record",
-				cfg.Timeout, distinct, cfg.Events, rows, p.killedH, cfg.KillInHandler, p.killedR, cfg.KillAfterRecord)
+				cfg.Timeout, distinct, cfg.Events, rows, kh, cfg.KillInHandler, kr, cfg.KillAfterRecord)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// Give a late duplicate the time to show: a lease and a redelivery.
-	time.Sleep(2 * Lease)
+	// Give a late duplicate the time to show.
+	time.Sleep(time.Second)
 	p.stopAll()
 
 	dup, err := pool.Query(ctx, "SELECT event_id, count(*) FROM "+effects+" GROUP BY 1 HAVING count(*) <> 1 ORDER BY 1")

@@ -1,0 +1,2 @@
+// Package temporal runs idem's trigger IDs and schedules on Temporal.
+package temporal
