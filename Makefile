@@ -5,13 +5,14 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean temporal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
 
 test: vet fmt-check ## the test command: vet, gofmt, and every test with the race detector
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	cd trigger/temporal && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 test-race: test ## same as test (the race detector is always on)
 
@@ -57,3 +58,6 @@ build: ## build bin/idem
 
 clean: ## remove build output and the demo's data
 	rm -rf bin idem-data
+
+temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use
+	./scripts/temporal.sh start
