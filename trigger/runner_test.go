@@ -382,3 +382,77 @@ func TestFailedJobIsRetried(t *testing.T) {
 	r.Tick(context.Background())
 	b.onceEach(t, trigger.SlotKey(activity, nineUTC.Add(time.Hour)))
 }
+
+// Run on the real clock: two replicas of "@every 1s", started half a
+// second apart, run each slot once, with no gap.
+func TestRunReplicas(t *testing.T) {
+	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
+	defer eng.Close()
+	var mu sync.Mutex
+	perKey := map[string]int{}
+	var slots []time.Time
+	newRunner := func() *trigger.Runner {
+		return &trigger.Runner{
+			Schedule: trigger.Schedule{ActivityID: activity, Cron: "@every 1s", Misfire: trigger.MisfireCatchUp},
+			Starter:  &trigger.Starter{Engine: eng, Scope: "schedules"},
+			Job: func(ctx context.Context, run trigger.Run) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if perKey[run.Key]++; perKey[run.Key] == 1 {
+					slots = append(slots, run.ScheduledFor)
+				}
+				return nil
+			},
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { newRunner().Run(ctx) })
+	time.Sleep(500 * time.Millisecond)
+	wg.Go(func() { newRunner().Run(ctx) })
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(slots) < 2 {
+		t.Fatalf("%d slots ran in 3.5 s", len(slots))
+	}
+	for i, s := range slots {
+		if n := perKey[trigger.SlotKey(activity, s)]; n != 1 {
+			t.Errorf("%v ran %d times", s, n)
+		}
+		if s.Nanosecond() != 0 || (i > 0 && s.Sub(slots[i-1]) != time.Second) {
+			t.Errorf("slot %v after %v", s, slots[max(i-1, 0)])
+		}
+	}
+}
+
+// A start that finds the ID held says so, with the holder's lease: what a
+// broker consumer needs to decide between ack and redelivery.
+func TestAlreadyStartedSaysRunning(t *testing.T) {
+	s := newStarter(t, idem.Policy{Lease: time.Minute})
+	release := make(chan struct{})
+	started := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- s.Start(context.Background(), "evt", func(context.Context) error {
+			close(started)
+			<-release
+			return nil
+		})
+	}()
+	<-started
+	var already *trigger.AlreadyStartedError
+	err := s.Start(context.Background(), "evt", func(context.Context) error { return nil })
+	if !errors.As(err, &already) || !already.Running || time.Until(already.LeaseUntil) < 50*time.Second || !errors.Is(err, trigger.ErrAlreadyStarted) {
+		t.Fatalf("while running: %v (%+v)", err, already)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start(context.Background(), "evt", func(context.Context) error { return nil })
+	if !errors.As(err, &already) || already.Running {
+		t.Fatalf("after it finished: %v (%+v)", err, already)
+	}
+}

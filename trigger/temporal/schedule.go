@@ -232,7 +232,7 @@ func (a *slotActivities) LatestStarted(ctx context.Context, slot Slot, after, up
 		return time.Time{}, err
 	}
 	for i := len(runs) - 1; i >= 0; i-- {
-		_, err := a.c.DescribeWorkflowExecution(ctx, runs[i].Key, "")
+		_, err := a.c.DescribeWorkflow(ctx, runs[i].Key, "")
 		var notFound *serviceerror.NotFound
 		switch {
 		case err == nil:

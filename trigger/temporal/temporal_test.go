@@ -169,7 +169,7 @@ func TestSeedWorkflowIDs(t *testing.T) {
 		"activity-550e8400-e29b-41d4-a716-446655440000:evt_abc123",
 		"activity-550e8400-e29b-41d4-a716-446655440000:2026-03-01T09:00:00+00:00",
 	} {
-		if _, err := c.DescribeWorkflowExecution(ctx, id, ""); err != nil {
+		if _, err := c.DescribeWorkflow(ctx, id, ""); err != nil {
 			t.Errorf("workflow %s: %v", id, err)
 		}
 		if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
