@@ -1,7 +1,7 @@
-// Package killtest runs broker consumers as separate processes and kills
-// them with SIGKILL in the middle of a handler, or after an outcome is
-// recorded but before its ack, to check that every event runs exactly once
-// and none is lost. The consumers share an idem PostgreSQL store; each
+// Package killtest runs broker consumers (and schedule runners) as
+// separate processes and kills them with SIGKILL in the middle of a
+// handler, or after an outcome is recorded but before its ack, to check
+// that every event runs exactly once and none is lost. The consumers share an idem PostgreSQL store; each
 // event's effect is a row written by the handler, so a second run shows as
 // a second row.
 //
@@ -131,11 +131,35 @@ func (h *Harness) Recorded(eventID string) { h.announce("R", eventID) }
 // EventID is the ID of the i-th event.
 func EventID(i int) string { return fmt.Sprintf("evt_%04d", i) }
 
-// Run starts cfg.Consumers consumer processes, publishes the events, kills
-// consumers as cfg says (starting a replacement for each), waits until
-// every event's effect is written and drained reports the broker empty,
-// and checks that each event ran exactly once.
-func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bool) {
+// DB is a fresh schema for one test: idem's records table, and an effects
+// table with one row per run of the work being counted.
+type DB struct {
+	Pool *pgxpool.Pool
+	// Effects is the effects table's qualified name: (event_id text,
+	// consumer int, at timestamptz).
+	Effects string
+	dsn     string
+	schema  string
+}
+
+// Env is the environment of a child process: the test process's, plus
+// where the store is.
+func (db *DB) Env() []string {
+	return append(os.Environ(), envDSN+"="+db.dsn, envSchema+"="+db.schema)
+}
+
+// Command returns the command of child process n (not started): this test
+// binary, with the child's environment and env added.
+func (db *DB) Command(n int, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(db.Env(), envChild+"="+strconv.Itoa(n)), env...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// Setup creates the schema (dropped when t ends).
+func Setup(t *testing.T) *DB {
+	t.Helper()
 	dsn := testenv.Postgres(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
@@ -144,19 +168,29 @@ func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bo
 	}
 	t.Cleanup(pool.Close)
 	schema := fmt.Sprintf("idem_killtest_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	opts := postgres.Options{Schema: schema}
 	t.Cleanup(func() {
 		pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
-	if err := postgres.Migrate(ctx, pool, opts); err != nil {
+	if err := postgres.Migrate(ctx, pool, postgres.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (event_id text NOT NULL, consumer int NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		t.Fatal(err)
 	}
+	return &DB{Pool: pool, Effects: effects, dsn: dsn, schema: schema}
+}
 
-	p := &parent{t: t, cfg: cfg, env: append(append(os.Environ(), envDSN+"="+dsn, envSchema+"="+schema), cfg.ChildEnv...)}
+// Run starts cfg.Consumers consumer processes, publishes the events, kills
+// consumers as cfg says (starting a replacement for each), waits until
+// every event's effect is written and drained reports the broker empty,
+// and checks that each event ran exactly once.
+func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bool) {
+	db := Setup(t)
+	pool, effects, ctx := db.Pool, db.Effects, context.Background()
+	schema := db.schema
+
+	p := &parent{t: t, cfg: cfg, env: append(db.Env(), cfg.ChildEnv...)}
 	t.Cleanup(p.killAll)
 	for range cfg.Consumers {
 		p.spawn()
