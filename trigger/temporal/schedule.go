@@ -126,7 +126,9 @@ func ScheduleOptions(id string, s trigger.Schedule, runWorkflow, taskQueue strin
 // pause: the first slot's SlotWorkflow plans every slot from it to now by
 // the misfire policy, so the backfill is bounded by MaxCatchUp under
 // catchup, one run under skip, and one wide run under compress; slots that
-// already ran are not run again.
+// already ran are not run again. Like every slot workflow it catches up to
+// the time its runs finish: slots that come due while they run are run
+// too, even when the schedule is paused.
 func Backfill(ctx context.Context, h client.ScheduleHandle, from, to time.Time) error {
 	return h.Backfill(ctx, client.ScheduleBackfillOptions{Backfill: []client.ScheduleBackfill{{
 		Start: from, End: to, Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ONE,

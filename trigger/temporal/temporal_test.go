@@ -410,3 +410,55 @@ func TestMisfireAfterWorkersDown(t *testing.T) {
 		}
 	}
 }
+
+// Seed 002's catchup after a pause: a backfill of the last 30 s of a
+// paused schedule every second runs the latest MaxCatchUp (10) slots once
+// each, not 30.
+func TestBackfillIsBounded(t *testing.T) {
+	c := dial(t)
+	queue := unique("backfill")
+	rec := newRecorder()
+	startWorkers(t, 2, queue, rec)
+	activityID := unique("backfill")
+	o, err := tt.ScheduleOptions(unique("sched"), trigger.Schedule{ActivityID: activityID, Cron: "@every 1s", Misfire: trigger.MisfireCatchUp}, "RunActivityWorkflow", queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Paused = true
+	ctx := context.Background()
+	h, err := c.ScheduleClient().Create(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Delete(context.Background()) })
+	now := time.Now()
+	if err := tt.Backfill(ctx, h, now.Add(-30*time.Second), now.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(rec.runsOf(activityID)) < 10 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // time for a run too many to show
+	runs := rec.runsOf(activityID)
+	backfilled := 0 // runs of slots in the backfilled span
+	for i, run := range runs {
+		if rec.count(run.Key) != 1 {
+			t.Errorf("%s ran %d times", run.Key, rec.count(run.Key))
+		}
+		if !run.ScheduledFor.After(now) {
+			backfilled++
+		}
+		if run.ScheduledFor.Before(now.Truncate(time.Second).Add(-9 * time.Second)) {
+			t.Errorf("%s is older than the latest 10", run.Key)
+		}
+		if i > 0 && run.ScheduledFor.Sub(runs[i-1].ScheduledFor) != time.Second {
+			t.Errorf("a gap before %s", run.Key)
+		}
+	}
+	if backfilled != 10 {
+		t.Errorf("a backfill of 30 slots ran %d of them, want the latest 10", backfilled)
+	}
+	t.Logf("backfill of 30 slots: %d of them ran, then %d that came due while they ran (%s..%s)",
+		backfilled, len(runs)-backfilled, runs[0].ScheduledFor.Format("15:04:05"), runs[len(runs)-1].ScheduledFor.Format("15:04:05"))
+}
