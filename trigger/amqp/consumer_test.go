@@ -68,7 +68,17 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 // delivery runs it) and after an outcome is recorded but before its ack
 // (the redelivery is acked without running). Each event runs exactly once
 // and none is lost.
-func TestKilledConsumersRunEachEventOnce(t *testing.T) {
+func TestKilledConsumersRunEachEventOnce(t *testing.T) { killedConsumers(t, 1000, 6, 4) }
+
+// The same with 10,000 events and 60 kills (IDEM_LONG=1, make long).
+func TestKilledConsumersLong(t *testing.T) {
+	if os.Getenv("IDEM_LONG") == "" {
+		t.Skip("IDEM_LONG=1 runs it")
+	}
+	killedConsumers(t, 10000, 40, 20)
+}
+
+func killedConsumers(t *testing.T, events, killInHandler, killAfterRecord int) {
 	url := testenv.RabbitMQ(t)
 	conn, err := amqp091.Dial(url)
 	if err != nil {
@@ -87,7 +97,7 @@ func TestKilledConsumersRunEachEventOnce(t *testing.T) {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(events/1000)*2*time.Minute)
 	defer cancel()
 	publish := func(id string) {
 		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp091.Publishing{MessageId: id, Body: []byte(id)})
@@ -100,9 +110,9 @@ func TestKilledConsumersRunEachEventOnce(t *testing.T) {
 	}
 
 	killtest.Run(t, killtest.Config{
-		Events: 1000, Consumers: 3, KillInHandler: 6, KillAfterRecord: 4,
+		Events: events, Consumers: 3, KillInHandler: killInHandler, KillAfterRecord: killAfterRecord,
 		ChildEnv: []string{envURL + "=" + url, envQueue + "=" + queue},
-		Timeout:  90 * time.Second,
+		Timeout:  time.Duration(events/1000) * 90 * time.Second,
 	}, func(ids []string) {
 		for i, id := range ids {
 			publish(id)

@@ -76,7 +76,17 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 // it until the dead holder's lease is over, and then runs it) and after an outcome is
 // recorded but before its ack (the redelivery is acked without running).
 // Each event runs exactly once and none is lost.
-func TestKilledConsumersRunEachEventOnce(t *testing.T) {
+func TestKilledConsumersRunEachEventOnce(t *testing.T) { killedConsumers(t, 1000, 6, 4) }
+
+// The same with 10,000 events and 60 kills (IDEM_LONG=1, make long).
+func TestKilledConsumersLong(t *testing.T) {
+	if os.Getenv("IDEM_LONG") == "" {
+		t.Skip("IDEM_LONG=1 runs it")
+	}
+	killedConsumers(t, 10000, 40, 20)
+}
+
+func killedConsumers(t *testing.T, events, killInHandler, killAfterRecord int) {
 	url := testenv.NATS(t)
 	nc, err := natsgo.Connect(url)
 	if err != nil {
@@ -87,7 +97,7 @@ func TestKilledConsumersRunEachEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(events/1000)*2*time.Minute)
 	defer cancel()
 	name := fmt.Sprintf("IDEM_KILLTEST_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	subject := "idem.killtest." + name
@@ -106,11 +116,10 @@ func TestKilledConsumersRunEachEventOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const events = 1000
 	killtest.Run(t, killtest.Config{
-		Events: events, Consumers: 3, KillInHandler: 6, KillAfterRecord: 4,
+		Events: events, Consumers: 3, KillInHandler: killInHandler, KillAfterRecord: killAfterRecord,
 		ChildEnv: []string{envURL + "=" + url, envStream + "=" + name},
-		Timeout:  90 * time.Second,
+		Timeout:  time.Duration(events/1000) * 90 * time.Second,
 	}, func(ids []string) {
 		for i, id := range ids {
 			if _, err := js.Publish(ctx, subject, []byte(id), jetstream.WithMsgID(id)); err != nil {
@@ -127,7 +136,7 @@ func TestKilledConsumersRunEachEventOnce(t *testing.T) {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
 	info, err := stream.Info(ctx)
-	if err != nil || info.State.Msgs != events {
+	if err != nil || info.State.Msgs != uint64(events) {
 		t.Fatalf("stream holds %d messages, want %d: %v", info.State.Msgs, events, err)
 	}
 }
