@@ -30,9 +30,11 @@ import (
 // out, Run wakes up for it): if the holder died, the slot runs again after
 // its lease, under the engine's default OnStaleRetry.
 //
-// Slots and keys outlive nothing: the engine's TTL bounds how far back a
-// runner can see, so keep it longer than the longest outage to be caught
-// up (the default, 24 h, suits hourly schedules).
+// A runner sees back only as far as the engine's TTL (older slot records
+// are gone), so keep the TTL longer than the longest outage to be caught
+// up: the default, 24 h, suits hourly schedules. The store needs no other
+// state: a schedule's origin is one record (kept ten years) written by
+// its first runner.
 type Runner struct {
 	Schedule Schedule
 	Starter  *Starter
