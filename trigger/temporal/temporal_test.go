@@ -384,8 +384,11 @@ func TestMisfireAfterWorkersDown(t *testing.T) {
 				}
 			}
 		case trigger.MisfireCatchUp:
-			if len(missed) < 8 || len(missed) > 10 {
-				t.Errorf("catchup ran %d of the ~10 missed slots, want each (at most 10)", len(missed))
+			// The slot workflow plans when a worker first picks it up,
+			// a second or two after they are back: the latest 10 slots
+			// then include those one or two.
+			if len(missed) < 7 || len(missed) > 10 {
+				t.Errorf("catchup ran %d of the ~10 missed slots, want each of the latest 10", len(missed))
 			}
 		case trigger.MisfireCompress:
 			// One run stands for the outage; every slot from the first to
