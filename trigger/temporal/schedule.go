@@ -166,7 +166,9 @@ func SlotWorkflow(ctx workflow.Context, slot Slot) (SlotResult, error) {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSchedule", err)
 	}
 	after := scheduledTime(ctx).Add(-time.Nanosecond)
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	// Short: the activity reads a few workflow IDs, and one lost with a
+	// stopped worker is retried only after this timeout.
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second})
 	for range maxRounds {
 		now := workflow.Now(ctx).UTC()
 		var latest time.Time

@@ -90,7 +90,7 @@ func (r *recorder) runsOf(activityID string) []trigger.Run {
 
 // RunActivityWorkflow is the seed's workflow: it records its run.
 func RunActivityWorkflow(ctx workflow.Context, run trigger.Run) error {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 3 * time.Second})
 	return workflow.ExecuteActivity(ctx, "Record", run).Get(ctx, nil)
 }
 
@@ -353,6 +353,9 @@ func TestMisfireAfterWorkersDown(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			for m, id := range ids {
+				t.Logf("%s: %d runs", m, len(rec.runsOf(id)))
+			}
 			t.Fatal("the schedules did not resume within 60 s of the workers' return")
 		}
 	}
