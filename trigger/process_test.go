@@ -154,6 +154,19 @@ func TestProcessReplicas(t *testing.T) {
 			t.Errorf("no run between %v and %v", slots[i-1], slots[i])
 		}
 	}
+	if t.Failed() {
+		recs, err := db.Pool.Query(context.Background(), "SELECT key, state, created_at, updated_at, lease_until FROM "+db.Records+" ORDER BY key")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer recs.Close()
+		for recs.Next() {
+			var key, state string
+			var created, updated, lease time.Time
+			recs.Scan(&key, &state, &created, &updated, &lease)
+			t.Logf("record %s %s created %s updated %s lease %s", key, state, created.Format("15:04:05.000"), updated.Format("15:04:05.000"), lease.Format("15:04:05.000"))
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if killed == "" {

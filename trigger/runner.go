@@ -76,6 +76,11 @@ const originTTL = 10 * 365 * 24 * time.Hour
 // back looking for its last run.
 const maxLookback = 10000
 
+// deadLookback is how many slots older than those the policy could run a
+// restarting runner reads back for runs left in progress by a replica that
+// died: they are retried after their lease, whatever came since.
+const deadLookback = 16
+
 func (r *Runner) init() error {
 	r.once.Do(func() {
 		r.sched, r.err = r.Schedule.compile()
@@ -186,40 +191,42 @@ func (r *Runner) recover(ctx context.Context, now time.Time) error {
 		// be told apart from a slot that never ran.
 		lower = h
 	}
-	// The latest slots up to now, as many as the policy could run.
+	// The latest slots up to now: as many as the policy could run, and a
+	// few older ones in which a replica may have died mid-slot.
 	look := r.Schedule.keep()
 	if r.Schedule.Misfire == MisfireCompress {
 		look = maxLookback
 	}
 	var ring []time.Time
-	scanned := 0
-	for t := r.sched.Next(lower); !t.IsZero() && !t.After(now) && scanned < maxScan; t = r.sched.Next(t) {
-		scanned++
-		if len(ring) == look {
+	for t, n := r.sched.Next(lower), 0; !t.IsZero() && !t.After(now) && n < maxScan; t, n = r.sched.Next(t), n+1 {
+		if len(ring) == look+deadLookback {
 			ring = ring[1:]
 		}
 		ring = append(ring, t)
 	}
+	window := max(len(ring)-look, 0) // ring[window:] is what the policy could run
 	cursor := lower
-	if scanned > len(ring) {
-		cursor = ring[0].Add(-time.Nanosecond)
+	if window > 0 {
+		cursor = ring[window].Add(-time.Nanosecond)
 	}
-	for i := len(ring) - 1; i >= 0; i-- {
+	settled, past := false, 0
+	for i := len(ring) - 1; i >= 0 && past <= deadLookback; i-- {
+		if settled {
+			past++
+		}
 		t := ring[i]
 		key := SlotKey(r.Schedule.ActivityID, t)
 		rec, err := eng.Lookup(ctx, r.Starter.Scope, key)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			continue
 		case err != nil:
 			return err
 		case rec.State == store.InProgress:
 			run := Run{ActivityID: r.Schedule.ActivityID, Key: key, ScheduledFor: t, WindowStart: t, WindowEnd: t, Slots: 1}
 			r.pending[key] = pendingRun{run, rec.LeaseUntil}
-			continue
+		case !settled && i >= window:
+			cursor, settled = t, true
 		}
-		cursor = t
-		break
 	}
 	r.cursor = cursor
 	return nil

@@ -456,3 +456,37 @@ func TestAlreadyStartedSaysRunning(t *testing.T) {
 		t.Fatalf("after it finished: %v (%+v)", err, already)
 	}
 }
+
+// A replica died in the 11:00 slot of a long job (a 90-minute lease); a
+// survivor ran 12:00 and then every replica restarted at 12:31. The
+// restarted runner finds 11:00 still in progress behind the settled 12:00
+// and runs it, its lease over.
+func TestRestartFindsDeadSlotBehindSettledOne(t *testing.T) {
+	const lease = 90 * time.Minute
+	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{Lease: lease})
+	s := trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}
+	before := b.runner(s, time.UTC)
+	before.Tick(context.Background())
+	b.advance(30 * time.Minute) // 10:00
+	before.Tick(context.Background())
+	b.advance(time.Hour) // 11:00: the dead replica's reservation
+	now := b.clock.Now()
+	slot := trigger.SlotKey(activity, nineUTC.Add(2*time.Hour))
+	if _, err := b.store.Reserve(context.Background(), store.ReserveRequest{
+		Record: store.Record{
+			KeyHash: store.HashKey("schedules", slot), Scope: "schedules", Key: slot,
+			State: store.InProgress, Token: 42, CreatedAt: now, UpdatedAt: now,
+			ExpiresAt: now.Add(idem.DefaultTTL), LeaseUntil: now.Add(lease),
+		},
+		Now: now,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.advance(time.Hour) // 12:00
+	b.tickAll(b.runner(s, time.UTC))
+	b.advance(31 * time.Minute) // 12:31, a restart
+	if _, err := b.runner(s, time.UTC).Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.onceEach(t, trigger.SlotKey(activity, nineUTC.Add(time.Hour)), slot, trigger.SlotKey(activity, nineUTC.Add(3*time.Hour)))
+}

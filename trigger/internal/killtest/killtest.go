@@ -138,6 +138,8 @@ type DB struct {
 	// Effects is the effects table's qualified name: (event_id text,
 	// consumer int, at timestamptz).
 	Effects string
+	// Records is idem's records table's qualified name.
+	Records string
 	dsn     string
 	schema  string
 }
@@ -178,7 +180,7 @@ func Setup(t *testing.T) *DB {
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (event_id text NOT NULL, consumer int NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		t.Fatal(err)
 	}
-	return &DB{Pool: pool, Effects: effects, dsn: dsn, schema: schema}
+	return &DB{Pool: pool, Effects: effects, Records: pgx.Identifier{schema, postgres.DefaultTable}.Sanitize(), dsn: dsn, schema: schema}
 }
 
 // Run starts cfg.Consumers consumer processes, publishes the events, kills
