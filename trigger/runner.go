@@ -22,8 +22,10 @@ import (
 // What a Runner knows lives in the store, not in the process: each slot's
 // record says whether it was started, and a first record per schedule says
 // when the schedule began. A runner that starts (a restart, a new replica)
-// reads back the latest settled slot and plans the missed ones from there
-// by the misfire policy; it never needs to be told when it last ran. Its
+// reads the slot records back and plans by the misfire policy: catch-up
+// runs each of its latest MaxCatchUp slots that is not recorded, skip and
+// compress start after the latest recorded one. It never needs to be told
+// when it last ran. Its
 // cursor moves past a slot only once the slot's start is recorded, so a
 // store outage delays slots instead of losing them. A slot another replica
 // holds is checked again at later ticks (and when that holder's lease runs
@@ -173,9 +175,10 @@ func (r *Runner) start(ctx context.Context, run Run) (outcome, error) {
 	return r.Starter.start(ctx, run.Key, func(ctx context.Context) error { return r.Job(ctx, run) })
 }
 
-// recover sets the cursor from the store: after the latest settled slot,
-// not before the schedule's origin, not further back than the misfire
-// policy would look. Slots found in progress become pending.
+// recover sets the cursor from the store: not before the schedule's
+// origin, not further back than the misfire policy would look, and for
+// skip and compress after the latest settled slot. Slots found in progress
+// become pending.
 func (r *Runner) recover(ctx context.Context, now time.Time) error {
 	origin := r.Since.UTC()
 	if origin.IsZero() {
@@ -225,7 +228,15 @@ func (r *Runner) recover(ctx context.Context, now time.Time) error {
 			run := Run{ActivityID: r.Schedule.ActivityID, Key: key, ScheduledFor: t, WindowStart: t, WindowEnd: t, Slots: 1}
 			r.pending[key] = pendingRun{run, rec.LeaseUntil}
 		case !settled && i >= window:
-			cursor, settled = t, true
+			settled = true
+			// Catch-up plans every slot it could run again: one that
+			// failed and was released, or whose runner stopped before it
+			// was recorded, runs now; the recorded ones start nothing.
+			// Compress must start after its last run, whose window stood
+			// for the slots before it.
+			if r.Schedule.Misfire != MisfireCatchUp {
+				cursor = t
+			}
 		}
 	}
 	r.cursor = cursor

@@ -490,3 +490,26 @@ func TestRestartFindsDeadSlotBehindSettledOne(t *testing.T) {
 	}
 	b.onceEach(t, trigger.SlotKey(activity, nineUTC.Add(time.Hour)), slot, trigger.SlotKey(activity, nineUTC.Add(3*time.Hour)))
 }
+
+// Catch-up after a restart runs a slot whose job failed (and was released)
+// even though a later slot ran on another replica before the restart.
+func TestRestartRetriesFailedSlotBehindSettledOne(t *testing.T) {
+	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{})
+	s := trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}
+	failing := b.runner(s, time.UTC)
+	failing.Job = func(context.Context, trigger.Run) error { return errors.New("upstream 503") }
+	failing.Tick(context.Background())
+	b.advance(time.Hour) // 10:30: 10:00 fails
+	if _, err := failing.Tick(context.Background()); err == nil {
+		t.Fatal("no error from a failed job")
+	}
+	b.advance(time.Hour) // 11:30: another replica, started now, runs 11:00 only
+	other := b.runner(s, time.UTC)
+	other.Since = b.clock.Now().Add(-45 * time.Minute)
+	other.Tick(context.Background())
+	b.advance(time.Hour) // 12:30: every replica restarts
+	if _, err := b.runner(s, time.UTC).Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.onceEach(t, trigger.SlotKey(activity, nineUTC.Add(time.Hour)), trigger.SlotKey(activity, nineUTC.Add(2*time.Hour)), trigger.SlotKey(activity, nineUTC.Add(3*time.Hour)))
+}
