@@ -424,7 +424,7 @@ func TestInvalidOptions(t *testing.T) {
 	for _, o := range []idemhttp.Options{
 		{Routes: []idemhttp.Route{{Pattern: "POST /a"}, {Pattern: "POST /a"}}},
 		{Routes: []idemhttp.Route{{Pattern: "POST /{"}}},
-		{Routes: []idemhttp.Route{{Pattern: "POST /a", Fingerprint: idemhttp.FingerprintFields}}},
+		{KeepHeaders: []string{"set-cookie"}},
 		{Routes: []idemhttp.Route{{Pattern: "POST /a", Policy: &idem.Policy{TTL: -1}}}},
 	} {
 		if _, err := idemhttp.New(eng, o); err == nil {
