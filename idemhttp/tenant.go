@@ -54,7 +54,7 @@ func TenantFromHeaders(names ...string) TenantFunc { return TenantFromHeadersMAC
 // gateway's secret); nil mac means SHA-256 with a domain prefix.
 func TenantFromHeadersMAC(mac func(b []byte) string, names ...string) TenantFunc {
 	if mac == nil {
-		mac = sha256Credential
+		mac = HashCredential
 	}
 	canon := make([]string, len(names))
 	for i, n := range names {
@@ -77,7 +77,9 @@ func TenantFromHeadersMAC(mac func(b []byte) string, names ...string) TenantFunc
 	}
 }
 
-func sha256Credential(b []byte) string {
+// HashCredential is the default credential hash: SHA-256 with a domain
+// prefix, the first 128 bits in hex.
+func HashCredential(b []byte) string {
 	h := sha256.New()
 	h.Write([]byte("idem tenant credentials v1\x00"))
 	h.Write(b)

@@ -20,6 +20,17 @@ type Built struct {
 	// Policy is the defaults' policy: the engine's own, used by commands
 	// that run outside a route (cleanup).
 	Policy idem.Policy
+	// TenantSource says, for the start-up log, where tenants come from.
+	TenantSource string
+}
+
+// credentialMAC keys credential hashes with Options.CredentialMAC as it is
+// when a request comes (the command sets it from the secret after Build).
+func (b *Built) credentialMAC(x []byte) string {
+	if b.Options.CredentialMAC != nil {
+		return b.Options.CredentialMAC(x)
+	}
+	return idemhttp.HashCredential(x)
 }
 
 // Build turns the policy parts of c into middleware options. Every route
@@ -53,14 +64,7 @@ func (c *Config) Build() (*Built, error) {
 		KeepHeaders:      c.KeepHeaders,
 		RequestIDHeader:  c.RequestIDHeader,
 	}
-	if c.Tenant != nil {
-		switch {
-		case c.Tenant.Header != "":
-			b.Options.Tenant = idemhttp.TenantHeader(c.Tenant.Header)
-		case c.Tenant.Authorization == "hash":
-			b.Options.Tenant = idemhttp.TenantAuthorization()
-		}
-	}
+	b.Options.Tenant, b.TenantSource = c.Tenant.build(b.credentialMAC)
 
 	routes := c.Routes
 	if len(routes) == 0 {
@@ -82,6 +86,9 @@ func (c *Config) Build() (*Built, error) {
 			continue
 		}
 		rt, err := c.route(r, defProf, base)
+		if err == nil {
+			rt.AnswerWithin, err = c.answerWithin(r)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 			continue
@@ -147,10 +154,25 @@ func (c *Config) route(r Route, defProf *idemhttp.Profile, base idem.Policy) (id
 		case "none":
 			rt.Fingerprint = idemhttp.FingerprintNone
 		case "fields":
-			rt.Fingerprint, rt.Fields = idemhttp.FingerprintFields, fp.Fields
+			rt.Fingerprint = idemhttp.FingerprintFields(fp.Fields...)
 		}
 	}
 	return rt, nil
+}
+
+// answerWithin is the route's upstream_timeout, else the top-level one.
+func (c *Config) answerWithin(r Route) (time.Duration, error) {
+	if r.UpstreamTimeout == nil {
+		return time.Duration(c.UpstreamTimeout), nil
+	}
+	d := time.Duration(*r.UpstreamTimeout)
+	if d < 0 {
+		return 0, errors.New("upstream_timeout must not be negative")
+	}
+	if c.UpstreamDeadline > 0 && d > time.Duration(c.UpstreamDeadline) {
+		return 0, fmt.Errorf("upstream_timeout %s is longer than upstream_deadline %s", d, time.Duration(c.UpstreamDeadline))
+	}
+	return d, nil
 }
 
 func statusSet(l StringList) (idemhttp.StatusSet, error) {

@@ -23,6 +23,7 @@ const (
 	DefaultStore           = "file:./idem-data"
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultUpstreamTimeout = 60 * time.Second
+	DefaultUpstreamDeadline = 5 * time.Minute
 )
 
 // Config is the gateway's configuration file. Pointer and zero fields mean
@@ -32,8 +33,14 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Upstream is the URL of the API behind the gateway. Required.
 	Upstream string `yaml:"upstream"`
-	// UpstreamTimeout bounds the wait for the upstream's response headers.
+	// UpstreamTimeout bounds a client's wait for the first execution of a
+	// keyed request (Route.AnswerWithin): past it the client gets 504 and
+	// the upstream call goes on in the background, its outcome recorded
+	// and replayed to retries. A route may set its own.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
+	// UpstreamDeadline bounds an upstream call itself (the transport); a
+	// call cut off by it has an unknown outcome. Default 5m.
+	UpstreamDeadline Duration `yaml:"upstream_deadline"`
 	// Store is the store DSN: memory:, file:PATH, postgres://..., redis://...
 	Store string `yaml:"store"`
 	// Migrate runs the PostgreSQL migrations at start-up (default true).
@@ -65,12 +72,6 @@ type Config struct {
 	LogLevel  string `yaml:"log_level"`  // debug, info (default), warn, error
 }
 
-// Tenant names the source of the caller's identity: a header set by an
-// authenticating proxy, or a hash of the Authorization header.
-type Tenant struct {
-	Header        string `yaml:"header"`
-	Authorization string `yaml:"authorization"` // "hash"
-}
 
 // Policy holds the per-route knobs; Defaults and every Route carry one.
 type Policy struct {
@@ -92,6 +93,8 @@ type Route struct {
 	// Match is a Go ServeMux pattern: "POST /charges", "/api/{id}/save".
 	Match  string `yaml:"match"`
 	Policy `yaml:",inline"`
+	// UpstreamTimeout overrides the top-level upstream_timeout.
+	UpstreamTimeout *Duration `yaml:"upstream_timeout"`
 }
 
 // Load reads and parses the file at path. It does not validate.
@@ -178,6 +181,9 @@ func (c *Config) WithDefaults() {
 	if c.UpstreamTimeout == 0 {
 		c.UpstreamTimeout = Duration(DefaultUpstreamTimeout)
 	}
+	if c.UpstreamDeadline == 0 {
+		c.UpstreamDeadline = Duration(max(DefaultUpstreamDeadline, time.Duration(c.UpstreamTimeout)))
+	}
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
@@ -232,17 +238,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Tenant != nil {
-		t := c.Tenant
-		switch {
-		case t.Header != "" && t.Authorization != "":
-			add("tenant: set header or authorization, not both")
-		case t.Header == "" && t.Authorization == "":
-			add("tenant: set header (e.g. X-User-ID) or authorization: hash")
-		case t.Authorization != "" && t.Authorization != "hash":
-			add("tenant.authorization %q: the only supported value is hash", t.Authorization)
-		case t.Header != "" && !validHeaderName(t.Header):
-			add("tenant.header %q is not a valid header name", t.Header)
-		}
+		errs = append(errs, c.Tenant.validate())
 	}
 	for _, h := range c.KeepHeaders {
 		if !validHeaderName(h) {
@@ -263,6 +259,9 @@ func (c *Config) Validate() error {
 	}
 	if c.UpstreamTimeout < 0 {
 		add("upstream_timeout: negative")
+	}
+	if c.UpstreamDeadline < c.UpstreamTimeout {
+		add("upstream_deadline (%s) is shorter than upstream_timeout (%s)", time.Duration(c.UpstreamDeadline), time.Duration(c.UpstreamTimeout))
 	}
 	switch c.LogFormat {
 	case "text", "json":
