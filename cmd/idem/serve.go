@@ -211,6 +211,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			Token:    cfg.AdminToken,
 			Draining: &s.draining,
 			Logger:   log,
+			Scope:    s.proxy.Routes().Scope,
 		}), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			return nil, fmt.Errorf("admin_listen: %w", err)

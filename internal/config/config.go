@@ -18,11 +18,11 @@ import (
 
 // Defaults of the gateway's basic settings.
 const (
-	DefaultListen          = "127.0.0.1:8080"
-	DefaultAdminListen     = "127.0.0.1:9090"
-	DefaultStore           = "file:./idem-data"
-	DefaultShutdownTimeout = 30 * time.Second
-	DefaultUpstreamTimeout = 60 * time.Second
+	DefaultListen           = "127.0.0.1:8080"
+	DefaultAdminListen      = "127.0.0.1:9090"
+	DefaultStore            = "file:./idem-data"
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultUpstreamTimeout  = 60 * time.Second
 	DefaultUpstreamDeadline = 5 * time.Minute
 )
 
@@ -71,7 +71,6 @@ type Config struct {
 	LogFormat string `yaml:"log_format"` // text (default) or json
 	LogLevel  string `yaml:"log_level"`  // debug, info (default), warn, error
 }
-
 
 // Policy holds the per-route knobs; Defaults and every Route carry one.
 type Policy struct {

@@ -44,7 +44,12 @@ type Proxy struct {
 	inflight    sync.WaitGroup // requests being served, and upstream calls going on after their client was answered
 	stop        context.Context
 	abort       context.CancelCauseFunc
+	routes      *idemhttp.Routes
 }
+
+// Routes is the compiled route table, for the admin API: it finds a key's
+// scope as the middleware does.
+func (p *Proxy) Routes() *idemhttp.Routes { return p.routes }
 
 // ErrShutdown is the cause of upstream calls cut off by Abort.
 var ErrShutdown = errors.New("gateway: shut down before the upstream answered")
@@ -126,11 +131,12 @@ func New(opts Options) (*Proxy, error) {
 			idemhttp.WriteProblem(w, r, pr)
 		},
 	}
-	mw, err := idemhttp.New(opts.Engine, opts.Middleware)
+	routes, err := idemhttp.Compile(opts.Engine, opts.Middleware)
 	if err != nil {
 		return nil, err
 	}
-	p.handler = mw(p.bounded(rp))
+	p.routes = routes
+	p.handler = routes.Wrap(p.bounded(rp))
 	return p, nil
 }
 
