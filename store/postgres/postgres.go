@@ -161,7 +161,9 @@ SELECT false, false, ` + columns + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)
 	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
 		complete: `UPDATE ` + table + ` SET state = $3, value = $4, updated_at = $5, expires_at = $6
 	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
-		release: `DELETE FROM ` + table + ` WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
+		// Release frees an in_progress or a failed row, never a
+		// succeeded one (store.Store's Release).
+		release: `DELETE FROM ` + table + ` WHERE key_hash = $1 AND token = $2 AND state <> 'succeeded'`,
 
 		// One batch: walk the expires_at index, lock what it finds (skipping
 		// rows another transaction holds, such as a Reserve replacing an

@@ -260,9 +260,9 @@ func (s *Store) update(ctx context.Context, op string, f store.Fence, change fun
 				// server refused because the first try had changed the ETag.
 				s.settle(key, cur, curETag, keep)
 				return nil
-			case cur.Token != f.Token || cur.State != store.InProgress:
+			case cur.Token != f.Token || cur.State == store.Succeeded:
 				s.forget(key)
-				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or finished)", op, key, store.ErrLeaseLost, cur.State)
+				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or succeeded)", op, key, store.ErrLeaseLost, cur.State)
 			}
 			h = heldObject{rec: cur, etag: curETag}
 		}
