@@ -67,7 +67,7 @@ func (a *attempt) fn(m *middleware, next http.Handler, r *http.Request, rt *rout
 	return func(ctx context.Context) (v []byte, err error) {
 		a.ran = true
 		close(a.started)
-		if tok, ok := tokenFromContext(ctx); ok {
+		if tok, ok := idem.TokenFromContext(ctx); ok {
 			a.token = tok
 			r.Header.Set(TokenHeader, strconv.FormatUint(tok, 10))
 		}
@@ -80,7 +80,7 @@ func (a *attempt) fn(m *middleware, next http.Handler, r *http.Request, rt *rout
 				// http.ErrAbortHandler on a body cut mid-way): whether the
 				// operation took effect is unknown.
 				a.panicked = p
-				v, err = nil, &idem.Failure{Err: fmt.Errorf("idemhttp: handler panicked (%v): %w", p, errOutcomeUnknown)}
+				v, err = nil, &idem.Failure{Err: fmt.Errorf("idemhttp: handler panicked (%v): %w", p, idem.ErrOutcomeUnknown)}
 			}
 		}()
 		next.ServeHTTP(a.cap, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
@@ -96,7 +96,7 @@ func (a *attempt) outcome(m *middleware, rt *route) ([]byte, error) {
 	enc := resp.encode()
 	switch {
 	case c.unknown:
-		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d without a complete answer from its upstream: %w", resp.Status, errOutcomeUnknown)}
+		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d without a complete answer from its upstream: %w", resp.Status, idem.ErrOutcomeUnknown)}
 	case c.notExecuted:
 		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d: %w", resp.Status, idem.ErrNotExecuted)}
 	case c.hijacked || rt.outcome.Contains(resp.Status):

@@ -82,10 +82,17 @@ func (m *middleware) unrecorded(w http.ResponseWriter, rt *route, c idem.Call, a
 		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	case rec.State == store.Succeeded:
 		m.replay(w, rt, c.Key, idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID}, ev)
+	case isUnknown(rec):
+		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	default:
 		res := idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID}
 		m.conflict(w, rt, c.Key, res, &idem.ConflictError{Type: idem.ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	}
+}
+
+func isUnknown(rec store.Record) bool {
+	_, ok := idem.OutcomeUnknown(rec)
+	return ok
 }
 
 // answer answers a request whose handler did not run for it: a replay, a
@@ -127,12 +134,12 @@ func (m *middleware) conflict(w http.ResponseWriter, rt *route, key string, res 
 		}
 	case idem.ConflictInProgress:
 		p.Kind, p.Detail = KindInProgress, "a request with this key is still being processed; retry later"
-		p.RetryAfter = retryAfter(ce, rt.eng.Now())
+		p.RetryAfter = ce.RetryAfter(rt.eng.Now())
 	case idem.ConflictPayloadMismatch:
 		p.Kind, p.Detail = KindPayloadMismatch, "this key was used with a different request body or target"
 	case idem.ConflictKeyReused:
 		p.Kind, p.Detail = KindKeyReused, "this key was used for "+ce.Record.Binding
-	case conflictOutcomeUnknown:
+	case idem.ConflictOutcomeUnknown:
 		p.Kind, p.RequestID = KindOutcomeUnknown, ce.Record.RequestID
 		p.Detail = "the first request with this key (request ID " + ce.Record.RequestID + ") was sent, but no complete answer came back: " +
 			"it may have run. This key answers 409 until it expires or an operator releases it"

@@ -58,11 +58,12 @@ func (c *Config) Build() (*Built, error) {
 
 	b := &Built{Policy: base}
 	b.Options = idemhttp.Options{
-		Profile:          defProf,
-		MaxRequestBytes:  int64(c.MaxRequestBytes),
-		MaxResponseBytes: int(c.MaxResponseBytes),
-		KeepHeaders:      c.KeepHeaders,
-		RequestIDHeader:  c.RequestIDHeader,
+		Profile:                defProf,
+		MaxRequestBytes:        int64(c.MaxRequestBytes),
+		MaxResponseBytes:       int(c.MaxResponseBytes),
+		KeepHeaders:            c.KeepHeaders,
+		AllowCredentialHeaders: c.AllowCredentialHeaders,
+		RequestIDHeader:        c.RequestIDHeader,
 	}
 	b.Options.Tenant, b.TenantSource = c.Tenant.build(b.credentialMAC)
 
@@ -215,6 +216,11 @@ func (p *Policy) apply(pol *idem.Policy) error {
 		v, err := idem.ParseOnStoreError(p.OnStoreError)
 		errs = append(errs, trim(err))
 		pol.OnStoreError = v
+	}
+	if p.OnUnknown != "" {
+		v, err := idem.ParseOnUnknown(p.OnUnknown)
+		errs = append(errs, trim(err))
+		pol.OnUnknown = v
 	}
 	for _, d := range []struct {
 		name string

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-dev/idem/idemhttp"
 )
 
 // Defaults of the gateway's basic settings.
@@ -62,7 +64,11 @@ type Config struct {
 	MaxRequestBytes  ByteSize   `yaml:"max_request_bytes"`
 	MaxResponseBytes ByteSize   `yaml:"max_response_bytes"`
 	KeepHeaders      StringList `yaml:"keep_headers"`
-	RequestIDHeader  string     `yaml:"request_id_header"`
+	// AllowCredentialHeaders lets keep_headers name Set-Cookie,
+	// Authorization or Proxy-Authorization, which replays then hand to
+	// anyone holding the key. Refused without it.
+	AllowCredentialHeaders bool   `yaml:"allow_credential_headers"`
+	RequestIDHeader        string `yaml:"request_id_header"`
 	// CleanupInterval throttles background cleanup; "off" disables it.
 	CleanupInterval *Duration `yaml:"cleanup_interval"`
 	// ShutdownTimeout bounds the wait for in-flight requests at shutdown.
@@ -81,6 +87,7 @@ type Policy struct {
 	OnFailure     string       `yaml:"on_failure"`     // release, cache, conflict
 	OnStale       string       `yaml:"on_stale"`       // retry, conflict
 	OnStoreError  string       `yaml:"on_store_error"` // fail_closed, fail_open
+	OnUnknown     string       `yaml:"on_unknown"`     // conflict, release
 	CacheStatuses StringList   `yaml:"cache_statuses"` // "2xx, 409", "all"
 	MaxKeyBytes   int          `yaml:"max_key_bytes"`
 	Key           string       `yaml:"key"` // required, optional
@@ -242,6 +249,11 @@ func (c *Config) Validate() error {
 	for _, h := range c.KeepHeaders {
 		if !validHeaderName(h) {
 			add("keep_headers: %q is not a valid header name", h)
+		}
+		for _, cred := range idemhttp.CredentialHeaders {
+			if http.CanonicalHeaderKey(h) == cred && !c.AllowCredentialHeaders {
+				add("keep_headers: %s is a credential header: every retry with the key would receive the first caller's; set allow_credential_headers: true to force it", cred)
+			}
 		}
 	}
 	if c.RequestIDHeader != "" && !validHeaderName(c.RequestIDHeader) {

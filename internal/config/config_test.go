@@ -277,6 +277,12 @@ func TestErrors(t *testing.T) {
 		{"bad log level", "upstream: http://u:1\nlog_level: loud\n", "log_level"},
 		{"negative max key", "upstream: http://u:1\ndefaults: {max_key_bytes: -1}\n", "max_key_bytes"},
 		{"wrong type", "upstream: [a, b]\n", "line 1"},
+		{"bad on_unknown", "upstream: http://u:1\ndefaults: {on_unknown: retry}\n", "on_unknown"},
+		{"keep set-cookie", "upstream: http://u:1\nkeep_headers: [X-A, set-cookie]\n", "Set-Cookie is a credential header"},
+		{"tenant word", "upstream: http://u:1\ntenant: all\n", "want none"},
+		{"tenant list bad", "upstream: http://u:1\ntenant: [{header: X-A}, {authorization: raw}]\n", "only supported value is hash"},
+		{"deadline under timeout", "upstream: http://u:1\nupstream_timeout: 10m\nupstream_deadline: 1m\n", "upstream_deadline"},
+		{"route timeout over deadline", "upstream: http://u:1\nroutes: [{match: /a, upstream_timeout: 10m}]\n", "longer than upstream_deadline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.src))
@@ -362,4 +368,59 @@ func sameFingerprint(a, b idemhttp.FingerprintFunc) bool {
 		}
 	}
 	return true
+}
+
+// TestEdgeSettings: the route-level settings of outcome-unknown handling
+// and the tenant forms.
+func TestEdgeSettings(t *testing.T) {
+	_, b := mustValid(t, `
+upstream: http://127.0.0.1:3000
+upstream_timeout: 2s
+keep_headers: [Set-Cookie]
+allow_credential_headers: true
+tenant: [{authorization: hash}, {header: Stripe-Account}]
+defaults: {on_unknown: release}
+routes:
+  - match: POST /a
+  - match: POST /b
+    on_unknown: conflict
+    upstream_timeout: 500ms
+`)
+	a, bb := b.Options.Routes[0], b.Options.Routes[1]
+	if a.Policy.OnUnknown != idem.OnUnknownRelease || bb.Policy.OnUnknown != idem.OnUnknownConflict {
+		t.Errorf("on_unknown = %v, %v", a.Policy.OnUnknown, bb.Policy.OnUnknown)
+	}
+	if a.AnswerWithin != 2*time.Second || bb.AnswerWithin != 500*time.Millisecond {
+		t.Errorf("answer within = %v, %v", a.AnswerWithin, bb.AnswerWithin)
+	}
+	if !b.Options.AllowCredentialHeaders {
+		t.Error("allow_credential_headers ignored")
+	}
+	tenant := func(h ...string) string {
+		r := httptest.NewRequest("POST", "/a", nil)
+		for i := 0; i+1 < len(h); i += 2 {
+			r.Header.Set(h[i], h[i+1])
+		}
+		id, ok := b.Options.Tenant(r)
+		if !ok {
+			t.Fatalf("no tenant for %v", h)
+		}
+		return id
+	}
+	x := tenant("Authorization", "Bearer T", "Stripe-Account", "acct_1")
+	if x != tenant("Authorization", "bearer  T", "Stripe-Account", "acct_1") || x == tenant("Authorization", "Bearer T", "Stripe-Account", "acct_2") {
+		t.Error("tenant list: the scheme's case matters, or Stripe-Account does not")
+	}
+	// The secret keys the hash, set after Build as the command does.
+	b.Options.CredentialMAC = func(b []byte) string { return "mac" }
+	if tenant("Authorization", "Bearer T") != "cred:mac" {
+		t.Error("CredentialMAC set after Build is not used")
+	}
+	if !strings.Contains(b.TenantSource, "Authorization + Stripe-Account") {
+		t.Errorf("tenant source %q", b.TenantSource)
+	}
+	_, n := mustValid(t, "upstream: http://u:1\ntenant: none\n")
+	if id, ok := n.Options.Tenant(httptest.NewRequest("POST", "/", nil)); !ok || id != "" || !strings.HasPrefix(n.TenantSource, "none") {
+		t.Errorf("tenant none: %q %v %q", id, ok, n.TenantSource)
+	}
 }
