@@ -272,3 +272,82 @@ func TestLeaseLostResponseNotSent(t *testing.T) {
 	}
 	sameResponse(t, second, s.do("POST", "/charges", `{}`, "Idempotency-Key", "k"))
 }
+
+// TestOutcomeUnknownIsNeverReleased: a handler that says its request left
+// without a complete answer (OutcomeUnknown), or that panics after it
+// started (ReverseProxy's http.ErrAbortHandler on a body cut off), runs
+// once; every retry gets 409 outcome_unknown naming the first request, even
+// under the payments profile that keeps every status. Under OnUnknownRelease
+// the key is released on purpose.
+func TestOutcomeUnknownIsNeverReleased(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		profile *idemhttp.Profile
+		end     func(w http.ResponseWriter)
+	}{
+		{"said", idemhttp.IETF(), func(w http.ResponseWriter) {
+			idemhttp.OutcomeUnknown(w)
+			w.WriteHeader(http.StatusBadGateway)
+		}},
+		{"said under stripe", idemhttp.Stripe(), func(w http.ResponseWriter) {
+			idemhttp.OutcomeUnknown(w)
+			w.WriteHeader(http.StatusGatewayTimeout)
+		}},
+		{"body cut", idemhttp.IETF(), func(w http.ResponseWriter) {
+			w.WriteHeader(201)
+			w.Write([]byte(`{"half":`))
+			panic(http.ErrAbortHandler)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, idemhttp.Options{Profile: tc.profile}, func(s *server, mux *http.ServeMux) {
+				mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) { tc.end(w) }))
+			})
+			first := s.do("POST", "/charges", `{}`, "Idempotency-Key", "k", "X-Request-Id", "first-req")
+			if first.Status < 500 {
+				t.Fatalf("first: %d %s", first.Status, first.Body)
+			}
+			for range 3 {
+				p := problem(t, s.do("POST", "/charges", `{}`, "Idempotency-Key", "k"), 409, idemhttp.KindOutcomeUnknown)
+				if p["request_id"] != "first-req" || !strings.Contains(p["detail"].(string), "first-req") {
+					t.Fatalf("problem %v does not name the first request", p)
+				}
+			}
+			if n := s.total(); n != 1 {
+				t.Fatalf("ran %d times", n)
+			}
+		})
+	}
+	t.Run("release", func(t *testing.T) {
+		pol := idem.Policy{OnUnknown: idem.OnUnknownRelease}
+		s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "/", Policy: &pol}}}, func(s *server, mux *http.ServeMux) {
+			mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) {
+				idemhttp.OutcomeUnknown(w)
+				w.WriteHeader(http.StatusBadGateway)
+			}))
+		})
+		s.do("POST", "/charges", `{}`, "Idempotency-Key", "k")
+		s.do("POST", "/charges", `{}`, "Idempotency-Key", "k")
+		if n := s.total(); n != 2 {
+			t.Fatalf("ran %d times, want 2 (released on purpose)", n)
+		}
+	})
+}
+
+// TestTokenForwarded: the handler sees the reservation's fencing token in
+// Idempotency-Token, never one the client sent.
+func TestTokenForwarded(t *testing.T) {
+	seen := make(chan string, 2)
+	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
+		mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
+			seen <- r.Header.Get(idemhttp.TokenHeader)
+			w.WriteHeader(201)
+		})
+	})
+	s.do("POST", "/charges", `{}`, "Idempotency-Key", "k", idemhttp.TokenHeader, "1")
+	s.do("POST", "/charges", `{}`, "Idempotency-Key", "k2")
+	a, b := <-seen, <-seen
+	if a == "" || a == "1" || b == "" || a == b {
+		t.Fatalf("tokens %q, %q", a, b)
+	}
+}
