@@ -115,20 +115,7 @@ func New(opts Options) (*Proxy, error) {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			e := classify(err, r.Context())
-			onErr(e.metric)
-			p.log.Warn("idem: upstream failed", "url", upstream.Redacted(), "path", r.URL.Path,
-				"request_id", r.Header.Get(p.reqIDHeader), "sent", e.sent, "err", err)
-			if e.sent {
-				idemhttp.OutcomeUnknown(w)
-			} else {
-				idemhttp.NotExecuted(w)
-			}
-			pr := &idemhttp.Problem{Kind: e.kind, Detail: e.detail}
-			if k, ok, perr := idemhttp.ParseKey(r.Header.Values(idemhttp.HeaderName)); ok && perr == nil {
-				pr.Key = k
-			}
-			idemhttp.WriteProblem(w, r, pr)
+			p.upstreamFailed(w, r, err, onErr, upstream)
 		},
 	}
 	routes, err := idemhttp.Compile(opts.Engine, opts.Middleware)
@@ -138,6 +125,26 @@ func New(opts Options) (*Proxy, error) {
 	p.routes = routes
 	p.handler = routes.Wrap(p.bounded(rp))
 	return p, nil
+}
+
+// upstreamFailed answers an upstream call that got no complete answer, in
+// the shape of the route's profile, and tells the middleware whether the
+// call was sent.
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error, onErr func(string), upstream *url.URL) {
+	e := classify(err, r.Context())
+	onErr(e.metric)
+	p.log.Warn("idem: upstream failed", "url", upstream.Redacted(), "path", r.URL.Path,
+		"request_id", r.Header.Get(p.reqIDHeader), "sent", e.sent, "err", err)
+	if e.sent {
+		idemhttp.OutcomeUnknown(w)
+	} else {
+		idemhttp.NotExecuted(w)
+	}
+	pr := &idemhttp.Problem{Kind: e.kind, Detail: e.detail}
+	if k, ok, perr := idemhttp.ParseKey(r.Header.Values(idemhttp.HeaderName)); ok && perr == nil {
+		pr.Key = k
+	}
+	idemhttp.WriteProblem(w, r, pr)
 }
 
 // upstreamError is how an upstream call failed.
