@@ -346,3 +346,33 @@ func TestTokenReachesUpstream(t *testing.T) {
 		t.Fatalf("upstream Idempotency-Token %q", tok)
 	}
 }
+
+// TestAdminFindsScopeThroughRoutes: /keys takes method, path and tenant and
+// finds the scope as the proxy's routes do (here the payments API's
+// per-endpoint scope).
+func TestAdminFindsScopeThroughRoutes(t *testing.T) {
+	e := newEdge(t, Options{Middleware: idemhttp.Options{Tenant: idemhttp.TenantHeader("X-User-ID"),
+		Routes: []idemhttp.Route{{Pattern: "POST /charges", Profile: idemhttp.Stripe()}}}}, created)
+	e.post(t, "/charges", "k1", "X-User-ID", "alice|x")
+	admin := httptest.NewServer(Admin(AdminOptions{Store: e.store, Token: "tok", Logger: quiet, Scope: e.proxy.Routes().Scope}))
+	defer admin.Close()
+	get := func(q string) (int, string) {
+		req, _ := http.NewRequest("GET", admin.URL+"/keys?"+q, nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	q := url.Values{"method": {"POST"}, "path": {"/charges"}, "tenant": {"alice|x"}, "key": {"k1"}}
+	if code, body := get(q.Encode()); code != 200 || !strings.Contains(body, `"scope": "alice%7Cx|POST /charges"`) {
+		t.Fatalf("/keys by route: %d %s", code, body)
+	}
+	q.Set("path", "/refunds")
+	if code, _ := get(q.Encode()); code != 404 {
+		t.Fatalf("/keys for a path no route covers: %d", code)
+	}
+}
