@@ -49,8 +49,9 @@ func (rt *route) parseKey(r *http.Request) (string, *Problem) {
 
 // newCall turns a keyed request into the engine's call, or a problem. The
 // body is read here, before anything is reserved, under the body deadline.
-// The request passed on is a copy with its own headers (a request ID, no
-// client-sent Idempotency-Token) and a re-readable body.
+// The request passed on is a copy with a re-readable body; when the handler
+// runs, it gets its own headers too (a request ID, the reservation's
+// Idempotency-Token and never one the client sent).
 func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route, key string) (idem.Call, *http.Request, *Problem) {
 	tenant, ok := m.tenant(r)
 	if !ok {
@@ -61,13 +62,12 @@ func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route, 
 		p.Key = key
 		return idem.Call{}, nil, p
 	}
+	// The copy's headers are cloned only when the handler runs (see
+	// attempt.fn): a replay needs none of this.
 	fr := r.WithContext(r.Context())
-	fr.Header = r.Header.Clone()
-	fr.Header.Del(TokenHeader)
 	reqID := fr.Header.Get(m.reqIDHeader)
 	if reqID == "" {
 		reqID = NewRequestID()
-		fr.Header.Set(m.reqIDHeader, reqID)
 	}
 	if body != nil {
 		fr.Body = io.NopCloser(bytes.NewReader(body))

@@ -25,7 +25,8 @@ import (
 type capture struct {
 	rw  http.ResponseWriter
 	max int
-	h   http.Header // the handler's header map
+	h   http.Header // the handler's header map, made on first use
+	rt  *route      // the route, for WriteProblem
 
 	mu          sync.Mutex // guards detached, and rw once the serving goroutine may detach
 	status      int
@@ -79,11 +80,12 @@ func findCapture(w http.ResponseWriter) *capture {
 	}
 }
 
-func newCapture(rw http.ResponseWriter, max int) *capture {
-	return &capture{rw: rw, max: max, status: http.StatusOK, h: http.Header{}}
+func (c *capture) Header() http.Header {
+	if c.h == nil {
+		c.h = http.Header{}
+	}
+	return c.h
 }
-
-func (c *capture) Header() http.Header { return c.h }
 
 func (c *capture) WriteHeader(code int) {
 	c.mu.Lock()

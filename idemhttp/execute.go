@@ -13,7 +13,8 @@ import (
 // attempt is one call of the engine for a keyed request.
 type attempt struct {
 	cap      *capture
-	started  chan struct{} // closed when the handler starts
+	capture  capture       // cap's storage: one allocation for both
+	started  chan struct{} // closed when the handler starts, under Route.AnswerWithin
 	ran      bool          // the handler ran for this request
 	detached bool          // the client was answered 504 while the handler went on
 	token    uint64        // the reservation's fencing token, when the handler ran
@@ -27,18 +28,21 @@ type attempt struct {
 // handler, which goes on and records its outcome, and the caller answers
 // 504.
 func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.Request, rt *route, c idem.Call) *attempt {
-	a := &attempt{cap: newCapture(w, m.maxResp), started: make(chan struct{})}
+	a := &attempt{}
+	a.capture = capture{rw: w, max: m.maxResp, status: http.StatusOK, rt: rt}
+	a.cap = &a.capture
 	if rt.AnswerWithin <= 0 {
-		a.res, a.err = rt.eng.Do(r.Context(), c, a.fn(m, next, r, rt))
+		a.res, a.err = rt.eng.Do(r.Context(), c, a.fn(m, next, r, rt, c.RequestID))
 		return a
 	}
+	a.started = make(chan struct{})
 	// The handler may outlive this request: its context must not end when
 	// the client is answered.
 	r = r.WithContext(context.WithoutCancel(r.Context()))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.res, a.err = rt.eng.Do(r.Context(), c, a.fn(m, next, r, rt))
+		a.res, a.err = rt.eng.Do(r.Context(), c, a.fn(m, next, r, rt, c.RequestID))
 		if a.cap.isDetached() {
 			m.logDetached(rt, c, a)
 		}
@@ -63,10 +67,15 @@ func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.R
 }
 
 // fn is the engine's operation: the handler, writing into the capture.
-func (a *attempt) fn(m *middleware, next http.Handler, r *http.Request, rt *route) idem.Func {
+func (a *attempt) fn(m *middleware, next http.Handler, r *http.Request, rt *route, reqID string) idem.Func {
 	return func(ctx context.Context) (v []byte, err error) {
 		a.ran = true
-		close(a.started)
+		if a.started != nil {
+			close(a.started)
+		}
+		r.Header = r.Header.Clone()
+		r.Header.Set(m.reqIDHeader, reqID)
+		r.Header.Del(TokenHeader)
 		if tok, ok := idem.TokenFromContext(ctx); ok {
 			a.token = tok
 			r.Header.Set(TokenHeader, strconv.FormatUint(tok, 10))
@@ -83,7 +92,7 @@ func (a *attempt) fn(m *middleware, next http.Handler, r *http.Request, rt *rout
 				v, err = nil, &idem.Failure{Err: fmt.Errorf("idemhttp: handler panicked (%v): %w", p, idem.ErrOutcomeUnknown)}
 			}
 		}()
-		next.ServeHTTP(a.cap, r.WithContext(context.WithValue(ctx, routeKey{}, rt)))
+		next.ServeHTTP(a.cap, r.WithContext(ctx))
 		return a.outcome(m, rt)
 	}
 }

@@ -129,6 +129,10 @@ type routeKey struct{}
 // middleware uses it for answers of its own kinds (the gateway's 502 and
 // 504). Outside a route it writes problem+json with the default statuses.
 func WriteProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if c := findCapture(w); c != nil && c.rt != nil {
+		c.rt.WriteProblem(w, p)
+		return
+	}
 	if rt, ok := r.Context().Value(routeKey{}).(*route); ok {
 		rt.WriteProblem(w, p)
 		return
