@@ -351,3 +351,31 @@ func TestTokenForwarded(t *testing.T) {
 		t.Fatalf("tokens %q, %q", a, b)
 	}
 }
+
+// failComplete is a store whose writes of outcomes fail for good.
+type failComplete struct{ store.Store }
+
+func (failComplete) Complete(context.Context, store.Completion) error { return store.ErrClosed }
+
+// TestUnrecordedOutcomeNotSent: when the store fails as the outcome is
+// written, the handler's response is never sent (a retry could not replay
+// it): the client gets 503 outcome_not_recorded, saying the call may have
+// run and to retry with the same key.
+func TestUnrecordedOutcomeNotSent(t *testing.T) {
+	eng := idem.New(failComplete{memory.New()}, idem.Policy{CleanupInterval: -1}, quietOpt)
+	defer eng.Close()
+	mw, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := newTestServer(t, mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+		io.WriteString(w, `{"charge":"ch_1"}`)
+	})))
+	s := &server{t: t, url: url}
+	r := s.do("POST", "/charges", `{}`, "Idempotency-Key", "k", "X-Request-Id", "r1")
+	p := problem(t, r, 503, idemhttp.KindOutcomeNotRecorded)
+	if strings.Contains(string(r.Body), "ch_1") || p["request_id"] != "r1" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("%d %v %s", r.Status, r.Header, r.Body)
+	}
+}

@@ -376,3 +376,29 @@ func TestAdminFindsScopeThroughRoutes(t *testing.T) {
 		t.Fatalf("/keys for a path no route covers: %d", code)
 	}
 }
+
+// TestAbortRecordsUnknown: at shutdown, upstream calls still running (here
+// one detached from its client, answered 504) are cut off, and their keys
+// end as outcome unknown before the store closes, rather than staying in
+// progress for another gateway to run again once the lease runs out.
+func TestAbortRecordsUnknown(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	e := newEdge(t, Options{Middleware: idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "/", AnswerWithin: 100 * time.Millisecond}}}},
+		func(w http.ResponseWriter, r *http.Request) { <-stop })
+	if a := e.post(t, "/c", "k"); a.status != 504 {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+	e.proxy.Abort()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.proxy.Wait(ctx); err != nil {
+		t.Fatal("the aborted call did not end")
+	}
+	if a := e.post(t, "/c", "k"); a.status != 409 || a.problem(t)["conflict_type"] != "outcome_unknown" {
+		t.Fatalf("retry: %d %s", a.status, a.body)
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times", n)
+	}
+}
