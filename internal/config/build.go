@@ -134,6 +134,10 @@ func (c *Config) route(r Route, defProf *idemhttp.Profile, base idem.Policy) (id
 		return rt, err
 	}
 
+	if err := c.errorTexts(&rt, r, defProf); err != nil {
+		return rt, err
+	}
+
 	key := firstOf(r.Key, c.Defaults.Key, "optional")
 	switch key {
 	case "optional":
@@ -159,6 +163,43 @@ func (c *Config) route(r Route, defProf *idemhttp.Profile, base idem.Policy) (id
 		}
 	}
 	return rt, nil
+}
+
+// errorTexts gives the route a copy of its profile whose answers use the
+// error envelope with the texts of defaults and route laid over the
+// profile's preset (the mobile app's), when either sets any.
+func (c *Config) errorTexts(rt *idemhttp.Route, r Route, defProf *idemhttp.Profile) error {
+	if len(c.Defaults.ErrorTexts) == 0 && len(r.ErrorTexts) == 0 {
+		return nil
+	}
+	prof := rt.Profile
+	if prof == nil {
+		prof = defProf
+	}
+	texts := map[idemhttp.Kind]idemhttp.Text{}
+	if prof.Name == "mobile" {
+		texts = idemhttp.MobileTexts()
+	}
+	for _, layer := range []map[string]ErrorText{c.Defaults.ErrorTexts, r.ErrorTexts} {
+		for k, v := range layer {
+			kind := idemhttp.Kind(k)
+			if _, ok := idemhttp.DefaultStatus[kind]; !ok {
+				return fmt.Errorf("error_texts: unknown kind %q (see docs/problems.md)", k)
+			}
+			t := texts[kind]
+			if v.Code != "" {
+				t.Code = v.Code
+			}
+			if v.Message != "" {
+				t.Message = v.Message
+			}
+			texts[kind] = t
+		}
+	}
+	p := *prof
+	p.WriteProblem = idemhttp.Envelope(texts)
+	rt.Profile = &p
+	return nil
 }
 
 // answerWithin is the route's upstream_timeout, else the top-level one.

@@ -92,6 +92,17 @@ type Policy struct {
 	MaxKeyBytes   int          `yaml:"max_key_bytes"`
 	Key           string       `yaml:"key"` // required, optional
 	Fingerprint   *Fingerprint `yaml:"fingerprint"`
+	// ErrorTexts rewords idem's own answers in an application's error
+	// envelope ({"success":false,"error":{"code","message"}}), by kind
+	// (in_progress, payload_mismatch, ...): over the mobile profile's
+	// preset texts, or, for another profile, in place of problem+json.
+	ErrorTexts map[string]ErrorText `yaml:"error_texts"`
+}
+
+// ErrorText is the code and message of one kind of answer.
+type ErrorText struct {
+	Code    string `yaml:"code"`
+	Message string `yaml:"message"`
 }
 
 // Route is one entry of routes.

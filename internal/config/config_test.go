@@ -277,6 +277,7 @@ func TestErrors(t *testing.T) {
 		{"bad log level", "upstream: http://u:1\nlog_level: loud\n", "log_level"},
 		{"negative max key", "upstream: http://u:1\ndefaults: {max_key_bytes: -1}\n", "max_key_bytes"},
 		{"wrong type", "upstream: [a, b]\n", "line 1"},
+		{"bad error_texts", "upstream: http://u:1\ndefaults: {error_texts: {in_progres: {code: X}}}\n", `unknown kind "in_progres"`},
 		{"bad on_unknown", "upstream: http://u:1\ndefaults: {on_unknown: retry}\n", "on_unknown"},
 		{"keep set-cookie", "upstream: http://u:1\nkeep_headers: [X-A, set-cookie]\n", "Set-Cookie is a credential header"},
 		{"tenant word", "upstream: http://u:1\ntenant: all\n", "want none"},
@@ -422,5 +423,32 @@ routes:
 	_, n := mustValid(t, "upstream: http://u:1\ntenant: none\n")
 	if id, ok := n.Options.Tenant(httptest.NewRequest("POST", "/", nil)); !ok || id != "" || !strings.HasPrefix(n.TenantSource, "none") {
 		t.Errorf("tenant none: %q %v %q", id, ok, n.TenantSource)
+	}
+}
+
+// TestErrorTexts: the mobile app's texts are a preset that configuration
+// rewords, kind by kind.
+func TestErrorTexts(t *testing.T) {
+	_, b := mustValid(t, `
+upstream: http://127.0.0.1:3000
+routes:
+  - match: POST /app/
+    profile: mobile
+    error_texts:
+      in_progress: { message: "Bitte warten." }
+`)
+	rt := b.Options.Routes[0]
+	rec := httptest.NewRecorder()
+	rt.Profile.WriteProblem(rec, &idemhttp.Problem{Kind: idemhttp.KindInProgress, Status: 409})
+	if !strings.Contains(rec.Body.String(), `"message":"Bitte warten."`) || !strings.Contains(rec.Body.String(), `"code":"OPERATION_IN_PROGRESS"`) {
+		t.Errorf("reworded: %s", rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	rt.Profile.WriteProblem(rec, &idemhttp.Problem{Kind: idemhttp.KindPayloadMismatch, Status: 409})
+	if !strings.Contains(rec.Body.String(), "DUPLICATE_OPERATION") {
+		t.Errorf("preset text lost: %s", rec.Body)
+	}
+	if idemhttp.MobileTexts()[idemhttp.KindInProgress].Message == "Bitte warten." {
+		t.Error("the preset itself changed")
 	}
 }
