@@ -110,6 +110,8 @@ type shared struct {
 	// pollStart is a waiter's first interval when the store does not
 	// notify; it doubles up to pollCap.
 	pollStart time.Duration
+	// notifier is the store's Notifier (store.NotifierOf), nil if none.
+	notifier store.Notifier
 }
 
 // DefaultPollCap bounds the interval between two reads of the record by a
@@ -123,6 +125,24 @@ type Option func(*shared)
 // WithClock makes the engine read time from now instead of time.Now. Tests
 // use it to expire leases and records without sleeping.
 func WithClock(now func() time.Time) Option { return func(s *shared) { s.now = now } }
+
+// WithWaitPolling sets how often a caller waiting for a running call
+// (Policy.Wait) reads the record when nothing wakes it: first, doubling up
+// to max. The defaults are 5 ms and DefaultPollCap (250 ms). Waiters are
+// woken without polling by a holder in the same process, and by the
+// store's Notifier when it has one; then they read only every max, as a
+// safety net, and max is the longest a lost notification can delay them.
+// Non-positive values keep the defaults.
+func WithWaitPolling(first, max time.Duration) Option {
+	return func(s *shared) {
+		if first > 0 {
+			s.pollStart = first
+		}
+		if max > 0 {
+			s.pollCap = max
+		}
+	}
+}
 
 // WithLogger sets the logger for background work (cleanup, lease renewal).
 // The default is slog.Default().
@@ -140,6 +160,7 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 	for _, o := range opts {
 		o(sh)
 	}
+	sh.notifier, _ = store.NotifierOf(s)
 	return &Engine{store: s, policy: p, shared: sh}
 }
 
@@ -209,6 +230,8 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	}
 	var w waiter
 	defer w.stop()
+	woken := false
+	var handed *store.Record // the outcome handed over by a holder in this process
 	backoff := e.pollStart
 	for {
 		now := e.now()
@@ -230,7 +253,15 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			Now:           now,
 			TakeOverStale: e.policy.OnStale == OnStaleRetry,
 		}
-		res, err := e.store.Reserve(ctx, req)
+		var res store.Reservation
+		if handed != nil {
+			res.Existing, handed = *handed, nil
+		} else if cur, ok := e.ended(ctx, woken, c.Scope, keyHash, now); ok {
+			res.Existing = cur
+		} else {
+			res, err = e.store.Reserve(ctx, req)
+		}
+		woken = false
 		if err != nil {
 			if ctx.Err() != nil {
 				return Result{}, context.Cause(ctx)
@@ -297,14 +328,34 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			return Result{}, context.Cause(ctx)
 		case <-w.local:
 			t.Stop()
+			handed, _ = w.value().(*store.Record)
 			w.stop()
+			woken = true
 		case <-w.remote:
 			t.Stop()
 			w.stop()
+			woken = true
 		case <-t.C:
 		}
 		backoff = min(backoff*2, e.pollCap)
 	}
+}
+
+// ended returns the record of keyHash when a woken waiter finds it
+// completed. A read answers it: on stores whose reservation writes even
+// when it finds a record (PostgreSQL's takes a row lock), a crowd of woken
+// duplicates would otherwise queue on the row the holder just released.
+// Anything else (released, still or again in progress, a store error) is
+// left to Reserve.
+func (e *Engine) ended(ctx context.Context, woken bool, scope, keyHash string, now time.Time) (store.Record, bool) {
+	if !woken {
+		return store.Record{}, false
+	}
+	cur, err := e.store.Get(ctx, scope, keyHash, now)
+	if err != nil || cur.State == store.InProgress {
+		return store.Record{}, false
+	}
+	return cur, true
 }
 
 // waiter is a caller's subscription to the end of the call that holds its
@@ -312,14 +363,15 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 // store is no Notifier or cannot listen now) by a holder anywhere.
 type waiter struct {
 	local, remote  <-chan struct{}
+	value          func() any
 	unsubL, unsubR func()
 }
 
 func (w *waiter) subscribed() bool { return w.local != nil }
 
 func (w *waiter) start(ctx context.Context, e *Engine, scope, keyHash string) {
-	w.local, w.unsubL = e.waiters.Subscribe(keyHash)
-	if n, ok := e.store.(store.Notifier); ok {
+	w.local, w.value, w.unsubL = e.waiters.SubscribeValue(keyHash)
+	if n := e.notifier; n != nil {
 		ch, unsub, err := n.Subscribe(ctx, scope, keyHash)
 		if err == nil {
 			w.remote, w.unsubR = ch, unsub
@@ -360,8 +412,8 @@ func newToken() uint64 {
 }
 
 // tokenContext is the context fn runs with: the run's cancelable context,
-// plus the reservation's fencing token for TokenFromContext. One type
-// instead of context.WithValue saves an allocation per call.
+// plus the reservation's fencing token for TokenFromContext. A field of
+// hold rather than context.WithValue: no allocation of its own.
 type tokenContext struct {
 	context.Context
 	token uint64
@@ -392,12 +444,11 @@ const panicFailure = "idem: the operation panicked"
 // run executes fn for the reservation rec and records its outcome.
 func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stopRenew := e.renew(runCtx, f, cancel)
+	h := e.newHold(ctx, f)
 	finished := false
 	defer func() {
-		stopRenew()
-		cancel(nil)
+		h.stop()
+		h.cancel(nil)
 		if !finished {
 			// fn panicked (or called runtime.Goexit) after it started: it
 			// may have done its work, so the outcome is unknown. Record
@@ -411,9 +462,9 @@ func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Fu
 		}
 	}()
 
-	v, ferr := fn(&tokenContext{Context: runCtx, token: rec.Token})
+	v, ferr := fn(h.ctx())
 	finished = true
-	stopRenew()
+	h.stop()
 	res, werr := e.finish(ctx, rec, f, v, ferr)
 	res.TookOver = tookOver
 	if werr != nil {
@@ -463,23 +514,40 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 		werr = nil
 	}
 	if werr == nil {
-		e.ended(ctx, rec.Scope, rec.KeyHash)
+		var final *store.Record
+		if !release {
+			final = &rec
+			final.State, final.Value, final.UpdatedAt, final.ExpiresAt = res.State, stored, now, now.Add(e.policy.TTL)
+		}
+		e.announce(ctx, rec.Scope, rec.KeyHash, final)
 	}
 	return res, werr
 }
 
-// ended wakes the callers waiting for keyHash: those in this process at
-// once, those in other processes through the store's Notifier. The remote
+// announce wakes the callers waiting for keyHash: those in this process at
+// once, handing them final, the record as stored (nil when the key was
+// released), so that they need not read it; those in other processes
+// through the store's Notifier. The remote
 // notification costs a round trip, so it is sent only by policies that
 // wait (Policy.Wait): replicas share their routes' policies, so a key
 // nobody waits for is never announced.
-func (e *Engine) ended(ctx context.Context, scope, keyHash string) {
-	e.waiters.Wake(keyHash)
+func (e *Engine) announce(ctx context.Context, scope, keyHash string, final *store.Record) {
+	if final == nil {
+		e.waiters.Wake(keyHash)
+	} else {
+		e.waiters.WakeWith(keyHash, func() any {
+			// The caller of Do owns the value it returned and may reuse
+			// its buffer: the waiters get a copy.
+			r := *final
+			r.Value = bytes.Clone(final.Value)
+			return &r
+		})
+	}
 	if e.policy.Wait <= 0 {
 		return
 	}
-	n, ok := e.store.(store.Notifier)
-	if !ok {
+	n := e.notifier
+	if n == nil {
 		return
 	}
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyTimeout)
@@ -549,62 +617,85 @@ func failureValue(err error) []byte {
 	return []byte(err.Error())
 }
 
-// renew extends the lease every third of its length until stop is called.
-// If the lease is lost, the operation's context is canceled with cause
-// ErrLeaseLost so it can stop early. It uses a timer rather than a goroutine
-// with a ticker: most operations end long before the first renewal, and a
-// timer that never fires costs almost nothing.
-func (e *Engine) renew(ctx context.Context, f store.Fence, cancel context.CancelCauseFunc) (stop func()) {
-	var (
-		mu      sync.Mutex
-		stopped bool // guarded by mu
-		running sync.WaitGroup
-		timer   *time.Timer
-	)
-	every := e.policy.Lease / 3
-	tick := func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		running.Add(1)
-		mu.Unlock()
-		defer running.Done()
-		err := e.store.Renew(ctx, f, e.now().Add(e.policy.Lease))
-		switch {
-		case errors.Is(err, store.ErrLeaseLost):
-			cancel(ErrLeaseLost)
-			return
-		case err != nil && ctx.Err() == nil:
-			e.logger.Warn("idem: lease renewal failed", "scope", f.Scope, "err", err)
-		case ctx.Err() != nil:
-			return
-		}
-		mu.Lock()
-		if !stopped {
-			timer.Reset(every)
-		}
-		mu.Unlock()
-	}
-	mu.Lock()
-	timer = time.AfterFunc(every, tick)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
-		running.Wait() // a renewal in flight finishes before the outcome is written
-	}
+// hold is one reservation while its operation runs: the context the
+// operation runs with (its cancelable context plus the fencing token), and
+// the renewal of its lease. One allocation holds it all; the lease is
+// renewed every third of its length until stop is called. If the lease is
+// lost, the operation's context is canceled with cause ErrLeaseLost so it
+// can stop early. A timer rather than a goroutine with a ticker: most
+// operations end long before the first renewal, and a timer that never
+// fires costs almost nothing.
+type hold struct {
+	tokenContext
+	e      *Engine
+	f      store.Fence
+	cancel context.CancelCauseFunc
+	every  time.Duration
+
+	mu      sync.Mutex
+	stopped bool        // guarded by mu
+	timer   *time.Timer // guarded by mu
+	running sync.WaitGroup
 }
 
-// Lookup returns the live record of key in scope, or an error matching
-// store.ErrNotFound. The key is validated as Do would.
+// newHold starts renewing f's lease; the operation runs with h.ctx().
+func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	h := &hold{tokenContext: tokenContext{Context: runCtx, token: f.Token}, e: e, f: f, cancel: cancel, every: e.policy.Lease / 3}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(h.every, h.tick)
+	h.mu.Unlock()
+	return h
+}
+
+// ctx is the context the operation runs with.
+func (h *hold) ctx() context.Context { return &h.tokenContext }
+
+func (h *hold) tick() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.running.Add(1)
+	h.mu.Unlock()
+	defer h.running.Done()
+	e, ctx := h.e, h.tokenContext.Context
+	err := e.store.Renew(ctx, h.f, e.now().Add(e.policy.Lease))
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		h.cancel(ErrLeaseLost)
+		return
+	case err != nil && ctx.Err() == nil:
+		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)
+	case ctx.Err() != nil:
+		return
+	}
+	h.mu.Lock()
+	if !h.stopped {
+		h.timer.Reset(h.every)
+	}
+	h.mu.Unlock()
+}
+
+// stop ends the renewals; a renewal in flight finishes before stop
+// returns, so that it never lands after the outcome is written.
+func (h *hold) stop() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	h.timer.Stop()
+	h.mu.Unlock()
+	h.running.Wait()
+}
+
+// Lookup returns the live record of key in scope, as stored, or an error
+// matching store.ErrNotFound. The key is validated as Do would. A failed
+// record whose outcome is unknown carries a marker in its Value:
+// OutcomeUnknown tells it from a plain failure and strips the marker.
 func (e *Engine) Lookup(ctx context.Context, scope, key string) (store.Record, error) {
 	key, err := ValidateKey(key, e.policy.MaxKeyBytes)
 	if err != nil {

@@ -94,7 +94,11 @@ type Policy struct {
 	OnUnknown OnUnknown
 	// Wait is how long a call waits for a running call with the same key
 	// to finish, and then replays its outcome. 0 (the default) answers
-	// ErrInProgress at once, as Stripe and seed 003 do.
+	// ErrInProgress at once, as Stripe and seed 003 do. Waiters are woken
+	// when the holder ends (see WithWaitPolling); an engine whose policy
+	// waits also announces the end of its calls through the store's
+	// Notifier, a round trip that policies without Wait do not pay, so
+	// give every replica of a route the same Wait.
 	Wait time.Duration
 	// CleanupInterval throttles background cleanup of expired records to
 	// once per interval per store (seed 000). 0 means 300 s; negative

@@ -59,6 +59,6 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	}
 	e.logger.Info("idem: key released by an operator", "scope", scope,
 		"state", string(rec.State), "outcome_unknown", unknown, "request_id", rec.RequestID)
-	e.ended(ctx, scope, keyHash)
+	e.announce(ctx, scope, keyHash, nil)
 	return nil
 }

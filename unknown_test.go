@@ -12,9 +12,9 @@ import (
 	"github.com/idem-dev/idem/store/memory"
 )
 
-// timedOut is what the gateway's proxy returns when the payments API took
+// errTimedOut is what the gateway's proxy returns when the payments API took
 // the request and never answered.
-var timedOut = fmt.Errorf("upstream did not answer within 5s: %w", idem.ErrOutcomeUnknown)
+var errTimedOut = fmt.Errorf("upstream did not answer within 5s: %w", idem.ErrOutcomeUnknown)
 
 // wantUnknown checks that a retry of key runs nothing and gets the
 // outcome_unknown conflict naming the first request.
@@ -43,21 +43,21 @@ func TestOutcomeUnknownIsNotReleased(t *testing.T) {
 	for _, of := range []idem.OnFailure{idem.OnFailureRelease, idem.OnFailureCache, idem.OnFailureConflict} {
 		t.Run(of.String(), func(t *testing.T) {
 			b := setup(t, idem.Policy{OnFailure: of})
-			res, err := b.eng.Do(bg, call("k"), func(context.Context) ([]byte, error) { return nil, timedOut })
+			res, err := b.eng.Do(bg, call("k"), func(context.Context) ([]byte, error) { return nil, errTimedOut })
 			if !errors.Is(err, idem.ErrOutcomeUnknown) || res.Replayed || res.NotRecorded {
 				t.Fatalf("first call: %+v %v", res, err)
 			}
 			wantUnknown(t, b.eng, "k")
 			// The failure is kept for the operator, the marker is not shown.
 			res, _ = b.eng.Do(bg, call("k"), (&counter{}).fn)
-			if string(res.Value) != timedOut.Error() {
-				t.Fatalf("replayed failure %q, want %q", res.Value, timedOut.Error())
+			if string(res.Value) != errTimedOut.Error() {
+				t.Fatalf("replayed failure %q, want %q", res.Value, errTimedOut.Error())
 			}
 			rec, err := b.eng.Lookup(bg, "charges", "k")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f, ok := idem.OutcomeUnknown(rec); !ok || string(f) != timedOut.Error() {
+			if f, ok := idem.OutcomeUnknown(rec); !ok || string(f) != errTimedOut.Error() {
 				t.Fatalf("Lookup: OutcomeUnknown %q %v", f, ok)
 			}
 		})
@@ -92,7 +92,7 @@ func TestPanicAfterStartIsOutcomeUnknown(t *testing.T) {
 
 func TestOnUnknownRelease(t *testing.T) {
 	b := setup(t, idem.Policy{OnUnknown: idem.OnUnknownRelease, OnFailure: idem.OnFailureConflict})
-	if _, err := b.eng.Do(bg, call("k"), func(context.Context) ([]byte, error) { return nil, timedOut }); !errors.Is(err, idem.ErrOutcomeUnknown) {
+	if _, err := b.eng.Do(bg, call("k"), func(context.Context) ([]byte, error) { return nil, errTimedOut }); !errors.Is(err, idem.ErrOutcomeUnknown) {
 		t.Fatal(err)
 	}
 	op := &counter{value: "v"}
@@ -110,7 +110,7 @@ func TestOnUnknownRelease(t *testing.T) {
 
 func TestOperatorRelease(t *testing.T) {
 	b := setup(t, idem.Policy{Lease: time.Minute, OnFailure: idem.OnFailureCache})
-	b.eng.Do(bg, call("unknown"), func(context.Context) ([]byte, error) { return nil, timedOut })
+	b.eng.Do(bg, call("unknown"), func(context.Context) ([]byte, error) { return nil, errTimedOut })
 	if err := b.eng.Release(bg, "charges", "unknown"); err != nil {
 		t.Fatalf("release of an unknown outcome: %v", err)
 	}

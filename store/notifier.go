@@ -26,3 +26,22 @@ type Notifier interface {
 	// the caller then polls.
 	Subscribe(ctx context.Context, scope, keyHash string) (<-chan struct{}, func(), error)
 }
+
+// NotifierOf returns s's Notifier: s itself, or the Notifier of the store
+// it wraps, found through an Unwrap() Store method, so that a wrapper (one
+// that encrypts records, say) need not pass the capability on by hand.
+// Going round a wrapper is safe for notifications: they carry only the key
+// hash the engine chose, and both ends go round it alike.
+func NotifierOf(s Store) (Notifier, bool) {
+	for s != nil {
+		if n, ok := s.(Notifier); ok {
+			return n, true
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+	return nil, false
+}

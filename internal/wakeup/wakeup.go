@@ -22,11 +22,21 @@ type Hub struct {
 type entry struct {
 	ch   chan struct{}
 	refs int // guarded by Hub.mu
+	// val is what WakeWith handed over; written before ch is closed, read
+	// after.
+	val any
 }
 
 // Subscribe returns a channel closed by the next Wake of key, and a
 // function that ends the subscription; call it once.
 func (h *Hub) Subscribe(key string) (<-chan struct{}, func()) {
+	ch, _, cancel := h.SubscribeValue(key)
+	return ch, cancel
+}
+
+// SubscribeValue is Subscribe, plus a function that returns, once the
+// channel is closed, the value WakeWith handed over (nil after Wake).
+func (h *Hub) SubscribeValue(key string) (<-chan struct{}, func() any, func()) {
 	h.mu.Lock()
 	if h.keys == nil {
 		h.keys = make(map[string]*entry)
@@ -40,7 +50,7 @@ func (h *Hub) Subscribe(key string) (<-chan struct{}, func()) {
 	e.refs++
 	h.mu.Unlock()
 	var once sync.Once
-	return e.ch, func() {
+	return e.ch, func() any { return e.val }, func() {
 		once.Do(func() {
 			h.mu.Lock()
 			e.refs--
@@ -56,7 +66,12 @@ func (h *Hub) Subscribe(key string) (<-chan struct{}, func()) {
 
 // Wake wakes every waiter of key; later subscribers wait for the next Wake.
 // It reports whether anyone was waiting.
-func (h *Hub) Wake(key string) bool {
+func (h *Hub) Wake(key string) bool { return h.WakeWith(key, nil) }
+
+// WakeWith is Wake, handing the waiters what val returns; val is called
+// only when someone waits (so that it can copy what the waiters need,
+// which the caller may reuse once WakeWith returns).
+func (h *Hub) WakeWith(key string, val func() any) bool {
 	if h.waiting.Load() == 0 {
 		return false
 	}
@@ -69,6 +84,9 @@ func (h *Hub) Wake(key string) bool {
 	h.mu.Unlock()
 	if e == nil {
 		return false
+	}
+	if val != nil {
+		e.val = val()
 	}
 	close(e.ch)
 	return true

@@ -186,6 +186,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.records = nil
 	s.expiry = nil
+	s.hub.WakeAll() // waiters poll, and find the store closed
 	return nil
 }
 

@@ -18,6 +18,12 @@ func (s *Store) Notify(ctx context.Context, _, keyHash string) error {
 // Subscribe implements store.Notifier. It never fails: there is no
 // listener to wait for.
 func (s *Store) Subscribe(ctx context.Context, _, keyHash string) (<-chan struct{}, func(), error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, nil, err
+	}
+	// Under s.mu, so that Close, which wakes everyone, cannot slip between
+	// the check and the subscription.
 	ch, cancel := s.hub.Subscribe(keyHash)
+	s.mu.Unlock()
 	return ch, cancel, nil
 }

@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 		{"KeyNotIndexed", testKeyNotIndexed},
 		{"Isolation", testIsolation},
 		{"Close", testClose},
+		{"Notifier", testNotifier},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
