@@ -31,7 +31,7 @@ type capture struct {
 	mu          sync.Mutex // guards detached, and rw once the serving goroutine may detach
 	status      int
 	wroteHeader bool
-	header      http.Header // snapshot taken at WriteHeader
+	header      http.Header // the headers of the response, set at WriteHeader
 	body        bytes.Buffer
 	passing     bool // the response is going straight to rw
 	notStored   bool // the body is not (fully) kept
@@ -103,7 +103,9 @@ func (c *capture) WriteHeader(code int) {
 	}
 	c.wroteHeader = true
 	c.status = code
-	c.header = c.h.Clone()
+	// The header map becomes the response's, as net/http's does at
+	// WriteHeader; it is not copied.
+	c.header = c.Header()
 	if isStream(c.header) || code == http.StatusSwitchingProtocols {
 		c.passThrough()
 	}

@@ -50,6 +50,7 @@ type middleware struct {
 	reqIDHeader string
 	log         *slog.Logger
 	observe     func(*http.Request, Event)
+	catchAll    bool // one route, pattern "/": matching needs no ServeMux
 }
 
 // Compile checks opts and compiles its routes.
@@ -85,6 +86,7 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 		}
 		m.routes = append(m.routes, r)
 	}
+	m.catchAll = len(m.routes) == 1 && m.routes[0].Pattern == "/"
 	return &Routes{m: m}, nil
 }
 

@@ -149,24 +149,21 @@ func (m *middleware) conflict(w http.ResponseWriter, rt *route, key string, res 
 	m.reject(w, rt, p, ev)
 }
 
-// replay sends a stored response.
+// replay sends a stored response, its headers decoded straight into the
+// client's. A value that is not a stored response leaves them untouched.
 func (m *middleware) replay(w http.ResponseWriter, rt *route, key string, res idem.Result, ev *Event) {
-	stored, err := DecodeResponse(res.Value)
-	if err != nil {
-		m.log.Error("idem: stored response unreadable", "key", key, "err", err)
-		m.reject(w, rt, &Problem{Kind: KindResponseNotStored, Key: key, Detail: "the stored response cannot be read"}, ev)
-		return
-	}
-	if stored.NotStored {
-		m.reject(w, rt, &Problem{Kind: KindResponseNotStored, Key: key,
-			Detail: "the first response was too large or streamed, so it was not stored; it is not executed again"}, ev)
-		return
-	}
-	prof := rt.profile
 	h := w.Header()
-	for k, vs := range stored.Header {
-		h[k] = vs
+	if _, notStored, _, err := decodeInto(res.Value, nil); err != nil || notStored {
+		detail := "the first response was too large or streamed, so it was not stored; it is not executed again"
+		if err != nil {
+			m.log.Error("idem: stored response unreadable", "key", key, "err", err)
+			detail = "the stored response cannot be read"
+		}
+		m.reject(w, rt, &Problem{Kind: KindResponseNotStored, Key: key, Detail: detail}, ev)
+		return
 	}
+	status, _, body, _ := decodeInto(res.Value, h)
+	prof := rt.profile
 	if prof.ReplayedHeader != "" {
 		h.Set(prof.ReplayedHeader, "true")
 	}
@@ -176,17 +173,16 @@ func (m *middleware) replay(w http.ResponseWriter, rt *route, key string, res id
 	if prof.CachedHeader != "" {
 		h.Set(prof.CachedHeader, "true")
 	}
-	body := stored.Body
 	if prof.BodyFlag != "" {
 		if b, ok := withFlag(body, prof.BodyFlag, true); ok {
 			body = b
 		}
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(stored.Status)
+	w.WriteHeader(status)
 	_, _ = w.Write(body)
-	m.log.Debug("idem: replayed stored response", "key", key, "status", stored.Status)
-	ev.Outcome, ev.Status = OutcomeReplayed, stored.Status
+	m.log.Debug("idem: replayed stored response", "key", key, "status", status)
+	ev.Outcome, ev.Status = OutcomeReplayed, status
 }
 
 // withFlag adds "flag": v to a JSON object body, keeping the rest of its

@@ -177,6 +177,9 @@ func (m *middleware) match(r *http.Request) *route {
 	if SafeMethod(r.Method) {
 		return nil
 	}
+	if m.catchAll {
+		return m.routes[0] // the default: one route for every request
+	}
 	// Match the cleaned path: ServeMux answers an unclean one with a
 	// redirect handler, and "/api//charges" must not slip past a route.
 	mr := r
