@@ -122,20 +122,20 @@ func (l *Listener) loop(ctx context.Context, done chan struct{}) {
 
 func (l *Listener) setListening(on bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	was := l.listening
-	l.listening = on
 	switch {
 	case on && !was:
+		// Anyone subscribed before a reconnection may have missed their
+		// notification: wake them all to read their records again. Before
+		// the gate opens, so that no one subscribing now is woken for
+		// nothing.
+		l.hub.WakeAll()
 		close(l.ready)
 	case !on && was:
 		l.ready = make(chan struct{})
 	}
-	l.mu.Unlock()
-	if on && !was {
-		// Anyone subscribed before a reconnection may have missed their
-		// notification: wake them all to read their records again.
-		l.hub.WakeAll()
-	}
+	l.listening = on
 }
 
 // Listening reports whether the connection is listening now.
