@@ -60,6 +60,7 @@ func (c *Config) Build() (*Built, error) {
 	b.Options = idemhttp.Options{
 		Profile:                defProf,
 		MaxRequestBytes:        int64(c.MaxRequestBytes),
+		BodyReadTimeout:        time.Duration(c.BodyReadTimeout),
 		MaxResponseBytes:       int(c.MaxResponseBytes),
 		KeepHeaders:            c.KeepHeaders,
 		AllowCredentialHeaders: c.AllowCredentialHeaders,

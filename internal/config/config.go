@@ -61,7 +61,11 @@ type Config struct {
 	// pass through unprotected. Empty means one route for every request.
 	Routes []Route `yaml:"routes"`
 
-	MaxRequestBytes  ByteSize   `yaml:"max_request_bytes"`
+	MaxRequestBytes ByteSize `yaml:"max_request_bytes"`
+	// BodyReadTimeout bounds the read of a keyed request's body, which is
+	// read before anything is reserved; a client that stalls gets 408 and
+	// its connection is closed. Default 30s; off disables it.
+	BodyReadTimeout  Duration   `yaml:"body_read_timeout"`
 	MaxResponseBytes ByteSize   `yaml:"max_response_bytes"`
 	KeepHeaders      StringList `yaml:"keep_headers"`
 	// AllowCredentialHeaders lets keep_headers name Set-Cookie,
@@ -281,6 +285,9 @@ func (c *Config) Validate() error {
 	}
 	if c.UpstreamTimeout < 0 {
 		add("upstream_timeout: negative")
+	}
+	if c.BodyReadTimeout < 0 && c.BodyReadTimeout != -1 {
+		add("body_read_timeout: negative; write off to disable it")
 	}
 	if c.UpstreamDeadline < c.UpstreamTimeout {
 		add("upstream_deadline (%s) is shorter than upstream_timeout (%s)", time.Duration(c.UpstreamDeadline), time.Duration(c.UpstreamTimeout))

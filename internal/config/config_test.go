@@ -377,6 +377,7 @@ func TestEdgeSettings(t *testing.T) {
 	_, b := mustValid(t, `
 upstream: http://127.0.0.1:3000
 upstream_timeout: 2s
+body_read_timeout: 5s
 keep_headers: [Set-Cookie]
 allow_credential_headers: true
 tenant: [{authorization: hash}, {header: Stripe-Account}]
@@ -393,6 +394,9 @@ routes:
 	}
 	if a.AnswerWithin != 2*time.Second || bb.AnswerWithin != 500*time.Millisecond {
 		t.Errorf("answer within = %v, %v", a.AnswerWithin, bb.AnswerWithin)
+	}
+	if b.Options.BodyReadTimeout != 5*time.Second {
+		t.Errorf("body_read_timeout = %v", b.Options.BodyReadTimeout)
 	}
 	if !b.Options.AllowCredentialHeaders {
 		t.Error("allow_credential_headers ignored")
