@@ -379,3 +379,33 @@ func TestUnrecordedOutcomeNotSent(t *testing.T) {
 		t.Fatalf("%d %v %s", r.Status, r.Header, r.Body)
 	}
 }
+
+// TestCutPassingBodyAborts: a response too large to hold passes through as
+// it is written; when its handler is cut off mid-body (ReverseProxy's
+// http.ErrAbortHandler), the client's connection is aborted, so that a
+// chunked body does not end as if it were whole, and the key answers
+// outcome_unknown.
+func TestCutPassingBodyAborts(t *testing.T) {
+	s := newServer(t, idemhttp.Options{MaxResponseBytes: 16}, func(s *server, mux *http.ServeMux) {
+		mux.HandleFunc("POST /export", s.counting(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(200)
+			w.Write([]byte(strings.Repeat("row\n", 100)))
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}))
+	})
+	req, _ := http.NewRequest("POST", s.url+"/export", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k")
+	res, err := http.DefaultClient.Do(req)
+	if err == nil {
+		_, err = io.ReadAll(res.Body)
+		res.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("the cut response reached the client as if it were whole")
+	}
+	problem(t, s.do("POST", "/export", `{}`, "Idempotency-Key", "k"), 409, idemhttp.KindOutcomeUnknown)
+	if n := s.total(); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+}

@@ -22,6 +22,11 @@ func (m *middleware) finish(w http.ResponseWriter, rt *route, c idem.Call, a *at
 		ev.Outcome = OutcomeUnprotected
 	}
 	switch {
+	case a.panicked != nil && cap.passing:
+		// Part of the response is out: only aborting the connection tells
+		// the client it is not whole (a chunked body would otherwise end
+		// cleanly). The outcome is recorded.
+		panic(a.panicked)
 	case cap.passing:
 		// Already sent (a stream, or a body over the limit).
 	case recordFailed(a.err):
