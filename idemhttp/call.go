@@ -98,7 +98,17 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 			defer rc.SetReadDeadline(time.Time{})
 		}
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, m.maxReq+1))
+	var b []byte
+	var err error
+	if r.ContentLength > 0 && r.ContentLength <= 64<<10 {
+		// net/http holds the body to its declared length: read exactly
+		// that. Larger bodies grow as they arrive, so that a client that
+		// announces megabytes and stalls holds no more than it sent.
+		b = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, b)
+	} else {
+		b, err = io.ReadAll(io.LimitReader(r.Body, m.maxReq+1))
+	}
 	r.Body.Close()
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
