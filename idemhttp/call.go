@@ -100,7 +100,7 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	}
 	var b []byte
 	var err error
-	if r.ContentLength > 0 && r.ContentLength <= 64<<10 {
+	if r.ContentLength > 0 && r.ContentLength <= 16<<10 {
 		// net/http holds the body to its declared length: read exactly
 		// that. Larger bodies grow as they arrive, so that a client that
 		// announces megabytes and stalls holds no more than it sent.
