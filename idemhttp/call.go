@@ -47,12 +47,17 @@ func (rt *route) parseKey(r *http.Request) (string, *Problem) {
 	return key, nil
 }
 
-// newCall turns a keyed request into the engine's call, or a problem. The
+// newCall turns a request into the engine's call, or a problem; a request
+// without a key that the route lets pass gets neither (a nil request). The
 // body is read here, before anything is reserved, under the body deadline.
 // The request passed on is a copy with a re-readable body; when the handler
 // runs, it gets its own headers too (a request ID, the reservation's
 // Idempotency-Token and never one the client sent).
-func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route, key string) (idem.Call, *http.Request, *Problem) {
+func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) (idem.Call, *http.Request, *Problem) {
+	key, p := rt.parseKey(r)
+	if p != nil || key == "" {
+		return idem.Call{}, nil, p
+	}
 	tenant, ok := m.tenant(r)
 	if !ok {
 		return idem.Call{}, nil, &Problem{Kind: KindTenantRequired, Key: key, Detail: "a keyed request must identify its caller"}

@@ -149,25 +149,20 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	ev := Event{Route: rt.Pattern}
 	defer func() { m.report(r, ev) }()
-	key, p := rt.parseKey(r)
-	if p == nil && key == "" {
+	c, fr, p := m.newCall(w, r, rt)
+	switch {
+	case p != nil:
+		m.reject(w, rt, p, &ev)
+		return
+	case fr == nil: // no key, and the route lets it pass
 		ev.Outcome = OutcomePassThrough
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
-		return
-	}
-	var c idem.Call
-	var fr *http.Request
-	if p == nil {
-		c, fr, p = m.newCall(w, r, rt, key)
-	}
-	if p != nil {
-		m.reject(w, rt, p, &ev)
 		return
 	}
 	a := m.execute(next, w, fr, rt, c)
 	switch {
 	case a.detached:
-		m.reject(w, rt, &Problem{Kind: KindUpstreamTimeout, Key: key, RetryAfter: time.Second,
+		m.reject(w, rt, &Problem{Kind: KindUpstreamTimeout, Key: c.Key, RetryAfter: time.Second,
 			Detail: "no answer yet: the call may still complete. Retry with the same Idempotency-Key to get its outcome"}, &ev)
 	case a.ran:
 		m.finish(w, rt, c, a, &ev)
