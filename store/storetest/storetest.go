@@ -89,6 +89,8 @@ func Run(t *testing.T, h Harness) {
 		{"Isolation", testIsolation},
 		{"Close", testClose},
 		{"Notifier", testNotifier},
+		{"EnginePausedHolder", testPausedHolder},
+		{"EngineOutcomeUnknown", testOutcomeUnknown},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

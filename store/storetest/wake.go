@@ -254,3 +254,105 @@ func loadAverage() string {
 	}
 	return "unknown"
 }
+
+// testPausedHolder is issue 8's paused gateway, through the engine on the
+// store: a holder stops past its lease, a retry through another client
+// takes the key over and completes it, then the first resumes. It gets its
+// value back marked NotRecorded with ErrLeaseLost, and the record keeps the
+// second call's outcome.
+func testPausedHolder(t *testing.T, h Harness) {
+	s := newStore(t, h)
+	peer := s
+	if h.Peer != nil {
+		peer = h.Peer(t, s)
+		t.Cleanup(func() { _ = peer.Close() })
+	}
+	var (
+		mu  sync.Mutex
+		now = T0
+	)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	p := idem.Policy{Lease: time.Minute, TTL: time.Hour, CleanupInterval: -1}
+	gw1, gw2 := idem.New(s, p, idem.WithClock(clock)), idem.New(peer, p, idem.WithClock(clock))
+	defer gw1.Close()
+	defer gw2.Close()
+	call := idem.Call{Scope: "test", Key: uniqueKey(t), Fingerprint: "fp", RequestID: "req-1"}
+	paused, resume := make(chan struct{}), make(chan struct{})
+	type outcome struct {
+		res idem.Result
+		err error
+	}
+	first := make(chan outcome, 1)
+	go func() {
+		res, err := gw1.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			close(paused)
+			<-resume
+			return []byte("A"), nil
+		})
+		first <- outcome{res, err}
+	}()
+	<-paused
+	mu.Lock()
+	now = now.Add(61 * time.Second) // the lease runs out during the pause
+	mu.Unlock()
+	call.RequestID = "req-2"
+	res, err := gw2.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("B"), nil })
+	if err != nil || !res.TookOver || string(res.Value) != "B" {
+		close(resume)
+		<-first
+		t.Fatalf("takeover: %+v %v", res, err)
+	}
+	close(resume)
+	o := <-first
+	if !errors.Is(o.err, idem.ErrLeaseLost) || !o.res.NotRecorded || string(o.res.Value) != "A" {
+		t.Fatalf("paused holder: %+v %v, want A, NotRecorded, ErrLeaseLost", o.res, o.err)
+	}
+	for _, eng := range []*idem.Engine{gw1, gw2} {
+		res, err := eng.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("C"), nil })
+		if err != nil || !res.Replayed || string(res.Value) != "B" {
+			t.Fatalf("retry after the pause: %+v %v, want B replayed", res, err)
+		}
+	}
+}
+
+// testOutcomeUnknown: a call whose outcome is unknown leaves its key failed
+// with the engine's mark, which the store keeps through its value; a retry
+// through another client gets the outcome_unknown conflict, and an
+// operator's Release frees the key.
+func testOutcomeUnknown(t *testing.T, h Harness) {
+	s := newStore(t, h)
+	peer := s
+	if h.Peer != nil {
+		peer = h.Peer(t, s)
+		t.Cleanup(func() { _ = peer.Close() })
+	}
+	p := idem.Policy{CleanupInterval: -1}
+	gw1, gw2 := idem.New(s, p), idem.New(peer, p)
+	defer gw1.Close()
+	defer gw2.Close()
+	ctx := context.Background()
+	call := idem.Call{Scope: "test", Key: uniqueKey(t), Fingerprint: "fp", RequestID: "req-1"}
+	_, err := gw1.Do(ctx, call, func(context.Context) ([]byte, error) {
+		return nil, fmt.Errorf("upstream: no answer: %w", idem.ErrOutcomeUnknown)
+	})
+	if !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("first call: %v", err)
+	}
+	call.RequestID = "req-2"
+	ran := 0
+	op := func(context.Context) ([]byte, error) { ran++; return []byte("ok"), nil }
+	_, err = gw2.Do(ctx, call, op)
+	var ce *idem.ConflictError
+	if !errors.As(err, &ce) || ce.Type != idem.ConflictOutcomeUnknown || ce.Record.RequestID != "req-1" || ran != 0 {
+		t.Fatalf("retry: %v (ran %d), want outcome_unknown naming req-1", err, ran)
+	}
+	if err := gw2.Release(ctx, "test", call.Key); err != nil {
+		t.Fatalf("operator release: %v", err)
+	}
+	if res, err := gw1.Do(ctx, call, op); err != nil || res.Replayed || ran != 1 {
+		t.Fatalf("after release: %+v %v (ran %d)", res, err, ran)
+	}
+	if err := gw2.Release(ctx, "test", call.Key); !errors.Is(err, idem.ErrNotReleasable) {
+		t.Fatalf("release of a succeeded key: %v", err)
+	}
+}
