@@ -269,7 +269,7 @@ func newToken() uint64 {
 // run executes fn for the reservation rec and records its outcome.
 func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (res Result, err error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	runCtx, cancel := context.WithCancelCause(ctx)
+	runCtx, cancel := context.WithCancelCause(withHold(ctx, rec, tookOver)) // identity.go
 	stopRenew := e.renew(runCtx, f, cancel)
 	finished := false
 	defer func() {
