@@ -86,11 +86,18 @@ func (s *Store) take(token uint64) *pending {
 	return p
 }
 
-// Complete implements store.Store. When the holder has a transaction, the
-// completion is written in it and commits it; a holder that lost its lease
-// gets store.ErrLeaseLost and its writes are rolled back.
+// Complete implements store.Store. When the holder has a transaction and
+// succeeded, the completion is written in it and commits it; a holder that
+// lost its lease gets store.ErrLeaseLost and its writes are rolled back. A
+// failure is recorded after the transaction is rolled back.
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	p := s.take(c.Token)
+	if p != nil && c.State != store.Succeeded {
+		// A failed operation's writes never commit; its failure is kept
+		// on its own, as the policy asked.
+		_ = p.tx.Rollback(context.WithoutCancel(ctx))
+		p = nil
+	}
 	if p == nil {
 		return s.Store.Complete(ctx, c)
 	}
