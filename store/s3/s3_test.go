@@ -19,9 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(raceChildEnv) != "" {
-		os.Exit(raceChild())
-	}
+	race.Child() // a re-executed test binary is a racer of TestMultiProcessRace
 	code := m.Run()
 	stopServers()
 	if code == 0 {
