@@ -20,6 +20,9 @@ import (
 
 func TestMain(m *testing.M) {
 	race.Child() // a re-executed test binary is a racer of TestMultiProcessRace
+	if os.Getenv(crashChildEnv) != "" {
+		os.Exit(crashChildMain())
+	}
 	code := m.Run()
 	stopServers()
 	if code == 0 {
