@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -65,16 +66,48 @@ func (s *Store) Tx(ctx context.Context) (pgx.Tx, error) {
 		return nil, ErrNoHold
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p := s.pending[h.Token]; p != nil {
+	p := s.pending[h.Token]
+	s.mu.Unlock()
+	if p != nil {
 		return p.tx, nil
 	}
+	// Not under s.mu: Begin may wait for a connection, which a holder
+	// returns only once its Complete, which takes s.mu, has run.
 	tx, err := s.Pool().Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgtx: begin: %w: %w", idem.ErrNotExecuted, err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pending[h.Token]; p != nil { // the operation raced itself
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return p.tx, nil
+	}
 	s.pending[h.Token] = &pending{tx: tx}
 	return tx, nil
+}
+
+// RenewTimeout bounds a lease renewal of a holder whose transaction is
+// open (see Renew).
+const RenewTimeout = time.Second
+
+// Renew implements store.Store. For a holder whose transaction is open, it
+// gives up after RenewTimeout: when every connection of the pool is held by
+// a transaction that waits for this holder's row locks, waiting longer
+// would deadlock (the engine finishes a renewal before it completes the
+// record). A failed renewal is retried at the next tick; a lease that runs
+// out meanwhile costs a takeover, never a double effect, because the
+// completion is fenced.
+func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+	s.mu.Lock()
+	open := s.pending[f.Token] != nil
+	s.mu.Unlock()
+	if open {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, RenewTimeout)
+		defer cancel()
+	}
+	return s.Store.Renew(ctx, f, leaseUntil)
 }
 
 // take removes and returns the open transaction of token, if any.
