@@ -53,7 +53,7 @@ type bundle struct {
 }
 
 // setup migrates a schema of its own with a business table "effects".
-func setup(t *testing.T, p idem.Policy) *bundle {
+func setup(t testing.TB, p idem.Policy) *bundle {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testenv.Postgres(t))
 	if err != nil {
