@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean crash bench-pgtx
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -57,3 +57,9 @@ build: ## build bin/idem
 
 clean: ## remove build output and the demo's data
 	rm -rf bin idem-data
+
+crash: ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record
+	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestSeed004Crash' ./examples/ledger ./store/s3
+
+bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16
+	$(GO) test -run '^$$' -bench Pairs -benchtime 2s -count 3 ./store/postgres/pgtx
