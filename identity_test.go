@@ -2,10 +2,12 @@ package idem_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store/memory"
 )
 
 // TestHoldAcrossTakeover: the operation of the first holder and that of
@@ -60,4 +62,22 @@ func TestHoldAcrossTakeover(t *testing.T) {
 	if idem.RecordID(c.Scope, " ") != "" {
 		t.Fatal("an invalid key has a record ID")
 	}
+}
+
+// ExampleHoldFrom names an operation's own write (a task, a transfer) by
+// its record's ID, so that a caller that takes the key over after the
+// first holder died finds that write instead of making a second.
+func ExampleHoldFrom() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	call := idem.Call{Scope: "charge_customer", Key: "charge-ORD-123"}
+	res, _ := eng.Do(context.Background(), call, func(ctx context.Context) ([]byte, error) {
+		h, _ := idem.HoldFrom(ctx)
+		return []byte("tasks/" + h.ID + ".json"), nil // create it with If-None-Match: *
+	})
+	fmt.Println(string(res.Value))
+	fmt.Println(idem.RecordID(call.Scope, call.Key)) // the same, known beforehand
+	// Output:
+	// tasks/8b9e5a22-94f6-5f46-a497-eb33a8257997.json
+	// 8b9e5a22-94f6-5f46-a497-eb33a8257997
 }
