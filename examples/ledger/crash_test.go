@@ -108,7 +108,7 @@ func TestCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer later.Engine.Close()
-	before := transfersByRecord(t, svc)
+	before := takeSnapshot(t, svc).transfers
 	for i := range keys {
 		key, req := transferOf(i)
 		tr, res, err := later.Transfer(bg, key, req)
@@ -124,49 +124,65 @@ func TestCrash(t *testing.T) {
 	}
 }
 
-// transfersByRecord returns the transfer IDs of each record ID.
-func transfersByRecord(t *testing.T, svc *Service) map[string][]string {
+// snapshot is the ledger and its records as one transaction saw them.
+type snapshot struct {
+	transfers map[string][]string // record ID -> transfer IDs
+	moves     []TransferRequest
+	balances  map[string]int64
+	records   map[string]store.Record // key hash -> record (state, value)
+}
+
+// takeSnapshot reads everything in one REPEATABLE READ transaction: a
+// killed child's COMMIT may still be in flight in the server, and reads
+// from two snapshots could see half of it.
+func takeSnapshot(t *testing.T, svc *Service) snapshot {
 	t.Helper()
-	rows, err := svc.Pool.Query(bg, `SELECT record_id::text, id::text FROM `+svc.Ledger.table("transfers"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]string{}
-	var rid, id string
-	_, err = pgx.ForEachRow(rows, []any{&rid, &id}, func() error {
-		out[rid] = append(out[rid], id)
-		return nil
+	sn := snapshot{transfers: map[string][]string{}, balances: map[string]int64{}, records: map[string]store.Record{}}
+	err := pgx.BeginTxFunc(bg, svc.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(bg, `SELECT record_id::text, id::text, from_account, to_account, amount_cents FROM `+svc.Ledger.table("transfers"))
+		var rid, id string
+		var m TransferRequest
+		if _, err := pgx.ForEachRow(rows, []any{&rid, &id, &m.From, &m.To, &m.AmountCents}, func() error {
+			sn.transfers[rid] = append(sn.transfers[rid], id)
+			sn.moves = append(sn.moves, m)
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(bg, `SELECT id, balance_cents FROM `+svc.Ledger.table("accounts"))
+		var acct string
+		var b int64
+		if _, err := pgx.ForEachRow(rows, []any{&acct, &b}, func() error { sn.balances[acct] = b; return nil }); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(bg, `SELECT encode(key_hash, 'hex'), state, value FROM `+svc.Store.Table())
+		var kh string
+		var r store.Record
+		_, err := pgx.ForEachRow(rows, []any{&kh, &r.State, &r.Value}, func() error { sn.records[kh] = r; return nil })
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return sn
 }
 
 // checkAgreement checks that records and transfers agree exactly, and
 // returns how many keys are completed.
 func checkAgreement(t *testing.T, svc *Service, keys int) int {
 	t.Helper()
-	byRecord := transfersByRecord(t, svc)
-	total := 0
-	for _, ids := range byRecord {
-		total += len(ids)
-	}
-	done := 0
-	seen := 0
+	sn := takeSnapshot(t, svc)
+	done, seen := 0, 0
 	for i := range keys {
 		key, _ := transferOf(i)
-		rid := idem.RecordID(TransferScope, key)
-		ids := byRecord[rid]
+		ids := sn.transfers[idem.RecordID(TransferScope, key)]
 		seen += len(ids)
-		rec, err := svc.Store.Get(bg, TransferScope, store.HashKey(TransferScope, key), time.Now())
+		rec, ok := sn.records[store.HashKey(TransferScope, key)]
 		switch {
-		case errors.Is(err, store.ErrNotFound) || err == nil && rec.State == store.InProgress:
+		case !ok || rec.State == store.InProgress:
 			if len(ids) != 0 {
 				t.Errorf("%s: no completed record, but transfers %v", key, ids)
 			}
-		case err != nil:
-			t.Fatal(err)
 		case rec.State == store.Succeeded:
 			var tr Transfer
 			if json.Unmarshal(rec.Value, &tr) != nil || len(ids) != 1 || ids[0] != tr.ID {
@@ -177,28 +193,19 @@ func checkAgreement(t *testing.T, svc *Service, keys int) int {
 			t.Errorf("%s: record %s", key, rec.State)
 		}
 	}
-	if seen != total {
-		t.Errorf("%d transfers belong to no key", total-seen)
+	if seen != len(sn.moves) {
+		t.Errorf("%d transfers belong to no key", len(sn.moves)-seen)
 	}
 	// Money is neither made nor lost, and each balance is what the
 	// transfers say.
 	want := map[string]int64{}
-	rows, err := svc.Pool.Query(bg, `SELECT from_account, to_account, amount_cents FROM `+svc.Ledger.table("transfers"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from, to string
-	var amount int64
-	if _, err := pgx.ForEachRow(rows, []any{&from, &to, &amount}, func() error {
-		want[from] -= amount
-		want[to] += amount
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+	for _, m := range sn.moves {
+		want[m.From] -= m.AmountCents
+		want[m.To] += m.AmountCents
 	}
 	for _, a := range accounts {
-		if b, err := svc.Ledger.Balance(bg, svc.Pool, a); err != nil || b != initialBalance+want[a] {
-			t.Errorf("%s: balance %d (%v), the transfers say %d", a, b, err, initialBalance+want[a])
+		if sn.balances[a] != initialBalance+want[a] {
+			t.Errorf("%s: balance %d, the transfers say %d", a, sn.balances[a], initialBalance+want[a])
 		}
 	}
 	return done
@@ -216,7 +223,7 @@ func startChild(t *testing.T, mode string, cfg childConfig) child {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, configEnv+"="+string(b))
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	setParentDeathSignal(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func TestRace(t *testing.T) {
 		}
 		got[key][id]++
 	}
-	byRecord := transfersByRecord(t, svc)
+	byRecord := takeSnapshot(t, svc).transfers
 	for i := range raceKeys {
 		key, _ := transferOf(i)
 		ids := byRecord[idem.RecordID(TransferScope, key)]

@@ -26,10 +26,8 @@ const (
 	crashConfigEnv = "IDEM_S3_SEED004_CONFIG"
 )
 
-const (
-	crashRounds  = 20 // submitters killed between their task and their record
-	crashRetries = 8  // processes retrying every key at once afterwards
-)
+// crashRetries processes retry every key at once after the crashes.
+const crashRetries = 8
 
 // crashConfig tells a child where the queue is and what to submit.
 type crashConfig struct {
@@ -47,6 +45,10 @@ var crashStart = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
 // dead submitter wrote, and every retry must get its ID. Before tasks were
 // named by the record's identity, each of these crashes made a second task.
 func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
+	crashRounds := 20 // submitters killed between their task and their record
+	if os.Getenv("IDEM_LONG") != "" {
+		crashRounds = 100
+	}
 	srv := realServer(t)
 	s := newStore(t, srv, nil)
 	cfg := crashConfig{Endpoint: srv.endpoint, Key: srv.key, Secret: srv.secret, Bucket: srv.bucket, Prefix: s.Options().Prefix, Now: crashStart}
