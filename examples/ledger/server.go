@@ -117,6 +117,9 @@ func (s *Service) postTransfer(w http.ResponseWriter, r *http.Request) {
 	}
 	h, _ := idem.HoldFrom(r.Context())
 	t, err := s.Ledger.Transfer(r.Context(), tx, h.ID, req)
+	if err == nil {
+		s.at("written")
+	}
 	switch {
 	case errors.Is(err, ErrInsufficientFunds), errors.Is(err, ErrNoAccount):
 		// Not a cached status: the key is released (and the transaction
