@@ -371,3 +371,46 @@ func TestRunLogOnce(t *testing.T) {
 		t.Fatalf("effects %v", got)
 	}
 }
+
+// TestCommitFails: the transaction fails at COMMIT (a deferred constraint):
+// nothing of the operation remains, the key is released at once rather
+// than left to its lease, and a retry runs.
+func TestCommitFails(t *testing.T) {
+	b := setup(t, idem.Policy{})
+	uniq := pgx.Identifier{b.opts.Schema, "uniq"}.Sanitize()
+	if _, err := b.pool.Exec(bg, `CREATE TABLE `+uniq+` (v int, CONSTRAINT uniq_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	dup := true
+	op := func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		if _, err := b.write("w")(ctx, tx); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+uniq+` VALUES (1)`); err != nil {
+			return nil, err
+		}
+		if dup { // checked only at COMMIT
+			if _, err := tx.Exec(ctx, `INSERT INTO `+uniq+` VALUES (1)`); err != nil {
+				return nil, err
+			}
+		}
+		return []byte("ok"), nil
+	}
+	_, err := pgtx.Do(bg, b.eng, call("k"), op)
+	if err == nil || !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("a failed COMMIT: %v", err)
+	}
+	if got := b.effects(t, "k"); len(got) != 0 {
+		t.Fatalf("a failed COMMIT left %v", got)
+	}
+	if _, err := b.record(t, "k"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("record after a failed COMMIT: %v, want none", err)
+	}
+	dup = false
+	if res, err := pgtx.Do(bg, b.eng, call("k"), op); err != nil || res.Replayed {
+		t.Fatalf("retry: %+v, %v", res, err)
+	}
+	if got := b.effects(t, "k"); len(got) != 1 {
+		t.Fatalf("effects %v", got)
+	}
+}
