@@ -61,5 +61,6 @@ clean: ## remove build output and the demo's data
 crash: ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record
 	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestSeed004Crash' ./examples/ledger ./store/s3
 
-bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16
-	$(GO) test -run '^$$' -bench Pairs -benchtime 2s -count 3 ./store/postgres/pgtx
+bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16, five interleaved rounds (benchstat the output)
+	mkdir -p bin && $(GO) test -c -o bin/pgtx.test ./store/postgres/pgtx
+	cd store/postgres/pgtx && for i in 1 2 3 4 5; do ../../../bin/pgtx.test -test.run '^$$' -test.bench Pairs -test.benchtime 1s; done

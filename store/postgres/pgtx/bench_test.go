@@ -29,7 +29,7 @@ func BenchmarkPairs(b *testing.B) {
 	for _, c := range []int{1, 16} {
 		for _, mode := range []string{"plain/noop", "plain/write", "pgtx/write"} {
 			b.Run(fmt.Sprintf("%s/c%d", mode, c), func(b *testing.B) {
-				bn := setupBench(b)
+				bn := setupBench(b, c)
 				prefix := strconv.Itoa(b.N) + "-"
 				insert := `INSERT INTO ` + bn.rows + ` (record_id, what) VALUES ($1, 'bench')`
 				call := func(i uint64) idem.Call { return idem.Call{Scope: "s", Key: prefix + strconv.FormatUint(i, 10)} }
@@ -70,8 +70,10 @@ type benchBundle struct {
 	plain *idem.Engine
 }
 
-func setupBench(b *testing.B) benchBundle {
-	bn := setup(b, idem.Policy{})
+// setupBench gives both paths a pool of 2c+4 connections: an open
+// transaction keeps its connection while other callers reserve (see New).
+func setupBench(b *testing.B, c int) benchBundle {
+	bn := setup(b, idem.Policy{}, int32(2*c+4))
 	plain := idem.New(bn.store.Store, idem.Policy{CleanupInterval: -1})
 	b.Cleanup(func() { _ = plain.Close() })
 	return benchBundle{bn, plain}

@@ -52,14 +52,18 @@ type bundle struct {
 	rows string
 }
 
-// setup migrates a schema of its own with a business table "effects".
-func setup(t testing.TB, p idem.Policy) *bundle {
+// setup migrates a schema of its own with a business table "effects". The
+// pool has 16 connections, or maxConns.
+func setup(t testing.TB, p idem.Policy, maxConns ...int32) *bundle {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testenv.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.MaxConns = 16
+	if len(maxConns) > 0 {
+		cfg.MaxConns = maxConns[0]
+	}
 	pool, err := pgxpool.NewWithConfig(bg, cfg)
 	if err != nil {
 		t.Fatal(err)
