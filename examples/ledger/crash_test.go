@@ -33,7 +33,9 @@ const (
 // childConfig tells a child where the ledger is and what to do.
 type childConfig struct {
 	DSN, Schema string
-	Keys        int
+	// A crash child makes transfers First to First+Keys-1; a race child
+	// transfers 0 to Keys-1.
+	First, Keys int
 	// KillAt is where a crash child stops to be killed: "reserved" (the
 	// key is held, nothing written), "written" (inside the transaction,
 	// before the commit), or "" (nowhere: it is killed at a random moment).
@@ -73,13 +75,18 @@ func TestCrash(t *testing.T) {
 	if os.Getenv("IDEM_LONG") != "" {
 		rounds = 300
 	}
-	const keys = 24
+	// Round r's child makes transfers r to r+7: each round brings a key
+	// nobody has touched, so the child always reaches its kill point even
+	// when the keys before it are all completed.
+	const window = 8
+	keys := rounds + window
 	pool, dsn := newPool(t, 8)
 	svc := newService(t, pool, idem.Policy{})
 	openAccounts(t, svc)
-	cfg := childConfig{DSN: dsn, Schema: svc.Ledger.Schema, Keys: keys}
+	cfg := childConfig{DSN: dsn, Schema: svc.Ledger.Schema, Keys: window}
 	points := map[string]int{}
 	for round := range rounds {
+		cfg.First = round
 		cfg.KillAt = []string{"", "written", "reserved"}[round%3]
 		c := startChild(t, "crash", cfg)
 		if cfg.KillAt == "" {
@@ -312,7 +319,7 @@ func crashChild(ctx context.Context, pool *pgxpool.Pool, cfg childConfig) int {
 	}
 	for {
 		for _, i := range rand.Perm(cfg.Keys) {
-			key, req := transferOf(i)
+			key, req := transferOf(cfg.First + i)
 			if _, _, err := svc.Transfer(ctx, key, req); err != nil && !errors.Is(err, idem.ErrInProgress) {
 				fmt.Fprintln(os.Stderr, "ledger child:", key, err)
 			}
