@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake temporal
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake temporal crash bench-pgtx
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -70,3 +70,10 @@ bench-wake: ## how soon a waiting duplicate gets its replay after the holder's c
 
 temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use
 	./scripts/temporal.sh start
+
+crash: ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record
+	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestSeed004Crash' ./examples/ledger ./store/s3
+
+bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16, five interleaved rounds (benchstat the output)
+	mkdir -p bin && $(GO) test -c -o bin/pgtx.test ./store/postgres/pgtx
+	cd store/postgres/pgtx && for i in 1 2 3 4 5; do ../../../bin/pgtx.test -test.run '^$$' -test.bench Pairs -test.benchtime 1s; done

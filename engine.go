@@ -444,7 +444,7 @@ const panicFailure = "idem: the operation panicked"
 // run executes fn for the reservation rec and records its outcome.
 func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	h := e.newHold(ctx, f)
+	h := e.newHold(withHold(ctx, rec, tookOver), f) // withHold: identity.go
 	finished := false
 	defer func() {
 		h.stop()

@@ -9,5 +9,6 @@ import (
 // TestMain fails the run when a test leaves goroutines behind, the store's
 // watchdogs included.
 func TestMain(m *testing.M) {
+	race.Child() // a re-executed test binary is a racer of TestMultiProcessRace
 	goleak.VerifyTestMain(m)
 }

@@ -176,6 +176,20 @@
 // in a versioned bucket; prefer an unversioned bucket, or keep the rule's
 // noncurrent expiration.
 //
+// # The operation's own writes
+//
+// A bucket has no transactions: an operation cannot commit its own writes
+// together with its record's completion. A submitter of seed 004's queue
+// that dies after writing its task but before completing its record leaves
+// a record that the next submitter takes over once the lease runs out; if
+// that one made a new task, the key would have two. So the operation names
+// its writes by its record's stable ID, idem.HoldFrom(ctx).ID (the same for
+// every holder of the key, computable beforehand with idem.RecordID), and
+// creates them with CreateOnce (If-None-Match: *): the next holder finds the
+// task the dead one wrote and returns it. A write left from an earlier use
+// of the key, whose record expired, is told apart by CreateOnce's replace
+// function (the task carries its own expiry) and overwritten with If-Match.
+//
 // # Testing
 //
 // The tests run the conformance suite, the seed 004 examples and fault
