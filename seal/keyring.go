@@ -11,7 +11,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strings"
+	"sync"
 )
 
 // Sentinel errors, matchable with errors.Is.
@@ -49,7 +51,8 @@ type Keyring struct {
 // purpose, so that a MAC never shares a key with the cipher.
 type key struct {
 	id   string
-	mac  []byte // HMAC-SHA256 key for identities and comparable fields
+	mac  []byte    // HMAC-SHA256 key for identities and comparable fields
+	macs sync.Pool // of hash.Hash: keyed HMACs, reset and reused
 	aead cipher.AEAD
 }
 
@@ -190,11 +193,18 @@ func (k *Keyring) IDs() []string {
 func (k *Keyring) MAC(b []byte) string { return k.keys[0].macHex(b) }
 
 func (kk *key) macHex(parts ...[]byte) string {
-	m := hmac.New(sha256.New, kk.mac)
+	m, _ := kk.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, kk.mac)
+	}
 	for _, p := range parts {
 		m.Write(p)
 	}
-	return hex.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	out := hex.EncodeToString(m.Sum(sum[:0]))
+	m.Reset()
+	kk.macs.Put(m)
+	return out
 }
 
 // Sealed bytes are
