@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"go/build"
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,7 +71,24 @@ func startS3() (*s3Server, error) {
 	_, _ = rand.Read(b)
 	srv := &s3Server{key: "testkey", secret: "testsecret", bucket: "idem-seal-" + hex.EncodeToString(b)}
 	if v := os.Getenv("IDEM_TEST_S3"); v != "" {
-		return nil, errors.New("IDEM_TEST_S3 is set; this test starts its own versitygw only (unset it)")
+		// A long-lived server (scripts/s3-server.sh start): a bucket of
+		// this run's own, left behind (the server's directory is temporary).
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("IDEM_TEST_S3=%q is not a URL", v)
+		}
+		if u.User != nil {
+			srv.key = u.User.Username()
+			srv.secret, _ = u.User.Password()
+		}
+		u.User = nil
+		srv.endpoint = u.String()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := srv.client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &srv.bucket}); err != nil {
+			return nil, fmt.Errorf("IDEM_TEST_S3 (%s): %w", srv.endpoint, err)
+		}
+		return srv, nil
 	}
 	bin := os.Getenv("IDEM_VERSITYGW")
 	if bin == "" {
