@@ -80,6 +80,10 @@
 // rotation that was rolled back) fails with ErrUnknownKey, which names the
 // missing key ID; it is never opened with the wrong key.
 //
+// A record that cannot be opened is a store error to the engine. Keep
+// on_store_error at fail_closed (the default) with a secret: under
+// fail_open the engine would run the operation unprotected instead.
+//
 // Turning a secret on for a store that already holds plaintext records is a
 // rotation from "no secret": the plaintext records are not found through
 // Wrap. Do it when no key that is in flight or may be retried matters, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -11,12 +12,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/file"
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/store/postgres"
+	redisstore "github.com/idem-dev/idem/store/redis"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -56,6 +60,80 @@ func TestConformancePostgres(t *testing.T) {
 				Racers: 32,
 			})
 		})
+	}
+}
+
+func TestConformanceRedis(t *testing.T) {
+	opts, err := goredis.ParseURL(testenv.Redis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewClient(opts)
+	t.Cleanup(func() { client.Close() })
+	ring := mustRing(t, secretA)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			prefix := uniqueName("idem-seal-conf") + ":"
+			t.Cleanup(func() {
+				if keys, _ := client.Keys(context.Background(), prefix+"*").Result(); len(keys) > 0 {
+					client.Del(context.Background(), keys...)
+				}
+			})
+			s, err := redisstore.New(client, redisstore.Options{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return seal.Wrap(s, ring)
+		},
+		NativeExpiry: true,
+		Racers:       32,
+	})
+}
+
+func TestConformanceFile(t *testing.T) {
+	ring := mustRing(t, secretA)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			s, err := file.Open(t.TempDir(), file.Options{Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return seal.Wrap(s, ring)
+		},
+	})
+}
+
+// A sealed response moved to another record (by someone with write access
+// to the table, or a botched restore) does not open: it is never replayed
+// to the wrong caller.
+func TestSwappedValuesFail(t *testing.T) {
+	ctx := context.Background()
+	pool := pgPool(t)
+	inner := pgStore(t, pool)
+	s := seal.Wrap(inner, mustRing(t, secretA))
+	now := time.Now()
+	var hashes []string
+	for i, v := range []string{`{"charge":"alice"}`, `{"charge":"bob"}`} {
+		key := fmt.Sprintf("k%d", i)
+		r := store.Record{KeyHash: store.HashKey("s", key), Scope: "s", Key: key, State: store.InProgress,
+			Token: uint64(i + 1), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute)}
+		if res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Now: now}); err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+		f := store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: r.Token}
+		if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: []byte(v), Now: now, ExpiresAt: r.ExpiresAt}); err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, r.KeyHash)
+	}
+	table := pgx.Identifier{inner.Options().Schema, inner.Options().Table}.Sanitize()
+	if _, err := pool.Exec(ctx, "UPDATE "+table+" SET value = (SELECT value FROM "+table+" o WHERE o.key_hash <> "+table+".key_hash)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hashes {
+		if r, err := s.Get(ctx, "s", h, now); !errors.Is(err, seal.ErrCorrupt) {
+			t.Fatalf("a swapped value: %q, %v; want ErrCorrupt", r.Value, err)
+		}
 	}
 }
 
