@@ -14,6 +14,7 @@ import (
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/store/postgres"
 )
 
 // clock is a test clock that moves only when told.
@@ -84,16 +85,31 @@ func TestRotationReplaysOldRecords(t *testing.T) {
 
 // While a rotation rolls out, gateways run with the old secret first and
 // with the new one first over one store. However their calls of one key
-// interleave, it runs at most once.
+// interleave, it runs at most once: over the memory store, and over
+// PostgreSQL with a connection pool per gateway.
 func TestRotationRaceRunsOnce(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		inner := memory.New()
+		rotationRace(t, inner, inner, 200)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		a := pgStore(t, pgPool(t))
+		b, err := postgres.New(pgPool(t), a.Options())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rotationRace(t, a, b, 40)
+	})
+}
+
+func rotationRace(t *testing.T, innerA, innerB store.Store, keys int) {
 	ctx := context.Background()
-	inner := memory.New()
 	c := newClock()
 	engines := []*idem.Engine{
-		engine(seal.Wrap(inner, mustRing(t, secretA+","+secretB)), c),
-		engine(seal.Wrap(inner, mustRing(t, secretB+","+secretA)), c),
+		engine(seal.Wrap(innerA, mustRing(t, secretA+","+secretB)), c),
+		engine(seal.Wrap(innerB, mustRing(t, secretB+","+secretA)), c),
 	}
-	const keys, racers = 200, 8
+	const racers = 8
 	for k := range keys {
 		key := fmt.Sprintf("order-%d", k)
 		var runs atomic.Int32
