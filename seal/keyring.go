@@ -116,7 +116,7 @@ func parseSecret(f string) (Secret, error) {
 		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
 			if b, err := enc.DecodeString(f[i+1:]); err == nil {
 				if len(b) < MinSecretBytes {
-					return Secret{}, fmt.Errorf("%w: key %q decodes to %d bytes, want at least %d", ErrBadSecret, f[:i], len(b), MinSecretBytes)
+					return Secret{}, fmt.Errorf("%w: read as ID:BASE64, key %q decodes to %d bytes, want at least %d (a bare secret must not start with an ID and a colon)", ErrBadSecret, f[:i], len(b), MinSecretBytes)
 				}
 				return Secret{ID: f[:i], Key: b}, nil
 			}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +15,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idem-dev/idem/internal/config"
+	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/seal"
+	"github.com/idem-dev/idem/store/memory"
 )
 
 const (
@@ -172,5 +178,35 @@ func TestReadHeaderTimeout(t *testing.T) {
 		t.Log("the server answered before closing (a 408 is fine)")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatalf("the connection was still open after %v", time.Since(start))
+	}
+}
+
+// Every shared store without a secret gets the plaintext warning at start;
+// the memory store, which keeps nothing at rest, does not; with a secret the
+// store is sealed and the line names the key ID.
+func TestPlaintextWarning(t *testing.T) {
+	for _, kind := range []string{dsn.Memory, dsn.File, dsn.Postgres, dsn.Redis, dsn.S3} {
+		for _, secret := range []string{"", gwSecretOld} {
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			cfg := &config.Config{}
+			if secret != "" {
+				cfg.Secret = config.StringList{secret}
+			}
+			st, err := sealStore(cfg, &dsn.Opened{Store: memory.New(), DSN: dsn.DSN{Kind: kind}}, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warned := strings.Contains(logs.String(), "records are stored in plaintext")
+			_, sealed := st.(*seal.Store)
+			switch {
+			case secret != "" && (!sealed || warned || !strings.Contains(logs.String(), "key_id=k")):
+				t.Errorf("%s with a secret: sealed %v, logs %s", kind, sealed, logs.String())
+			case secret == "" && sealed:
+				t.Errorf("%s without a secret is sealed", kind)
+			case secret == "" && warned != (kind != dsn.Memory):
+				t.Errorf("%s without a secret: warned %v; logs %s", kind, warned, logs.String())
+			}
+		}
 	}
 }
