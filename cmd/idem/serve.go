@@ -339,16 +339,3 @@ func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.
 	log.Info("idem: records sealed (AES-256-GCM, keyed hashes)", "key_id", ids[0], "also_opens", strings.Join(ids[1:], ","))
 	return seal.Wrap(opened.Store, ring), nil
 }
-
-// logTenant says at start how callers are told apart, so that an operator
-// sees a shared scope before two callers share a response.
-func logTenant(cfg *config.Config, log *slog.Logger) {
-	switch t := cfg.Tenant; {
-	case t == nil:
-		log.Warn("idem: tenant source: none: every caller shares one scope, so two callers that send the same key get the same response; set tenant: { header: X-User-ID } or { authorization: hash }")
-	case t.Header != "":
-		log.Info("idem: tenant source: header "+t.Header+"; a keyed request without it gets 401", "tenant", "header:"+t.Header)
-	default:
-		log.Info("idem: tenant source: a hash of the Authorization header; a keyed request without it gets 401", "tenant", "authorization:hash")
-	}
-}
