@@ -179,22 +179,26 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	// reserved the key under its identity meanwhile. Each writes its own
 	// identity and then reads the other's, so at least one of two such
 	// racers sees the other; it steps back.
+	own := store.Fence{KeyHash: ids[0].keyHash, Scope: ids[0].scope, Token: r.Token}
 	for _, id := range ids[1:] {
 		ex, err := s.inner.Get(ctx, id.scope, id.keyHash, req.Now)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
+		var rec store.Record
 		if err == nil {
-			var rec store.Record
-			if rec, err = s.open(ex, r.Scope, r.KeyHash); err == nil {
-				err = s.inner.Release(ctx, store.Fence{KeyHash: ids[0].keyHash, Scope: ids[0].scope, Token: r.Token})
-				if err == nil {
-					return store.Reservation{Existing: rec}, nil
-				}
-			}
+			rec, err = s.open(ex, r.Scope, r.KeyHash)
 		}
-		// The reservation stands, but whether it may run is unknown: the
-		// caller fails closed and the lease frees the key.
+		// Another holder, or no way to tell: either way this reservation
+		// must not run. Give the key back; if that fails too, the lease
+		// frees it.
+		rerr := s.inner.Release(ctx, own)
+		if err == nil && rerr == nil {
+			return store.Reservation{Existing: rec}, nil
+		}
+		if err == nil {
+			err = rerr
+		}
 		return store.Reservation{}, fmt.Errorf("seal: checking the key under older secrets: %w", err)
 	}
 	return res, nil
