@@ -30,6 +30,7 @@ import (
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/file"
+	pebblestore "github.com/idem-dev/idem/store/pebble"
 	"github.com/idem-dev/idem/store/postgres"
 	redisstore "github.com/idem-dev/idem/store/redis"
 	s3store "github.com/idem-dev/idem/store/s3"
@@ -341,19 +342,32 @@ func TestDumpS3(t *testing.T) {
 	})
 }
 
-// The file store is dumped as a backup would copy it: every byte of every
-// file in its directory (WAL, sstables, manifest), twice: as the gateway
-// left it (records in the WAL, uncompressed), and after opening it again,
-// which flushes them into an sstable whose blocks Pebble compresses (where
-// a repeated substring may become a back-reference, so a grep there alone
-// could miss plaintext). The plaintext control passes on the first copy;
-// and whatever Pebble compresses, the tap shows that sealed records never
-// hand it a secret to compress.
+// The embedded stores are dumped as a backup would copy them: every byte
+// of every file in the directory, twice: as the gateway left it, and after
+// opening and closing it again. For the file store that is its log,
+// uncompressed. For the Pebble store the first copy holds the records in
+// the WAL, uncompressed, and the second in an sstable whose blocks Pebble
+// compresses (where a repeated substring may become a back-reference, so a
+// grep of the sstable alone could miss plaintext): the plaintext control
+// passes on the first copy, and whatever Pebble compresses, the tap shows
+// that sealed records never hand it a secret to compress.
 func TestDumpFile(t *testing.T) {
+	testDump(t, dirBackend(t, func(dir string) (store.Store, error) {
+		return file.Open(dir, file.Options{Logger: discard()})
+	}))
+}
+
+func TestDumpPebble(t *testing.T) {
+	testDump(t, dirBackend(t, func(dir string) (store.Store, error) {
+		return pebblestore.Open(dir, pebblestore.Options{Logger: discard()})
+	}))
+}
+
+func dirBackend(t *testing.T, open func(dir string) (store.Store, error)) backend {
 	root := t.TempDir()
-	testDump(t, backend{
+	return backend{
 		open: func(t *testing.T, ns string) store.Store {
-			s, err := file.Open(filepath.Join(root, ns), file.Options{Logger: discard()})
+			s, err := open(filepath.Join(root, ns))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -376,7 +390,7 @@ func TestDumpFile(t *testing.T) {
 				}
 			}
 			readAll()
-			s, err := file.Open(dir, file.Options{Logger: discard()})
+			s, err := open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -384,5 +398,5 @@ func TestDumpFile(t *testing.T) {
 			readAll()
 			return out.Bytes()
 		},
-	})
+	}
 }

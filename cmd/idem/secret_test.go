@@ -185,7 +185,7 @@ func TestReadHeaderTimeout(t *testing.T) {
 // the memory store, which keeps nothing at rest, does not; with a secret the
 // store is sealed and the line names the key ID.
 func TestPlaintextWarning(t *testing.T) {
-	for _, kind := range []string{dsn.Memory, dsn.File, dsn.Postgres, dsn.Redis, dsn.S3} {
+	for _, kind := range []string{dsn.Memory, dsn.File, dsn.Pebble, dsn.Postgres, dsn.Redis, dsn.S3} {
 		for _, secret := range []string{"", gwSecretOld} {
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
