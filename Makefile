@@ -5,13 +5,14 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-seal
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake temporal bench-seal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
 
 test: vet fmt-check ## the test command: vet, gofmt, and every test with the race detector
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	cd trigger/temporal && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 test-race: test ## same as test (the race detector is always on)
 
@@ -65,6 +66,12 @@ clean: ## remove build output and the demo's data
 test: test-ts
 test-ts: ## the TypeScript client's tests (node --test; installs node_modules and chromium when missing)
 	./scripts/ts-test.sh
+
+bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, the file store, PostgreSQL and Redis
+	$(GO) test -run '^TestWake$$' -count=1 -v ./store/memory ./store/file ./store/postgres ./store/redis | grep -E 'replay after|^(ok|FAIL|---)'
+
+temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use
+	./scripts/temporal.sh start
 
 bench-seal: ## the seal's cost per reserve+complete pair next to the bare memory and PostgreSQL stores
 	$(GO) test -run '^$$' -bench 'ReserveComplete' -count 6 ./seal

@@ -18,5 +18,14 @@
 // applies a misfire policy when slots were missed because the runner was
 // down or late: MisfireSkip, MisfireCatchUp (at most MaxCatchUp, oldest
 // first) or MisfireCompress (one run whose window covers every missed slot).
-// Replicas running the same schedule over one store run each slot once.
+// Replicas running the same schedule over one store run each slot once:
+// slots are computed in the schedule's Location and keyed in UTC, "@every"
+// slots are anchored to the Unix epoch, and what has run is read back from
+// the store, so replicas in other time zones, replicas started apart, a
+// store outage, a replica killed mid-slot and a restart of every replica
+// neither run a slot twice nor lose one.
+//
+// This embedded runner is the default: it needs nothing but idem's store.
+// Package trigger/temporal runs the same IDs and schedules on Temporal, and
+// trigger/nats and trigger/amqp run broker consumers once per event.
 package trigger

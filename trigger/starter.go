@@ -3,13 +3,42 @@ package trigger
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/idem-dev/idem"
 )
 
 // ErrAlreadyStarted is returned by Start when the ID was started before (or
-// is being started right now). Nothing ran; log it and move on.
+// is being started right now). Nothing ran; log it and move on. The error
+// is an *AlreadyStartedError, which says whether the first start is still
+// running.
 var ErrAlreadyStarted = errors.New("trigger: already started")
+
+// AlreadyStartedError is the error Start returns for an ID that was
+// started before. It matches ErrAlreadyStarted.
+//
+// A broker consumer must not acknowledge an event whose first start is
+// still Running: if that holder was killed, the event would be lost. It
+// asks for redelivery after LeaseUntil instead, when a start takes the ID
+// over from a dead holder (under the engine's default OnStaleRetry).
+type AlreadyStartedError struct {
+	ID string
+	// Running: another holder has the ID in progress; its lease runs until
+	// LeaseUntil unless renewed. False: the first start finished, and its
+	// outcome is recorded.
+	Running    bool
+	LeaseUntil time.Time
+}
+
+func (e *AlreadyStartedError) Error() string {
+	if e.Running {
+		return "trigger: already started (still running): " + e.ID
+	}
+	return "trigger: already started: " + e.ID
+}
+
+// Is reports whether target is ErrAlreadyStarted.
+func (e *AlreadyStartedError) Is(target error) bool { return target == ErrAlreadyStarted }
 
 // Starter starts work at most once per ID.
 type Starter struct {
@@ -27,16 +56,45 @@ type Starter struct {
 // Start runs fn under id unless id was started before, in which case it
 // returns ErrAlreadyStarted. fn's error is returned as it is.
 func (s *Starter) Start(ctx context.Context, id string, fn func(ctx context.Context) error) error {
+	_, err := s.start(ctx, id, fn)
+	return err
+}
+
+// outcome is what a start left behind, as a Runner needs to know it.
+type outcome struct {
+	// settled: the ID's outcome is recorded (it ran here or elsewhere and
+	// finished, or its failure is kept); it never needs another start.
+	settled bool
+	// running: another holder has the ID in progress, with its lease until
+	// leaseUntil; if that holder died, a start after then runs it again.
+	running    bool
+	leaseUntil time.Time
+}
+
+func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Context) error) (outcome, error) {
 	res, err := s.Engine.Do(ctx, idem.Call{Scope: s.Scope, Key: id}, func(ctx context.Context) ([]byte, error) {
 		return nil, fn(ctx)
 	})
+	var conflict *idem.ConflictError
 	switch {
-	case errors.Is(err, idem.ErrInProgress), errors.Is(err, idem.ErrPreviousFailure):
-		return ErrAlreadyStarted
+	case errors.As(err, &conflict) && errors.Is(err, idem.ErrInProgress):
+		lu := conflict.Record.LeaseUntil
+		return outcome{running: true, leaseUntil: lu}, &AlreadyStartedError{ID: id, Running: true, LeaseUntil: lu}
+	case errors.Is(err, idem.ErrPreviousFailure):
+		return outcome{settled: true}, &AlreadyStartedError{ID: id}
+	case errors.Is(err, idem.ErrLeaseLost):
+		// fn ran, but another holder took the ID over and will record it.
+		return outcome{running: true}, err
 	case err != nil:
-		return err
+		// fn failed and the policy released the ID, or the store failed:
+		// nothing is recorded.
+		released := res.State == idem.Failed && s.Engine.Policy().OnFailure == idem.OnFailureRelease
+		if res.State == idem.Failed && !released && !errors.Is(err, idem.ErrNotExecuted) && !errors.Is(err, idem.ErrStoreUnavailable) {
+			return outcome{settled: true}, err
+		}
+		return outcome{}, err
 	case res.Replayed:
-		return ErrAlreadyStarted
+		return outcome{settled: true}, &AlreadyStartedError{ID: id}
 	}
-	return nil
+	return outcome{settled: true}, nil
 }

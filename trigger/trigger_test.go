@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,9 +15,15 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/killtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if h, ctx := killtest.Child(); h != nil {
+		os.Exit(runnerProcess(ctx, h))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const activity = "550e8400-e29b-41d4-a716-446655440000"
 

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"time"
 
+	"github.com/idem-dev/idem/internal/wire"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -124,64 +125,30 @@ func decodeBody(body []byte) (frame, error) {
 	default:
 		return f, fmt.Errorf("%w: entry kind %d", ErrCorrupt, f.kind)
 	}
-	d := decoder{b: body[bodyHeader:]}
-	if v := d.byte(); v != recordV1 {
+	d := wire.Reader{B: body[bodyHeader:]}
+	if v := d.Byte(); v != recordV1 {
 		return f, fmt.Errorf("%w: record format %d", ErrCorrupt, v)
 	}
 	r := &f.rec
 	r.KeyHash = hex.EncodeToString(f.id[:])
 	for _, s := range [...]*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State), &r.RequestID} {
-		*s = string(d.bytes(d.uvarint()))
+		*s = string(d.Bytes(d.Uvarint()))
 	}
-	r.Token = binary.BigEndian.Uint64(d.bytes(8))
+	r.Token = binary.BigEndian.Uint64(d.Bytes(8))
 	for _, t := range [...]*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil} {
-		*t = parseTime(d.bytes(12))
+		*t = parseTime(d.Bytes(12))
 	}
-	f.valLen = int(d.uvarint())
-	f.valAt = frameHeader + len(body) - len(d.b)
-	d.bytes(uint64(f.valLen))
-	if d.err == nil && len(d.b) != 0 {
-		d.err = errors.New("trailing bytes")
+	f.valLen = int(d.Uvarint())
+	f.valAt = frameHeader + len(body) - len(d.B)
+	d.Bytes(uint64(f.valLen))
+	if d.Err == nil && len(d.B) != 0 {
+		d.Err = errors.New("trailing bytes")
 	}
-	if d.err == nil && !r.State.Valid() {
-		d.err = fmt.Errorf("state %q", r.State)
+	if d.Err == nil && !r.State.Valid() {
+		d.Err = fmt.Errorf("state %q", r.State)
 	}
-	if d.err != nil {
-		return f, fmt.Errorf("%w: record %s: %v", ErrCorrupt, r.KeyHash, d.err)
+	if d.Err != nil {
+		return f, fmt.Errorf("%w: record %s: %v", ErrCorrupt, r.KeyHash, d.Err)
 	}
 	return f, nil
-}
-
-// decoder reads fields from b; after the first short read every read
-// returns zero values and err stays set.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) bytes(n uint64) []byte {
-	if d.err != nil || n > uint64(len(d.b)) {
-		if d.err == nil {
-			d.err = errors.New("short record")
-		}
-		return make([]byte, min(n, 12))
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) byte() byte { return d.bytes(1)[0] }
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errors.New("bad length")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
 }

@@ -2,7 +2,6 @@ package file
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,12 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-dev/idem/internal/dirlock"
+	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 )
 
 // ErrLocked is returned by Open when another process, or another Store in
-// this one, has the directory open.
-var ErrLocked = errors.New("another process holds the store directory")
+// this one, has the directory open. The embedded stores share it.
+var ErrLocked = dirlock.ErrLocked
 
 // lockFile is the file, inside the directory, that Open locks.
 const lockFile = "idem.lock"
@@ -51,6 +52,9 @@ type Store struct {
 	// write-held by Close, which so waits for them before closing files.
 	closeMu sync.RWMutex
 	closed  bool // guarded by closeMu
+
+	// hub wakes the waiters of the engines sharing this store (notify.go).
+	hub wakeup.Hub
 }
 
 var _ store.Store = (*Store)(nil)
@@ -68,7 +72,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
-	lock, err := lockDir(filepath.Join(dir, lockFile))
+	lock, err := dirlock.Lock(filepath.Join(dir, lockFile))
 	if err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
@@ -236,7 +240,11 @@ func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (stor
 func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, cur *entry) error) error {
 	return s.withKey(ctx, op, f.KeyHash, func(st *stripe, id keyID) error {
 		cur := st.entries[id]
-		if cur == nil || cur.rec.State != store.InProgress || cur.rec.Token != f.Token {
+		// Release also frees a failed record (an operator's way out of an
+		// unknown outcome); every other write needs an in_progress one.
+		held := cur != nil && cur.rec.Token == f.Token &&
+			(cur.rec.State == store.InProgress || op == "release" && cur.rec.State == store.Failed)
+		if !held {
 			return store.ErrLeaseLost
 		}
 		return fn(st, id, cur)
@@ -262,7 +270,7 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 }
 
 // Release implements store.Store. It appends a delete entry, so that the
-// released reservation does not come back when the log is replayed.
+// released record does not come back when the log is replayed.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	return s.held(ctx, "release", f, func(st *stripe, id keyID, cur *entry) error {
 		bp := framePool.Get().(*[]byte)
@@ -285,6 +293,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.hub.WakeAll() // waiters poll, and find the store closed
 	err := s.log.close()
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr

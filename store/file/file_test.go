@@ -20,18 +20,17 @@ import (
 	"github.com/idem-dev/idem/store/storetest"
 )
 
-// childEnv makes the test binary act as a child process (lock holder or
-// crash victim) instead of running the tests; see TestMain.
+// childEnv makes the test binary act as a lock holder instead of running
+// the tests; see TestMain. (storetest.CrashChild makes it a crash victim.)
 const childEnv = "IDEM_FILE_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	storetest.CrashChild(openCrash)
 	switch os.Getenv(childEnv) {
 	case "":
 		testkit.VerifyTestMain(m)
 	case "hold":
 		os.Exit(holdChild(os.Getenv("IDEM_FILE_TEST_DIR")))
-	case "crash":
-		os.Exit(crashChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
 		os.Exit(2)
@@ -621,4 +620,11 @@ func TestCountExpired(t *testing.T) {
 	if removed, _ := s.Cleanup(ctx, now.Add(10*time.Minute), 0); removed != n {
 		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
 	}
+}
+
+// TestWake: two engines over one file store (the gateway's routes) wake
+// each other's waiters through the store.
+func TestWake(t *testing.T) {
+	s := openT(t, t.TempDir())
+	storetest.RunWake(t, s, s)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-dev/idem/internal/wire"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -84,63 +85,29 @@ func encodeRecord(r *store.Record) []byte {
 // decodeRecord is the inverse of encodeRecord. The returned record shares
 // nothing with data, which Pebble reuses.
 func decodeRecord(keyHash string, data []byte) (*store.Record, error) {
-	d := decoder{b: data}
-	if v := d.byte(); v != recordFormat {
+	d := wire.Reader{B: data}
+	if v := d.Byte(); v != recordFormat {
 		return nil, fmt.Errorf("%w %s: format %d", ErrCorrupt, keyHash, v)
 	}
 	r := &store.Record{KeyHash: keyHash}
 	for _, s := range []*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State), &r.RequestID} {
-		*s = string(d.bytes(d.uvarint()))
+		*s = string(d.Bytes(d.Uvarint()))
 	}
-	r.Token = binary.BigEndian.Uint64(d.bytes(8))
+	r.Token = binary.BigEndian.Uint64(d.Bytes(8))
 	for _, t := range []*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil} {
-		*t = parseTime(d.bytes(12))
+		*t = parseTime(d.Bytes(12))
 	}
-	if n := d.uvarint(); n > 0 {
-		r.Value = append([]byte(nil), d.bytes(n)...)
+	if n := d.Uvarint(); n > 0 {
+		r.Value = append([]byte(nil), d.Bytes(n)...)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = errors.New("trailing bytes")
+	if d.Err == nil && len(d.B) != 0 {
+		d.Err = errors.New("trailing bytes")
 	}
-	if d.err == nil && !r.State.Valid() {
-		d.err = fmt.Errorf("state %q", r.State)
+	if d.Err == nil && !r.State.Valid() {
+		d.Err = fmt.Errorf("state %q", r.State)
 	}
-	if d.err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, keyHash, d.err)
+	if d.Err != nil {
+		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, keyHash, d.Err)
 	}
 	return r, nil
-}
-
-// decoder reads fields from b; after the first short read every read
-// returns zero values and err stays set.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) bytes(n uint64) []byte {
-	if d.err != nil || n > uint64(len(d.b)) {
-		if d.err == nil {
-			d.err = errors.New("short record")
-		}
-		return make([]byte, min(n, 12))
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) byte() byte { return d.bytes(1)[0] }
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errors.New("bad length")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
 }

@@ -22,18 +22,17 @@ import (
 	"github.com/idem-dev/idem/store/storetest"
 )
 
-// childEnv makes the test binary act as a child process (lock holder or
-// crash victim) instead of running the tests; see TestMain.
+// childEnv makes the test binary act as a lock holder instead of running
+// the tests; see TestMain. (storetest.CrashChild makes it a crash victim.)
 const childEnv = "IDEM_FILE_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	storetest.CrashChild(openCrash)
 	switch os.Getenv(childEnv) {
 	case "":
 		goleak.VerifyTestMain(m) // Close must stop every engine goroutine
 	case "hold":
 		os.Exit(holdChild(os.Getenv("IDEM_FILE_TEST_DIR")))
-	case "crash":
-		os.Exit(crashChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
 		os.Exit(2)

@@ -16,12 +16,13 @@ import (
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
 
+	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/store"
 )
 
 // ErrLocked is returned by Open when another process, or another Store in
-// this one, has the directory open.
-var ErrLocked = errors.New("another process holds the store directory")
+// this one, has the directory open. The embedded stores share it.
+var ErrLocked = dirlock.ErrLocked
 
 // lockFile is the file, inside the directory, that Open locks.
 const lockFile = "idem.lock"
@@ -64,7 +65,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("pebble: open %s: %w", dir, err)
 	}
-	lock, err := lockDir(filepath.Join(dir, lockFile))
+	lock, err := dirlock.Lock(filepath.Join(dir, lockFile))
 	if err != nil {
 		return nil, fmt.Errorf("pebble: open %s: %w", dir, err)
 	}
@@ -279,7 +280,11 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur 
 		if err != nil {
 			return err
 		}
-		if cur == nil || cur.State != store.InProgress || cur.Token != f.Token {
+		// Release also frees a failed record (an operator's way out of an
+		// unknown outcome); every other write needs an in_progress one.
+		held := cur != nil && cur.Token == f.Token &&
+			(cur.State == store.InProgress || op == "release" && cur.State == store.Failed)
+		if !held {
 			return store.ErrLeaseLost
 		}
 		return fn(cur)

@@ -1,6 +1,6 @@
 //go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd
 
-package pebblestore
+package dirlock
 
 import (
 	"errors"
@@ -9,10 +9,10 @@ import (
 	"syscall"
 )
 
-// lockDir takes an exclusive flock on path. A flock belongs to the open
+// Lock takes an exclusive flock on path. A flock belongs to the open
 // file, not the process, so a second Open in the same process is refused
 // too, and the kernel drops it when the process dies, even by SIGKILL.
-func lockDir(path string) (io.Closer, error) {
+func Lock(path string) (io.Closer, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,6 @@
 //go:build !(darwin || dragonfly || freebsd || linux || netbsd || openbsd)
 
-package file
+package dirlock
 
 import (
 	"fmt"
@@ -9,9 +9,9 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 )
 
-// lockDir takes Pebble's portable file lock (LockFileEx on Windows). Its
+// Lock takes Pebble's portable file lock (LockFileEx on Windows). Its
 // failures are not classified, so any of them is reported as ErrLocked.
-func lockDir(path string) (io.Closer, error) {
+func Lock(path string) (io.Closer, error) {
 	l, err := vfs.Default.Lock(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", ErrLocked, err)

@@ -1,0 +1,129 @@
+package amqp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/trigger/internal/killtest"
+)
+
+// The environment of a consumer process, besides killtest's.
+const (
+	envURL   = "IDEM_KILLTEST_AMQP"
+	envQueue = "IDEM_KILLTEST_QUEUE"
+)
+
+func TestMain(m *testing.M) {
+	if h, ctx := killtest.Child(); h != nil {
+		os.Exit(consumerProcess(ctx, h))
+	}
+	os.Exit(m.Run())
+}
+
+// consumerProcess is one consumer replica on its own connection.
+func consumerProcess(ctx context.Context, h *killtest.Harness) int {
+	conn, err := amqp091.Dial(os.Getenv(envURL))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	if err := ch.Qos(8, 0, false); err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	c := &Consumer{
+		Starter:    h.Starter,
+		ActivityID: "ingest",
+		Handler: func(ctx context.Context, d amqp091.Delivery) error {
+			return h.Effect(ctx, d.MessageId)
+		},
+		RetryDelay:  100 * time.Millisecond,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		afterRecord: h.Recorded,
+	}
+	c.Consume(ctx, ch, os.Getenv(envQueue), fmt.Sprintf("consumer-%d", h.Number))
+	return 0
+}
+
+// Three consumer processes share a queue and an idem PostgreSQL store;
+// 1,000 events are published with publisher confirms, 50 of them twice (a
+// publisher retrying after a lost confirm: RabbitMQ keeps both copies).
+// Consumers are killed with SIGKILL in the middle of a handler (RabbitMQ
+// requeues the delivery at once; the consumer that gets it finds the event
+// held, waits out the dead holder's lease and requeues it, and the next
+// delivery runs it) and after an outcome is recorded but before its ack
+// (the redelivery is acked without running). Each event runs exactly once
+// and none is lost.
+func TestKilledConsumersRunEachEventOnce(t *testing.T) { killedConsumers(t, 1000, 6, 4) }
+
+// The same with 10,000 events and 60 kills (IDEM_LONG=1, make long).
+func TestKilledConsumersLong(t *testing.T) {
+	if os.Getenv("IDEM_LONG") == "" {
+		t.Skip("IDEM_LONG=1 runs it")
+	}
+	killedConsumers(t, 10000, 40, 20)
+}
+
+func killedConsumers(t *testing.T, events, killInHandler, killAfterRecord int) {
+	url := testenv.RabbitMQ(t)
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		testenv.Unavailable(t, "RabbitMQ at %s: %v", url, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := fmt.Sprintf("idem.killtest.%d.%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if _, err := ch.QueueDeclare(queue, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.QueueDelete(queue, false, false, false) })
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(events/1000)*2*time.Minute)
+	defer cancel()
+	publish := func(id string) {
+		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp091.Publishing{MessageId: id, Body: []byte(id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := conf.WaitContext(ctx); !ok || err != nil {
+			t.Fatalf("publish %s not confirmed: %v", id, err)
+		}
+	}
+
+	killtest.Run(t, killtest.Config{
+		Events: events, Consumers: 3, KillInHandler: killInHandler, KillAfterRecord: killAfterRecord,
+		ChildEnv: []string{envURL + "=" + url, envQueue + "=" + queue},
+		Timeout:  time.Duration(events/1000) * 90 * time.Second,
+	}, func(ids []string) {
+		for i, id := range ids {
+			publish(id)
+			if i%20 == 0 {
+				publish(id)
+			}
+		}
+	}, func() bool {
+		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		// Messages counts ready ones; unacked ones are held by consumers,
+		// which effects already cover.
+		return err == nil && q.Messages == 0
+	})
+}

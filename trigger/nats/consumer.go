@@ -1,0 +1,155 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-dev/idem/trigger"
+)
+
+// ErrNoEventID: a message carries no stable event ID, so it cannot be run
+// once. The Consumer terminates it (no redelivery) and logs it.
+var ErrNoEventID = errors.New("trigger/nats: message has no event ID")
+
+// Defaults of a Consumer's zero fields.
+const (
+	DefaultInProgressEvery = 10 * time.Second
+	DefaultRetryDelay      = time.Second
+)
+
+// Consumer runs Handler once per event ID. Its zero-value optional fields
+// take the defaults documented on them.
+type Consumer struct {
+	// Starter keeps the event IDs; replicas share its store and scope.
+	Starter *trigger.Starter
+	// ActivityID names what the events trigger (seed 002's activity).
+	ActivityID string
+	// Handler handles one event. Its error (or a store failure) leaves the
+	// event un-acked: it is nak'ed and redelivered after RetryDelay.
+	Handler func(ctx context.Context, msg jetstream.Msg) error
+	// EventID returns a message's stable event ID. nil means EventID: the
+	// publisher's Nats-Msg-Id header, else the stream and stream sequence.
+	EventID func(msg jetstream.Msg) (string, error)
+	// InProgressEvery is how often a running handler tells the server it
+	// is still working, so that a handler longer than AckWait is not
+	// redelivered meanwhile. 0 means DefaultInProgressEvery (10 s, a third
+	// of JetStream's default AckWait); negative never.
+	InProgressEvery time.Duration
+	// RetryDelay is the redelivery delay of an event whose handler or
+	// store failed. 0 means DefaultRetryDelay (1 s).
+	RetryDelay time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+
+	// afterRecord is called after the outcome is recorded and before the
+	// ack: tests kill a consumer there.
+	afterRecord func(eventID string)
+}
+
+// EventID is the default event ID of a message: its Nats-Msg-Id header
+// (what the publisher deduplicates with), else "<stream>:<sequence>", which
+// every redelivery of the stored message shares.
+func EventID(msg jetstream.Msg) (string, error) {
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		return id, nil
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoEventID, err)
+	}
+	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10), nil
+}
+
+// Consume runs the Consumer on cons until ctx ends, then drains: messages
+// being handled finish and are acked. opts are passed to cons.Consume.
+func (c *Consumer) Consume(ctx context.Context, cons jetstream.Consumer, opts ...jetstream.PullConsumeOpt) error {
+	cc, err := cons.Consume(func(msg jetstream.Msg) { c.Handle(ctx, msg) }, opts...)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	return ctx.Err()
+}
+
+// Handle runs one message: the handler unless its event ran before, then
+// the ack, nak or term. It returns what it could not do, for logging; the
+// message has then been nak'ed or terminated (or its ack was lost, and the
+// redelivery will be acked without running).
+func (c *Consumer) Handle(ctx context.Context, msg jetstream.Msg) error {
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	idOf := c.EventID
+	if idOf == nil {
+		idOf = EventID
+	}
+	id, err := idOf(msg)
+	if err == nil && id == "" {
+		err = ErrNoEventID
+	}
+	if err != nil {
+		log.Error("trigger/nats: message without an event ID terminated", "subject", msg.Subject(), "err", err)
+		return errors.Join(err, msg.TermWithReason("no event ID"))
+	}
+	stop := c.keepAlive(msg)
+	err = c.Starter.Start(ctx, trigger.EventKey(c.ActivityID, id), func(ctx context.Context) error {
+		return c.Handler(ctx, msg)
+	})
+	stop()
+	var already *trigger.AlreadyStartedError
+	switch {
+	case err == nil || errors.As(err, &already) && !already.Running:
+		if c.afterRecord != nil {
+			c.afterRecord(id)
+		}
+		return msg.DoubleAck(context.WithoutCancel(ctx))
+	case errors.As(err, &already):
+		// Another replica runs it, or ran it and died: ask again when its
+		// lease ends; a start then takes a dead holder's event over.
+		delay := max(time.Until(already.LeaseUntil)+50*time.Millisecond, 100*time.Millisecond)
+		return errors.Join(err, msg.NakWithDelay(delay))
+	default:
+		delay := c.RetryDelay
+		if delay <= 0 {
+			delay = DefaultRetryDelay
+		}
+		log.Warn("trigger/nats: event failed; redelivering", "event", id, "delay", delay, "err", err)
+		return errors.Join(err, msg.NakWithDelay(delay))
+	}
+}
+
+// keepAlive sends InProgress every InProgressEvery until stop is called.
+func (c *Consumer) keepAlive(msg jetstream.Msg) (stop func()) {
+	every := c.InProgressEvery
+	if every == 0 {
+		every = DefaultInProgressEvery
+	}
+	if every < 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}

@@ -1,0 +1,142 @@
+package nats
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/trigger/internal/killtest"
+)
+
+// The environment of a consumer process, besides killtest's.
+const (
+	envURL    = "IDEM_KILLTEST_NATS"
+	envStream = "IDEM_KILLTEST_STREAM"
+)
+
+const durable = "workers"
+
+func TestMain(m *testing.M) {
+	if h, ctx := killtest.Child(); h != nil {
+		os.Exit(consumerProcess(ctx, h))
+	}
+	os.Exit(m.Run())
+}
+
+// consumerProcess is one consumer replica: the Consumer over the shared
+// durable consumer, handling killtest's effect.
+func consumerProcess(ctx context.Context, h *killtest.Harness) int {
+	nc, err := natsgo.Connect(os.Getenv(envURL))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	cons, err := js.Consumer(ctx, os.Getenv(envStream), durable)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	c := &Consumer{
+		Starter:    h.Starter,
+		ActivityID: "ingest",
+		Handler: func(ctx context.Context, msg jetstream.Msg) error {
+			return h.Effect(ctx, msg.Headers().Get(jetstream.MsgIDHeader))
+		},
+		RetryDelay: 100 * time.Millisecond,
+		// Shorter than AckWait, so only a dead consumer's messages are
+		// redelivered.
+		InProgressEvery: 300 * time.Millisecond,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		afterRecord:     h.Recorded,
+	}
+	c.Consume(ctx, cons, jetstream.PullMaxMessages(8))
+	return 0
+}
+
+// Three consumer processes share a durable JetStream consumer and an idem
+// PostgreSQL store. 1,000 events are published (50 of them twice, as a
+// publisher retrying after a lost publish ack does, with the same
+// Nats-Msg-Id). Consumers are killed with SIGKILL in the middle of a
+// handler (the message is redelivered after AckWait, which is shorter than
+// the idem lease: the consumer that gets it finds the event still held, naks
+// it until the dead holder's lease is over, and then runs it) and after an outcome is
+// recorded but before its ack (the redelivery is acked without running).
+// Each event runs exactly once and none is lost.
+func TestKilledConsumersRunEachEventOnce(t *testing.T) { killedConsumers(t, 1000, 6, 4) }
+
+// The same with 10,000 events and 60 kills (IDEM_LONG=1, make long).
+func TestKilledConsumersLong(t *testing.T) {
+	if os.Getenv("IDEM_LONG") == "" {
+		t.Skip("IDEM_LONG=1 runs it")
+	}
+	killedConsumers(t, 10000, 40, 20)
+}
+
+func killedConsumers(t *testing.T, events, killInHandler, killAfterRecord int) {
+	url := testenv.NATS(t)
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		testenv.Unavailable(t, "NATS at %s: %v", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(events/1000)*2*time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("IDEM_KILLTEST_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	subject := "idem.killtest." + name
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{subject}, Storage: jetstream.MemoryStorage, Duplicates: time.Minute,
+	})
+	if err != nil {
+		testenv.Unavailable(t, "JetStream at %s: %v", url, err)
+	}
+	t.Cleanup(func() { js.DeleteStream(context.Background(), name) })
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second,
+		MaxDeliver: -1, MaxAckPending: 1000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	killtest.Run(t, killtest.Config{
+		Events: events, Consumers: 3, KillInHandler: killInHandler, KillAfterRecord: killAfterRecord,
+		ChildEnv: []string{envURL + "=" + url, envStream + "=" + name},
+		Timeout:  time.Duration(events/1000) * 90 * time.Second,
+	}, func(ids []string) {
+		for i, id := range ids {
+			if _, err := js.Publish(ctx, subject, []byte(id), jetstream.WithMsgID(id)); err != nil {
+				t.Fatal(err)
+			}
+			if i%20 == 0 { // the publisher's retry
+				if ack, err := js.Publish(ctx, subject, []byte(id), jetstream.WithMsgID(id)); err != nil || !ack.Duplicate {
+					t.Fatalf("republished %s: duplicate %v, %v", id, ack != nil && ack.Duplicate, err)
+				}
+			}
+		}
+	}, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.Msgs != uint64(events) {
+		t.Fatalf("stream holds %d messages, want %d: %v", info.State.Msgs, events, err)
+	}
+}
