@@ -26,11 +26,19 @@ var _ store.Store = (*Store)(nil)
 // fields keyed-hashed, the raw key, request ID, fingerprint, binding and
 // stored outcome encrypted. Records written through Wrap are found only
 // through Wrap with a keyring that holds the secret that indexed them.
+//
+// The result is a *Store, or, when s is (or wraps) a store.Notifier, a
+// store that is a Notifier too and notifies under sealed identities. Both
+// have Unwrap.
 func Wrap(s store.Store, k *Keyring) store.Store {
 	if s == nil || k == nil {
 		panic("seal: Wrap needs a store and a keyring")
 	}
-	return &Store{inner: s, ring: k}
+	st := &Store{inner: s, ring: k}
+	if n, ok := store.NotifierOf(s); ok {
+		return &notifyingStore{Store: st, n: n}
+	}
+	return st
 }
 
 // Unwrap returns the wrapped store, so that callers can find its optional

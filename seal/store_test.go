@@ -50,7 +50,7 @@ func TestConformancePostgres(t *testing.T) {
 			storetest.Run(t, storetest.Harness{
 				New: func(t *testing.T) store.Store { return seal.Wrap(pgStore(t, pool), ring) },
 				Peer: func(t *testing.T, s store.Store) store.Store {
-					inner := s.(*seal.Store).Unwrap().(*postgres.Store)
+					inner := s.(interface{ Unwrap() store.Store }).Unwrap().(*postgres.Store)
 					peer, err := postgres.New(pgPool(t), inner.Options())
 					if err != nil {
 						t.Fatal(err)

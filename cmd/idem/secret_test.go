@@ -18,7 +18,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/dsn"
-	"github.com/idem-dev/idem/seal"
+	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
 
@@ -198,7 +198,7 @@ func TestPlaintextWarning(t *testing.T) {
 				t.Fatal(err)
 			}
 			warned := strings.Contains(logs.String(), "records are stored in plaintext")
-			_, sealed := st.(*seal.Store)
+			_, sealed := st.(interface{ Unwrap() store.Store })
 			switch {
 			case secret != "" && (!sealed || warned || !strings.Contains(logs.String(), "key_id=k")):
 				t.Errorf("%s with a secret: sealed %v, logs %s", kind, sealed, logs.String())
