@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -115,18 +117,54 @@ func leaks(b []byte, needles map[string][]string) []string {
 	return found
 }
 
+// needleSet is the needles of one test, grown by the probe as the engine
+// shows what it hands the store.
+type needleSet struct {
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+func (n *needleSet) add(what string, forms ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.m[what] = append(n.m[what], forms...)
+}
+
+func (n *needleSet) get() map[string][]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return maps.Clone(n.m)
+}
+
+var hexRun = regexp.MustCompile(`[0-9a-f]{16,}`)
+
+// probe sits between the engine and the seal: it adds to the needles the
+// engine's own record identity, the unkeyed hash of scope and key, and
+// the tenant's unsalted credential hash inside the scope, however the
+// middleware computes it.
+type probe struct {
+	store.Store
+	n *needleSet
+}
+
+func (p *probe) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
+	p.n.add("unkeyed key hash", req.Record.KeyHash)
+	p.n.add("tenant hash", hexRun.FindAllString(req.Record.Scope, -1)...)
+	return p.Store.Reserve(ctx, req)
+}
+
 // tap is a store between the seal and the backend that fails the test when
 // a secret crosses it: what the backend is given, whatever it then does
 // with it (compress, encode, replicate).
 type tap struct {
 	store.Store
 	t       *testing.T
-	needles map[string][]string
+	needles *needleSet
 }
 
 func (p *tap) check(op string, r store.Record) {
 	b := fmt.Appendf(nil, "%s|%s|%s|%s|%s|%s|%s", r.KeyHash, r.Scope, r.Key, r.Fingerprint, r.Binding, r.RequestID, r.Value)
-	if l := leaks(b, p.needles); len(l) > 0 {
+	if l := leaks(b, p.needles.get()); len(l) > 0 {
 		p.t.Errorf("%s hands the backend %v", op, l)
 	}
 }
@@ -152,7 +190,8 @@ func (p *tap) Complete(ctx context.Context, c store.Completion) error {
 func serve(t *testing.T, st store.Store, s secrets, replayed ...string) {
 	t.Helper()
 	eng := idem.New(st, idem.Policy{CleanupInterval: -1})
-	mw, err := idemhttp.New(eng, idemhttp.Options{Tenant: idemhttp.TenantAuthorization(), Logger: discard()})
+	// The default tenant: a hash of the caller's Authorization header.
+	mw, err := idemhttp.New(eng, idemhttp.Options{Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +235,12 @@ func testDump(t *testing.T, b backend) {
 	t.Run("PlaintextControl", func(t *testing.T) {
 		s := newSecrets()
 		ns := uniqueName("plain")
-		serve(t, b.open(t, ns), s, "false", "true")
+		needles := &needleSet{m: s.needles()}
+		serve(t, &probe{Store: b.open(t, ns), n: needles}, s, "false", "true")
 		dump := b.dump(t, ns)
-		l := leaks(dump, s.needles())
+		l := leaks(dump, needles.get())
 		t.Logf("the plaintext dump shows %v", l)
-		for _, want := range []string{"raw key", "response body", "kept header"} {
+		for _, want := range []string{"raw key", "response body", "kept header", "tenant hash"} {
 			if !strings.Contains(strings.Join(l, ","), want) {
 				t.Errorf("the plaintext dump (%d bytes) does not show the %s: the dump method is blind, or the data is encoded in a way the test does not search", len(dump), want)
 			}
@@ -209,12 +249,16 @@ func testDump(t *testing.T, b backend) {
 	t.Run("Sealed", func(t *testing.T) {
 		s := newSecrets()
 		ns := uniqueName("sealed")
-		serve(t, seal.Wrap(&tap{Store: b.open(t, ns), t: t, needles: s.needles()}, ring), s, "false", "true")
+		needles := &needleSet{m: s.needles()}
+		serve(t, &probe{Store: seal.Wrap(&tap{Store: b.open(t, ns), t: t, needles: needles}, ring), n: needles}, s, "false", "true")
 		dump := b.dump(t, ns)
 		if len(dump) == 0 {
 			t.Fatal("empty dump")
 		}
-		if l := leaks(dump, s.needles()); len(l) > 0 {
+		if len(needles.get()["tenant hash"]) == 0 || len(needles.get()["unkeyed key hash"]) == 0 {
+			t.Fatal("the probe saw no tenant hash or key hash")
+		}
+		if l := leaks(dump, needles.get()); len(l) > 0 {
 			t.Fatalf("the sealed dump (%d bytes) shows %v", len(dump), l)
 		}
 		// Rotated, the record still replays from the same namespace.
