@@ -91,10 +91,15 @@
 //
 // # Keyed hashes outside the store
 //
-// The engine hashes keys with store.HashKey and the HTTP middleware scopes
-// callers by a hash of their credentials before anything reaches Wrap;
-// Wrap keys both, under each secret, before they are stored. Keyring.MAC
-// (and idem.WithKeyHash) give a keyed hash under the primary secret to
-// stores that are not wrapped; such a hash changes when the primary secret
-// does, which is why the gateway relies on Wrap for rotation instead.
+// The engine names records with store.HashKey and the HTTP middleware
+// scopes callers by a hash of their credentials (idemhttp.HashCredential)
+// before anything reaches Wrap; Wrap keys both, under each secret, before
+// they are stored or sent to a Notifier. Keyring.MAC gives a keyed hash
+// under the primary secret, for idem.WithKeyHash or
+// idemhttp.Options.CredentialMAC over a store that is not wrapped. Such a
+// hash changes when the primary secret does: every caller's scope, or every
+// record's name, would change at step 2 of a rotation, and retries of keys
+// sent before it would run again. That is why the gateway leaves both at
+// their defaults and relies on Wrap, whose identities rotate record by
+// record.
 package seal
