@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/store"
@@ -82,7 +83,9 @@ func TestGatewaySealsRecords(t *testing.T) {
 
 	dir := t.TempDir()
 	g = startGateway(t, a.URL, dir, "secret: ["+gwSecretOld+"]\n")
-	first := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", key, "X-Request-Id", reqID)
+	// Alice's calls are scoped by the default tenant, a hash of her
+	// Authorization header.
+	first := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", key, "X-Request-Id", reqID, "Authorization", "Bearer tok-alice")
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
@@ -107,7 +110,7 @@ func TestGatewaySealsRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	g = startGateway(t, a.URL, dir, "secret_file: "+secretFile+"\n")
-	again := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", key)
+	again := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", key, "Authorization", "bearer  tok-alice")
 	if again.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body, first.Body) ||
 		again.Header.Get("Original-Request-Id") != reqID {
 		t.Fatalf("after rotation: %d %v %s", again.Status, again.Header, again.Body)
@@ -116,7 +119,10 @@ func TestGatewaySealsRecords(t *testing.T) {
 	if n := a.stats(t).Executions[key]; n != 1 {
 		t.Fatalf("%d executions of %s", n, key)
 	}
-	out, stderr, err := runIdem(t, "inspect", "--store", "file:"+dir, "--config", cfg, "--key", key)
+	alice, _ := http.NewRequest("POST", "/charges", nil)
+	alice.Header.Set("Authorization", "Bearer tok-alice")
+	scope, _ := idemhttp.TenantFromHeaders("Authorization")(alice)
+	out, stderr, err := runIdem(t, "inspect", "--store", "file:"+dir, "--config", cfg, "--scope", scope, "--key", key)
 	if err != nil || !strings.Contains(out, key) || !strings.Contains(out, chargeID) {
 		t.Fatalf("inspect through the secret: %v\n%s%s", err, out, stderr)
 	}
