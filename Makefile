@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake temporal crash bench-pgtx
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake temporal crash bench-pgtx bench-seal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,8 @@ fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./idemhttp
 	$(GO) test -run '^$$' -fuzz '^FuzzMiddleware$$' -fuzztime $(FUZZTIME) ./idemhttp
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./seal
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyring$$' -fuzztime $(FUZZTIME) ./seal
 
 long: ## long scale runs (IDEM_LONG=1), not part of `make test`: cleanup of 1M expired among 1M live on PostgreSQL
 	IDEM_LONG=1 $(GO) test -count=1 -timeout 60m -v -run 'Long|Million' $(PKGS)
@@ -77,3 +79,6 @@ crash: ## crash tests at length: the ledger example killed with SIGKILL 300 time
 bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16, five interleaved rounds (benchstat the output)
 	mkdir -p bin && $(GO) test -c -o bin/pgtx.test ./store/postgres/pgtx
 	cd store/postgres/pgtx && for i in 1 2 3 4 5; do ../../../bin/pgtx.test -test.run '^$$' -test.bench Pairs -test.benchtime 1s; done
+
+bench-seal: ## the seal's cost per reserve+complete pair next to the bare memory and PostgreSQL stores
+	$(GO) test -run '^$$' -bench 'ReserveComplete' -count 6 ./seal

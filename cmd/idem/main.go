@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/seal"
 )
 
 func main() {
@@ -159,5 +160,35 @@ func (m *Main) openStore(ctx context.Context, flagValue, configPath string) (*ds
 	if err != nil {
 		return nil, err
 	}
-	return dsn.Open(ctx, dsnStr, dsn.Options{})
+	opened, err := dsn.Open(ctx, dsnStr, dsn.Options{})
+	if err != nil {
+		return nil, err
+	}
+	// Sealed records are read through the secret the gateway seals with.
+	ring, err := m.keyring(configPath)
+	if err != nil {
+		opened.Close()
+		return nil, err
+	}
+	if ring != nil {
+		opened.Store = seal.Wrap(opened.Store, ring)
+	}
+	return opened, nil
+}
+
+// keyring is the secret of the maintenance commands: IDEM_SECRET or
+// IDEM_SECRET_FILE, else the config file's; nil when none is set.
+func (m *Main) keyring(configPath string) (*seal.Keyring, error) {
+	if configPath == "" {
+		configPath = m.Getenv("IDEM_CONFIG")
+	}
+	c := &config.Config{}
+	if configPath != "" {
+		var err error
+		if c, err = config.Load(configPath); err != nil {
+			return nil, err
+		}
+	}
+	c.ApplyEnv(m.Getenv)
+	return c.Keyring()
 }

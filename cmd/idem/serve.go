@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/internal/gateway"
 	"github.com/idem-dev/idem/internal/metrics"
+	"github.com/idem-dev/idem/seal"
+	"github.com/idem-dev/idem/store"
 )
 
 // ServeCommand runs the gateway.
@@ -182,8 +185,12 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if err != nil {
 		return nil, err
 	}
+	st, err := sealStore(cfg, s.opened, log)
+	if err != nil {
+		return nil, err
+	}
 	met := metrics.New()
-	s.eng = idem.New(met.WrapStore(s.opened.Store), built.Policy, idem.WithLogger(log))
+	s.eng = idem.New(met.WrapStore(st), built.Policy, idem.WithLogger(log))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -199,20 +206,23 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		return nil, err
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	s.http = &http.Server{Handler: s.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog,
-		ConnState: s.fresh.track}
+	// A request whose header block is larger than max_header_bytes gets
+	// 431 from net/http before it reaches the proxy; one that trickles its
+	// headers is cut off after read_header_timeout.
+	s.http = &http.Server{Handler: s.proxy, ReadHeaderTimeout: cfg.HeaderTimeout(), MaxHeaderBytes: cfg.HeaderLimit(),
+		IdleTimeout: 2 * time.Minute, ErrorLog: errLog, ConnState: s.fresh.track}
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	if cfg.AdminEnabled() {
 		s.admin = &http.Server{Handler: gateway.Admin(gateway.AdminOptions{
-			Store:    s.opened.Store,
+			Store:    st,
 			Metrics:  met.Handler(),
 			Token:    cfg.AdminToken,
 			Draining: &s.draining,
 			Logger:   log,
 			Scope:    s.proxy.Routes().Scope,
-		}), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		}), ReadHeaderTimeout: cfg.HeaderTimeout(), MaxHeaderBytes: cfg.HeaderLimit(), ErrorLog: errLog}
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			return nil, fmt.Errorf("admin_listen: %w", err)
 		}
@@ -317,4 +327,24 @@ func (s *server) closeAll() {
 		}
 		s.opened = nil
 	}
+}
+
+// sealStore wraps the opened store with the configured secret, or says at
+// start that a shared store keeps records in plaintext.
+func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.Store, error) {
+	ring, err := cfg.Keyring()
+	if err != nil {
+		return nil, err
+	}
+	if ring == nil {
+		if opened.DSN.Kind != dsn.Memory {
+			log.Warn("idem: records are stored in plaintext: keys, responses and kept headers are readable in a dump or backup of the "+opened.DSN.Kind+
+				" store; set IDEM_SECRET (or secret: / secret_file: in the config) to a random secret, e.g. from `openssl rand -base64 32`, to seal them",
+				"store", opened.DSN.String())
+		}
+		return opened.Store, nil
+	}
+	ids := ring.IDs()
+	log.Info("idem: records sealed (AES-256-GCM, keyed hashes)", "key_id", ids[0], "also_opens", strings.Join(ids[1:], ","))
+	return seal.Wrap(opened.Store, ring), nil
 }

@@ -80,6 +80,15 @@ type Config struct {
 
 	LogFormat string `yaml:"log_format"` // text (default) or json
 	LogLevel  string `yaml:"log_level"`  // debug, info (default), warn, error
+
+	// Secret seals records (see secret.go): one or more secrets, the first
+	// protecting new records. SecretFile reads them from a file instead.
+	Secret     StringList `yaml:"secret"`
+	SecretFile string     `yaml:"secret_file"`
+	// MaxHeaderBytes and ReadHeaderTimeout bound what a client may send
+	// before its request is read (see secret.go for the defaults).
+	MaxHeaderBytes    ByteSize `yaml:"max_header_bytes"`
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
 }
 
 // Policy holds the per-route knobs; Defaults and every Route carry one.
@@ -172,6 +181,8 @@ var Env = map[string]func(c *Config, v string){
 	"IDEM_ADMIN_TOKEN":  func(c *Config, v string) { c.AdminToken = v },
 	"IDEM_LOG_FORMAT":   func(c *Config, v string) { c.LogFormat = v },
 	"IDEM_LOG_LEVEL":    func(c *Config, v string) { c.LogLevel = v },
+	"IDEM_SECRET":       func(c *Config, v string) { c.Secret, c.SecretFile = StringList{v}, "" },
+	"IDEM_SECRET_FILE":  func(c *Config, v string) { c.SecretFile, c.Secret = v, nil },
 }
 
 // ApplyEnv overrides the basic settings with the IDEM_* variables that
@@ -303,6 +314,7 @@ func (c *Config) Validate() error {
 	if _, err := c.Build(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateHardening()...)
 	return errors.Join(errs...)
 }
 
