@@ -210,13 +210,14 @@ func TestRetryAfterFromLease(t *testing.T) {
 		at   time.Duration
 		want time.Duration
 	}{
-		{0, time.Minute},
-		{30*time.Second + 500*time.Millisecond, 30 * time.Second},
+		{0, time.Second}, // just started: soon
+		{2*time.Second + 500*time.Millisecond, 3 * time.Second},   // running 2.5 s: as long again
+		{30*time.Second + 500*time.Millisecond, 30 * time.Second}, // capped by the 29.5 s of lease left
 		{59*time.Second + 200*time.Millisecond, time.Second},
 		{2 * time.Minute, time.Second},
 	} {
 		if got := ce.RetryAfter(now.Add(tc.at)); got != tc.want {
-			t.Errorf("RetryAfter %v into the lease: %v, want %v", tc.at, got, tc.want)
+			t.Errorf("RetryAfter %v after the holder started: %v, want %v", tc.at, got, tc.want)
 		}
 	}
 	other := &idem.ConflictError{Type: idem.ConflictOutcomeUnknown, Record: ce.Record}
