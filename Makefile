@@ -5,14 +5,17 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake temporal crash bench-pgtx bench-seal
+.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean static bench-wake temporal crash bench-pgtx bench-seal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
 
-test: vet fmt-check ## the test command: vet, gofmt, and every test with the race detector
+test: test-deps vet fmt-check ## the test command: installs what tests need, then vet, gofmt, and every test with the race detector
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd trigger/temporal && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+
+test-deps: ## install what the tests need beyond Go and the services (versitygw, promtool, chromium, ...), once; cached
+	./scripts/test-deps.sh
 
 test-race: test ## same as test (the race detector is always on)
 
@@ -57,6 +60,9 @@ demo: ## run the gateway demo
 
 build: ## build bin/idem
 	$(GO) build -o bin/idem ./cmd/idem
+
+static: ## build bin/idem as the container image does: static, no cgo (deploy/Containerfile)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/idem ./cmd/idem
 
 clean: ## remove build output and the demo's data
 	rm -rf bin idem-data

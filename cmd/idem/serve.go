@@ -58,12 +58,13 @@ func (c *ServeCommand) loadConfig(args []string) (*config.Config, error) {
 	path := fs.String("config", "", "YAML configuration `file` (default $IDEM_CONFIG)")
 	fs.String("listen", "", "proxy `address` (default "+config.DefaultListen+")")
 	fs.String("upstream", "", "upstream `URL`, e.g. http://127.0.0.1:3000")
-	fs.String("store", "", "store `DSN`: memory:, file:PATH, postgres://..., redis://... (default "+config.DefaultStore+")")
-	fs.String("admin-listen", "", "admin `address` for /healthz, /metrics, /keys; off disables (default "+config.DefaultAdminListen+")")
+	fs.String("store", "", "store `DSN`: memory:, file:PATH, postgres://..., redis://..., redis-cluster://..., s3://...\n(default "+config.DefaultStore+"; $STATE_DIRECTORY/idem-data or /var/lib/idem/idem-data when run from /)")
+	fs.String("admin-listen", "", "admin `address` for /healthz, /readyz, /metrics and the admin page; off disables (default "+config.DefaultAdminListen+")")
+	fs.String("drain-delay", "", "on a stop signal, keep serving this `duration` while /readyz answers 503 (default 0)")
 	fs.String("log-format", "", "log `format`: text or json")
 	fs.String("log-level", "", "log `level`: debug, info, warn, error")
 	migrate := fs.String("migrate", "", "run PostgreSQL migrations at start-up: true or false (default true)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -89,6 +90,16 @@ func (c *ServeCommand) loadConfig(args []string) (*config.Config, error) {
 		if set[name] {
 			*dst = fs.Lookup(name).Value.String()
 		}
+	}
+	if set["drain-delay"] {
+		d, err := config.ParseDuration(fs.Lookup("drain-delay").Value.String())
+		if err != nil {
+			return nil, fmt.Errorf("--drain-delay: %v", err)
+		}
+		cfg.DrainDelay = config.Duration(d)
+	}
+	if cfg.Store == "" {
+		cfg.Store = c.m.defaultStore()
 	}
 	if set["migrate"] {
 		v, err := strconv.ParseBool(*migrate)
@@ -190,7 +201,8 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		return nil, err
 	}
 	met := metrics.New()
-	s.eng = idem.New(met.WrapStore(st), built.Policy, idem.WithLogger(log))
+	tracker := &gateway.Tracker{}
+	s.eng = idem.New(tracker.Wrap(met.WrapStore(st)), built.Policy, idem.WithLogger(log))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -215,14 +227,8 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	if cfg.AdminEnabled() {
-		s.admin = &http.Server{Handler: gateway.Admin(gateway.AdminOptions{
-			Store:    st,
-			Metrics:  met.Handler(),
-			Token:    cfg.AdminToken,
-			Draining: &s.draining,
-			Logger:   log,
-			Scope:    s.proxy.Routes().Scope,
-		}), ReadHeaderTimeout: cfg.HeaderTimeout(), MaxHeaderBytes: cfg.HeaderLimit(), ErrorLog: errLog}
+		s.admin = &http.Server{Handler: gateway.Admin(s.adminOptions(st, met, tracker, upstream)),
+			ReadHeaderTimeout: cfg.HeaderTimeout(), MaxHeaderBytes: cfg.HeaderLimit(), ErrorLog: errLog}
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			return nil, fmt.Errorf("admin_listen: %w", err)
 		}
@@ -233,6 +239,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if s.adminLn != nil {
 		attrs = append(attrs, "admin_addr", s.adminLn.Addr().String())
 	}
+	logStart(log, cfg)
 	log.Info("idem gateway listening", attrs...)
 	log.Info("idem: tenants", "source", built.TenantSource)
 	return s, nil
@@ -267,6 +274,7 @@ func (s *server) serve(ctx context.Context) error {
 // outcomes (up to shutdown_timeout), and only then closes the store.
 func (s *server) shutdown() error {
 	s.draining.Store(true)
+	s.drain()
 	timeout := time.Duration(s.cfg.ShutdownTimeout)
 	s.log.Info("idem gateway shutting down", "timeout", timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
