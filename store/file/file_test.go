@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -581,11 +580,9 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}
 	seqSyncs := s.log.syncs.Load() - s0
-	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	s0 = s.log.syncs.Load()
 	testkit.FanOut(n, func(i int) { errs <- pair(fmt.Sprint("conc-", i)) })
-	wg.Wait()
 	concSyncs := s.log.syncs.Load() - s0
 	close(errs)
 	for err := range errs {
@@ -625,6 +622,7 @@ func TestCountExpired(t *testing.T) {
 // TestWake: two engines over one file store (the gateway's routes) wake
 // each other's waiters through the store.
 func TestWake(t *testing.T) {
+	t.Parallel()
 	s := openT(t, t.TempDir())
 	storetest.RunWake(t, s, s)
 }
