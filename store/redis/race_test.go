@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	redisstore "github.com/idem-dev/idem/store/redis"
 	"github.com/idem-dev/idem/store/storetest"
@@ -38,6 +39,7 @@ const (
 // moment: every key must have exactly one winner, whose token is the one
 // stored and the one every loser saw.
 func TestMultiProcessRace(t *testing.T) {
+	t.Parallel()
 	if id := os.Getenv(envChild); id != "" {
 		raceChild(t, id)
 		return
@@ -177,48 +179,42 @@ func raceChild(t *testing.T, id string) {
 	}
 }
 
-// raceWorkers runs raceGoroutines goroutines, each reserving every key in
-// its own random order once start is closed, and reports one line per
+// raceWorkers runs raceGoroutines goroutines, released together once start
+// is closed, each reserving every key in its own random order, and reports one line per
 // attempt: "won KEY TOKEN", "saw KEY EXISTING_TOKEN" or "err ...".
 func raceWorkers(s store.Store, prefix string, proc int, start <-chan struct{}) []string {
 	var (
 		mu    sync.Mutex
 		lines []string
-		wg    sync.WaitGroup
 	)
-	for g := range raceGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for _, k := range rand.Perm(raceKeys) {
-				key := fmt.Sprintf("%s-%d", prefix, k)
-				tok := uint64(proc)<<40 | uint64(g)<<20 | uint64(k)
-				rec := store.Record{
-					KeyHash: store.HashKey("race", key), Scope: "race", Key: key,
-					Fingerprint: "fp", Binding: "b", State: store.InProgress, Token: tok,
-					CreatedAt: storetest.T0, UpdatedAt: storetest.T0,
-					ExpiresAt: storetest.T0.Add(time.Hour), LeaseUntil: storetest.T0.Add(time.Minute),
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: storetest.T0, TakeOverStale: true})
-				cancel()
-				var l string
-				switch {
-				case err != nil:
-					l = fmt.Sprintf("err %d %v", k, err)
-				case res.Acquired:
-					l = fmt.Sprintf("won %d %d", k, tok)
-				default:
-					l = fmt.Sprintf("saw %d %d", k, res.Existing.Token)
-				}
-				mu.Lock()
-				lines = append(lines, l)
-				mu.Unlock()
+	<-start
+	testkit.FanOut(raceGoroutines, func(g int) {
+		for _, k := range rand.Perm(raceKeys) {
+			key := fmt.Sprintf("%s-%d", prefix, k)
+			tok := uint64(proc)<<40 | uint64(g)<<20 | uint64(k)
+			rec := store.Record{
+				KeyHash: store.HashKey("race", key), Scope: "race", Key: key,
+				Fingerprint: "fp", Binding: "b", State: store.InProgress, Token: tok,
+				CreatedAt: storetest.T0, UpdatedAt: storetest.T0,
+				ExpiresAt: storetest.T0.Add(time.Hour), LeaseUntil: storetest.T0.Add(time.Minute),
 			}
-		}()
-	}
-	wg.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: storetest.T0, TakeOverStale: true})
+			cancel()
+			var l string
+			switch {
+			case err != nil:
+				l = fmt.Sprintf("err %d %v", k, err)
+			case res.Acquired:
+				l = fmt.Sprintf("won %d %d", k, tok)
+			default:
+				l = fmt.Sprintf("saw %d %d", k, res.Existing.Token)
+			}
+			mu.Lock()
+			lines = append(lines, l)
+			mu.Unlock()
+		}
+	})
 	return lines
 }
 
