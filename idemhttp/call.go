@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -47,13 +48,12 @@ func (rt *route) parseKey(r *http.Request) (string, *Problem) {
 	return key, nil
 }
 
-// newCall turns a request into the engine's call, or a problem; a request
-// without a key that the route lets pass gets neither (a nil request). The
-// body is read here, before anything is reserved, under the body deadline.
-// The request passed on is a copy with a re-readable body; when the handler
-// runs, it gets its own headers too (a request ID, the reservation's
-// Idempotency-Token and never one the client sent).
-func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) (idem.Call, *http.Request, *Problem) {
+// newCall turns a request into the engine's call and its body, or a
+// problem; a request without a key that the route lets pass gets neither
+// (an empty Call.Key). The body is read here, before anything is reserved,
+// under the body deadline. The request the handler gets is made only when
+// it runs (see attempt.run): a replay needs none of it.
+func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) (idem.Call, []byte, *Problem) {
 	key, p := rt.parseKey(r)
 	if p != nil || key == "" {
 		return idem.Call{}, nil, p
@@ -67,24 +67,35 @@ func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) 
 		p.Key = key
 		return idem.Call{}, nil, p
 	}
-	// The copy's headers are cloned only when the handler runs (see
-	// attempt.fn): a replay needs none of this.
-	fr := r.WithContext(r.Context())
-	reqID := fr.Header.Get(m.reqIDHeader)
+	reqID := r.Header.Get(m.reqIDHeader)
 	if reqID == "" {
 		reqID = NewRequestID()
+	}
+	return idem.Call{
+		Scope:       rt.Scope(r, tenant),
+		Key:         key,
+		Fingerprint: rt.Fingerprint(r, body),
+		Binding:     rt.Binding(r),
+		RequestID:   reqID,
+	}, body, nil
+}
+
+// handlerRequest is the request the handler gets: a copy of r with ctx, a
+// re-readable body and its own headers (a request ID, the reservation's
+// Idempotency-Token and never one the client sent).
+func (m *middleware) handlerRequest(ctx context.Context, r *http.Request, body []byte, reqID string, token uint64, hasToken bool) *http.Request {
+	fr := r.WithContext(ctx)
+	fr.Header = r.Header.Clone()
+	fr.Header.Set(m.reqIDHeader, reqID)
+	fr.Header.Del(TokenHeader)
+	if hasToken {
+		fr.Header.Set(TokenHeader, strconv.FormatUint(token, 10))
 	}
 	if body != nil {
 		fr.Body = io.NopCloser(bytes.NewReader(body))
 		fr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	return idem.Call{
-		Scope:       rt.Scope(fr, tenant),
-		Key:         key,
-		Fingerprint: rt.Fingerprint(fr, body),
-		Binding:     rt.Binding(fr),
-		RequestID:   reqID,
-	}, fr, nil
+	return fr
 }
 
 // readBody reads the whole body under the body deadline. A client that
@@ -93,14 +104,12 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	tooLarge := &Problem{Kind: KindRequestTooLarge, Detail: fmt.Sprintf("the body exceeds %d bytes", m.maxReq)}
 	if r.ContentLength > m.maxReq {
-		return nil, tooLarge
+		return nil, m.tooLarge()
 	}
 	if m.bodyTimeout > 0 {
-		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(m.bodyTimeout)) == nil {
-			defer rc.SetReadDeadline(time.Time{})
+		if rd := readDeadliner(w); rd != nil && rd.SetReadDeadline(time.Now().Add(m.bodyTimeout)) == nil {
+			defer rd.SetReadDeadline(time.Time{})
 		}
 	}
 	var b []byte
@@ -123,9 +132,29 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		// The client went away or sent a broken body: nothing to run.
 		return nil, &Problem{Kind: KindUnreadableBody, Detail: "the request body could not be read"}
 	case int64(len(b)) > m.maxReq:
-		return nil, tooLarge
+		return nil, m.tooLarge()
 	}
 	return b, nil
+}
+
+func (m *middleware) tooLarge() *Problem {
+	return &Problem{Kind: KindRequestTooLarge, Detail: "the body exceeds " + strconv.FormatInt(m.maxReq, 10) + " bytes"}
+}
+
+// readDeadliner finds what http.ResponseController.SetReadDeadline would
+// call, or nil. A writer without one (a test's recorder, a framework's
+// wrapper) then costs nothing, where the controller builds an error for it.
+func readDeadliner(w http.ResponseWriter) interface{ SetReadDeadline(time.Time) error } {
+	for {
+		switch x := w.(type) {
+		case interface{ SetReadDeadline(time.Time) error }:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
 }
 
 func isJSON(contentType string, body []byte) bool {

@@ -198,21 +198,17 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (c *capture) Unwrap() http.ResponseWriter { return c.rw }
 
-// response returns what the handler answered, with the kept headers only.
-func (c *capture) response(keep func(string) bool) *StoredResponse {
+// encode returns what the handler answered, with the kept headers only,
+// encoded for the record: a copy, never aliasing the capture's buffer.
+func (c *capture) encode(keep func(string) bool) []byte {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
-	r := &StoredResponse{Status: c.status, Header: http.Header{}, NotStored: c.notStored}
-	for k, vs := range c.header {
-		if keep(k) {
-			r.Header[k] = vs
-		}
-	}
+	var body []byte
 	if !c.notStored {
-		r.Body = c.body.Bytes()
+		body = c.body.Bytes()
 	}
-	return r
+	return encodeResponse(c.status, c.notStored, c.header, keep, body)
 }
 
 func copyHeader(dst, src http.Header) {

@@ -71,7 +71,7 @@ func FingerprintBody(r *http.Request, body []byte) string {
 		// replay into a conflict.
 		digest = idem.HashBytes(body)
 	}
-	return idem.HashParts([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(digest))
+	return idem.HashStrings(r.Method, r.URL.RequestURI(), digest)
 }
 
 // FingerprintNone makes no check: any request with the key replays the
@@ -87,7 +87,7 @@ func FingerprintFields(fields ...string) FingerprintFunc {
 		if err != nil {
 			digest = idem.HashBytes(body)
 		}
-		return idem.HashParts([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(digest))
+		return idem.HashStrings(r.Method, r.URL.RequestURI(), digest)
 	}
 }
 
