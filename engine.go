@@ -434,6 +434,10 @@ func (c *tokenContext) Value(key any) any {
 // upstream can reject a holder that lost its lease to another. It reports
 // false outside a Func run by Do.
 func TokenFromContext(ctx context.Context) (uint64, bool) {
+	if c, ok := ctx.(*tokenContext); ok {
+		// The Func's own context: no boxing of the token through Value.
+		return c.token, c.token != 0
+	}
 	t, ok := ctx.Value(tokenKey{}).(uint64)
 	return t, ok && t != 0
 }

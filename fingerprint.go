@@ -11,6 +11,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -115,12 +116,26 @@ func HashJSON(v any) (string, error) {
 // HashJSONBytes returns the fingerprint of the canonical form of the JSON
 // document raw, so that key order and white space do not matter.
 func HashJSONBytes(raw []byte) (string, error) {
-	c, err := CanonicalJSON(raw)
+	bp := canonBufs.Get().(*[]byte)
+	defer func() {
+		// Only the hash leaves: the buffer is free again.
+		if cap(*bp) <= maxPooledCanon {
+			canonBufs.Put(bp)
+		}
+	}()
+	c, err := appendCanonical((*bp)[:0], raw)
 	if err != nil {
 		return "", err
 	}
+	*bp = c
 	return HashBytes(c), nil
 }
+
+// canonBufs holds the buffers HashJSONBytes writes canonical forms into;
+// maxPooledCanon bounds what a pooled one keeps.
+var canonBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledCanon = 64 << 10
 
 // HashJSONFields returns the fingerprint of the chosen fields of the JSON
 // object raw (seed 001's per-endpoint payload check). A field is a member
@@ -184,6 +199,11 @@ func lookup(doc []byte, path []string) (json.RawMessage, bool) {
 // which measured as the largest cost of the middleware (13% of its CPU);
 // the fuzz test holds it to encoding/json's reading of every document.
 func CanonicalJSON(raw []byte) ([]byte, error) {
+	return appendCanonical(make([]byte, 0, 2*len(raw)), raw) // room to reorder the largest object in place
+}
+
+// appendCanonical appends the canonical form of raw to dst.
+func appendCanonical(dst, raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		// Decoders replace bad bytes with U+FFFD, making different bodies
 		// equal.
@@ -191,7 +211,7 @@ func CanonicalJSON(raw []byte) ([]byte, error) {
 	}
 	p := canonParser{b: raw}
 	p.space()
-	out, err := p.value(make([]byte, 0, 2*len(raw)), 0) // room to reorder the largest object in place
+	out, err := p.value(dst, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v at offset %d", ErrNotCanonicalizable, err, p.i)
 	}

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -219,7 +220,9 @@ func copyHeader(dst, src http.Header) {
 
 func isStream(h http.Header) bool {
 	ct := h.Get("Content-Type")
-	if ct == "" {
+	// Most responses are not streams: tell them without ParseMediaType,
+	// which allocates for its parameters.
+	if mt, _, _ := strings.Cut(ct, ";"); !strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
 		return false
 	}
 	mt, _, err := mime.ParseMediaType(ct)
