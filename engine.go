@@ -572,8 +572,8 @@ const notifyTimeout = time.Second
 // stored would let a later caller run the operation again once the lease
 // runs out.
 func (e *Engine) endWrite(ctx context.Context, op string, write func(context.Context) error) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.completeTimeout)
-	defer cancel()
+	wctx := newWriteContext(ctx, e.completeTimeout)
+	defer wctx.stop()
 	backoff := 10 * time.Millisecond
 	for {
 		err := write(wctx)

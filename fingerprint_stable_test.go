@@ -60,3 +60,36 @@ func TestHashAllocs(t *testing.T) {
 		t.Errorf("HashJSONBytes: %v allocations", n)
 	}
 }
+
+// TestHashRequest holds HashRequest to what FingerprintBody computed before
+// it: the three hashes composed, for JSON, for bodies that are not
+// canonicalizable and for targets too long for its stack buffer.
+func TestHashRequest(t *testing.T) {
+	long := "/charges?" + strings.Repeat("q=1&", 80)
+	for _, c := range []struct {
+		target, body string
+		json         bool
+	}{
+		{"/charges", `{"currency":"eur", "amount":1000}`, true},
+		{"/charges", `{"amount":1000,"amount":1}`, true}, // duplicate key: raw bytes
+		{"/charges", `amount=1000`, false},
+		{long, `{"b":1,"a":2}`, true},
+		{"/charges", ``, false},
+	} {
+		digest := ""
+		if c.json {
+			digest, _ = idem.HashJSONBytes([]byte(c.body))
+		}
+		if digest == "" {
+			digest = idem.HashBytes([]byte(c.body))
+		}
+		want := idem.HashParts([]byte("POST"), []byte(c.target), []byte(digest))
+		if got := idem.HashRequest("POST", c.target, []byte(c.body), c.json); got != want {
+			t.Errorf("HashRequest(%q, %q) = %s, want %s", c.target, c.body, got, want)
+		}
+	}
+	body := []byte(`{"amount":1000,"currency":"eur","customer":"cus_123"}`)
+	if n := testing.AllocsPerRun(100, func() { idem.HashRequest("POST", "/charges", body, true) }); n > 1 {
+		t.Errorf("HashRequest: %v allocations, want the fingerprint only", n)
+	}
+}
