@@ -10,8 +10,8 @@ import (
 // d) gives the store writes that end a call (endWrite): the parent's values,
 // no cancellation, a deadline. It makes the Done channel and its timer
 // only when a store asks for Done: a store that only checks Err (the
-// memory store) writes every outcome without them, where WithTimeout costs
-// four allocations and a timer on every first execution.
+// memory store) writes every outcome without them, where WithTimeout makes
+// a timer and three more allocations on every first execution.
 type writeContext struct {
 	parent   context.Context // for Value only
 	deadline time.Time
@@ -23,7 +23,9 @@ type writeContext struct {
 }
 
 func newWriteContext(parent context.Context, d time.Duration) *writeContext {
-	return &writeContext{parent: parent, deadline: time.Now().Add(d)}
+	// WithoutCancel hides the parent's cancelation from Value too:
+	// context.Cause looks for it there.
+	return &writeContext{parent: context.WithoutCancel(parent), deadline: time.Now().Add(d)}
 }
 
 func (c *writeContext) Deadline() (time.Time, bool) { return c.deadline, true }

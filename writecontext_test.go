@@ -13,8 +13,8 @@ import (
 // asked for before it, after it or never.
 func TestWriteContext(t *testing.T) {
 	type key struct{}
-	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
-	cancel()
+	parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), key{}, "v"))
+	cancel(errors.New("the client hung up"))
 
 	c := newWriteContext(parent, 50*time.Millisecond)
 	defer c.stop()
@@ -24,8 +24,8 @@ func TestWriteContext(t *testing.T) {
 	if d, ok := c.Deadline(); !ok || time.Until(d) > 50*time.Millisecond {
 		t.Errorf("deadline %v %v", d, ok)
 	}
-	if c.Err() != nil {
-		t.Fatalf("canceled with its parent: %v", c.Err())
+	if c.Err() != nil || context.Cause(c) != nil {
+		t.Fatalf("canceled with its parent: %v, cause %v", c.Err(), context.Cause(c))
 	}
 	done := c.Done()
 	select {
@@ -43,6 +43,11 @@ func TestWriteContext(t *testing.T) {
 	}
 	if !errors.Is(c.Err(), context.DeadlineExceeded) || c.Done() != done {
 		t.Errorf("after the deadline: %v", c.Err())
+	}
+	// Not the parent's cause: context.Cause finds a cancelation through
+	// Value.
+	if cause := context.Cause(c); !errors.Is(cause, context.DeadlineExceeded) {
+		t.Errorf("cause after the deadline: %v", cause)
 	}
 
 	// Never asked for Done: Err alone tells the deadline; a Done asked for
@@ -75,7 +80,7 @@ func TestWriteContext(t *testing.T) {
 		c := newWriteContext(parent, time.Second)
 		_ = c.Err()
 		c.stop()
-	}); n > 1 {
-		t.Errorf("%v allocations without Done, want 1", n)
+	}); n > 2 {
+		t.Errorf("%v allocations without Done, want 2", n)
 	}
 }
