@@ -47,4 +47,27 @@
 // Responses larger than MaxResponseBytes, event streams and hijacked
 // connections pass through as they are written and are recorded without a
 // body: a retry gets 409 response_not_stored, never a second execution.
+//
+// # Cost
+//
+// What the middleware adds to a handler, in process on the memory store
+// (BenchmarkMiddleware: a JSON POST, a 66-byte JSON answer):
+//
+//	go test -run '^$' -bench Middleware -benchmem -count 6 ./idemhttp
+//
+//	                    before (v0 path)          now
+//	                    ns/op   B/op  allocs   ns/op   B/op  allocs
+//	bare handler        COSTS_BASE
+//	first execution     COSTS_FIRST
+//	replay              COSTS_REPLAY
+//
+// (benchstat of both builds run in turn on one shared 2-core machine that
+// seven other jobs were loading: the times swing by half from run to run,
+// the allocations do not, and are the figure to trust.) A first execution
+// costs about 25 allocations more than the bare handler, a replay about 10:
+// attempts (the capture, its header map and body buffer) are pooled and
+// never reachable once their response is sent; the handler's request is
+// copied only when it runs; a replay is written from the stored bytes, its
+// headers cut from one string; fingerprints and key hashes are computed on
+// the stack, the hex string their only allocation.
 package idemhttp
