@@ -5,14 +5,17 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake temporal
+.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean static bench-wake temporal crash bench-pgtx bench-seal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
 
-test: vet fmt-check ## the test command: vet, gofmt, and every test with the race detector
+test: test-deps vet fmt-check ## the test command: installs what tests need, then vet, gofmt, and every test with the race detector
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd trigger/temporal && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+
+test-deps: ## install what the tests need beyond Go and the services (versitygw, promtool, chromium, ...), once; cached
+	./scripts/test-deps.sh
 
 test-race: test ## same as test (the race detector is always on)
 
@@ -43,6 +46,8 @@ fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./idemhttp
 	$(GO) test -run '^$$' -fuzz '^FuzzMiddleware$$' -fuzztime $(FUZZTIME) ./idemhttp
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./seal
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyring$$' -fuzztime $(FUZZTIME) ./seal
 
 long: ## long scale runs (IDEM_LONG=1), not part of `make test`: cleanup of 1M expired among 1M live on PostgreSQL
 	IDEM_LONG=1 $(GO) test -count=1 -timeout 60m -v -run 'Long|Million' $(PKGS)
@@ -55,6 +60,9 @@ demo: ## run the gateway demo
 
 build: ## build bin/idem
 	$(GO) build -o bin/idem ./cmd/idem
+
+static: ## build bin/idem as the container image does: static, no cgo (deploy/Containerfile)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/idem ./cmd/idem
 
 clean: ## remove build output and the demo's data
 	rm -rf bin idem-data
@@ -70,3 +78,13 @@ bench-wake: ## how soon a waiting duplicate gets its replay after the holder's c
 
 temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use
 	./scripts/temporal.sh start
+
+crash: ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record
+	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestSeed004Crash' ./examples/ledger ./store/s3
+
+bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16, five interleaved rounds (benchstat the output)
+	mkdir -p bin && $(GO) test -c -o bin/pgtx.test ./store/postgres/pgtx
+	cd store/postgres/pgtx && for i in 1 2 3 4 5; do ../../../bin/pgtx.test -test.run '^$$' -test.bench Pairs -test.benchtime 1s; done
+
+bench-seal: ## the seal's cost per reserve+complete pair next to the bare memory and PostgreSQL stores
+	$(GO) test -run '^$$' -bench 'ReserveComplete' -count 6 ./seal

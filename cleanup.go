@@ -10,7 +10,7 @@ import (
 const cleanupBatch = 1000
 
 // maybeCleanup starts a background cleanup when the last one is older than
-// the policy's CleanupInterval (seed 000: every call may trigger it, but not
+// the policy's CleanupInterval (the workflow admin API: every call may trigger it, but not
 // more often than the interval). At most one runs at a time per engine
 // family.
 func (e *Engine) maybeCleanup() {

@@ -94,6 +94,7 @@ type shared struct {
 	// completeTimeout bounds the store writes that end a call, which run
 	// even when the caller's context is canceled.
 	completeTimeout time.Duration
+	keyHash         func(scope, key string) string // nil: store.HashKey; see WithKeyHash
 
 	cleanMu   sync.Mutex
 	lastClean atomic.Int64 // unix ns of the last cleanup start, 0 for never; written under cleanMu
@@ -219,7 +220,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		return Result{}, err
 	}
 	c.Key = key
-	keyHash := store.HashKey(c.Scope, key)
+	keyHash := e.hashKey(c.Scope, key)
 	e.maybeCleanup()
 
 	// Waiting is measured on the monotonic clock, not the injected one: a
@@ -448,7 +449,7 @@ const panicFailure = "idem: the operation panicked"
 // run executes fn for the reservation rec and records its outcome.
 func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	h := e.newHold(ctx, f)
+	h := e.newHold(withHold(ctx, rec, tookOver), f) // withHold: identity.go
 	finished := false
 	defer func() {
 		h.stop()
@@ -705,5 +706,5 @@ func (e *Engine) Lookup(ctx context.Context, scope, key string) (store.Record, e
 	if err != nil {
 		return store.Record{}, err
 	}
-	return e.store.Get(ctx, scope, store.HashKey(scope, key), e.now())
+	return e.store.Get(ctx, scope, e.hashKey(scope, key), e.now())
 }

@@ -11,39 +11,23 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// clock is a settable clock for leases and TTLs.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 type bundle struct {
 	store *memory.Store
-	clock *clock
+	clock *testkit.Clock
 	eng   *idem.Engine
 }
 
 func setup(t *testing.T, p idem.Policy) *bundle {
 	t.Helper()
-	b := &bundle{store: memory.New(), clock: newClock()}
+	b := &bundle{store: memory.New(), clock: testkit.NewClock()}
 	if p.CleanupInterval == 0 {
 		p.CleanupInterval = -1
 	}
@@ -77,6 +61,7 @@ func call(key string) idem.Call {
 }
 
 func TestFirstCallThenReplay(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	op := &counter{value: "ch"}
 	first, err := b.eng.Do(bg, call("k1"), op.fn)
@@ -102,8 +87,10 @@ func TestFirstCallThenReplay(t *testing.T) {
 }
 
 func TestRaceExecutesOnce(t *testing.T) {
+	t.Parallel()
 	for _, wait := range []time.Duration{0, 5 * time.Second} {
 		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, idem.Policy{Wait: wait})
 			var runs atomic.Int32
 			release := make(chan struct{})
@@ -113,15 +100,12 @@ func TestRaceExecutesOnce(t *testing.T) {
 				return []byte("done"), nil
 			}
 			const n = 200
-			var wg sync.WaitGroup
 			var mu sync.Mutex
 			outcomes := map[string]int{}
-			start := make(chan struct{})
-			for range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
+			raced := make(chan struct{})
+			go func() {
+				defer close(raced)
+				testkit.FanOut(n, func(int) {
 					res, err := b.eng.Do(bg, call("race"), op)
 					mu.Lock()
 					defer mu.Unlock()
@@ -135,9 +119,8 @@ func TestRaceExecutesOnce(t *testing.T) {
 					default:
 						outcomes["ran "+string(res.Value)]++
 					}
-				}()
-			}
-			close(start)
+				})
+			}()
 			// Let every racer reach the store before the winner finishes.
 			deadline := time.Now().Add(10 * time.Second)
 			for {
@@ -153,7 +136,7 @@ func TestRaceExecutesOnce(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			close(release)
-			wg.Wait()
+			<-raced
 			if r := runs.Load(); r != 1 {
 				t.Fatalf("operation ran %d times, want 1; outcomes %v", r, outcomes)
 			}
@@ -171,6 +154,7 @@ func TestRaceExecutesOnce(t *testing.T) {
 }
 
 func TestConflicts(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	op := &counter{value: "v"}
 	if _, err := b.eng.Do(bg, call("k"), op.fn); err != nil {
@@ -201,6 +185,7 @@ func TestConflicts(t *testing.T) {
 }
 
 func TestInvalidKeys(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{MaxKeyBytes: 200})
 	op := &counter{}
 	for _, k := range []string{"", "   ", "\t\n", strings.Repeat("x", 201), "a\x00b", "a\nb", "bad\xffutf8", "a\u2028b"} {
@@ -219,8 +204,10 @@ func TestInvalidKeys(t *testing.T) {
 }
 
 func TestOnFailure(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("card declined")
 	t.Run("release", func(t *testing.T) {
+		t.Parallel()
 		b := setup(t, idem.Policy{OnFailure: idem.OnFailureRelease})
 		op := &counter{err: boom}
 		for i := range 3 {
@@ -238,6 +225,7 @@ func TestOnFailure(t *testing.T) {
 	})
 	for _, pol := range []idem.OnFailure{idem.OnFailureCache, idem.OnFailureConflict} {
 		t.Run(pol.String(), func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, idem.Policy{OnFailure: pol})
 			op := &counter{err: &idem.Failure{Value: []byte(`{"error":"card_declined"}`), Err: boom}}
 			res, err := b.eng.Do(bg, call("k"), op.fn)
@@ -260,6 +248,7 @@ func TestOnFailure(t *testing.T) {
 		})
 	}
 	t.Run("plain error message is kept", func(t *testing.T) {
+		t.Parallel()
 		b := setup(t, idem.Policy{OnFailure: idem.OnFailureConflict})
 		op := &counter{err: boom}
 		b.eng.Do(bg, call("k"), op.fn)
@@ -271,6 +260,7 @@ func TestOnFailure(t *testing.T) {
 }
 
 func TestStaleTakeoverAndFencing(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Lease: time.Minute})
 	holding := make(chan struct{})
 	resume := make(chan struct{})
@@ -317,6 +307,7 @@ func TestStaleTakeoverAndFencing(t *testing.T) {
 }
 
 func TestOnStaleConflict(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Lease: time.Minute, OnStale: idem.OnStaleConflict})
 	rec := store.ReserveRequest{Record: store.Record{
 		KeyHash: store.HashKey("charges", "k"), Scope: "charges", Key: "k", Fingerprint: "fp",
@@ -341,6 +332,7 @@ func TestOnStaleConflict(t *testing.T) {
 }
 
 func TestLeaseRenewal(t *testing.T) {
+	t.Parallel()
 	// Real clock: the holder runs for several lease periods, renewing, and
 	// nobody takes it over.
 	eng := idem.New(memory.New(), idem.Policy{Lease: 300 * time.Millisecond, CleanupInterval: -1})
@@ -408,8 +400,10 @@ func (f *faulty) Cleanup(ctx context.Context, now time.Time, limit int) (int, er
 }
 
 func TestStoreErrors(t *testing.T) {
+	t.Parallel()
 	down := errors.New("dial tcp: connection refused")
 	t.Run("fail closed", func(t *testing.T) {
+		t.Parallel()
 		eng := idem.New(&faulty{Store: memory.New(), reserveErr: down}, idem.Policy{CleanupInterval: -1}, quiet)
 		op := &counter{}
 		_, err := eng.Do(bg, call("k"), op.fn)
@@ -418,6 +412,7 @@ func TestStoreErrors(t *testing.T) {
 		}
 	})
 	t.Run("fail open", func(t *testing.T) {
+		t.Parallel()
 		eng := idem.New(&faulty{Store: memory.New(), reserveErr: down}, idem.Policy{CleanupInterval: -1, OnStoreError: idem.OnStoreErrorFailOpen}, quiet)
 		op := &counter{value: "v"}
 		res, err := eng.Do(bg, call("k"), op.fn)
@@ -426,6 +421,7 @@ func TestStoreErrors(t *testing.T) {
 		}
 	})
 	t.Run("completion retried", func(t *testing.T) {
+		t.Parallel()
 		f := &faulty{Store: memory.New()}
 		f.completeErr.Store(2)
 		eng := idem.New(f, idem.Policy{CleanupInterval: -1}, quiet)
@@ -438,6 +434,7 @@ func TestStoreErrors(t *testing.T) {
 		}
 	})
 	t.Run("lost lease cancels the operation", func(t *testing.T) {
+		t.Parallel()
 		f := &faulty{Store: memory.New(), renewErr: store.ErrLeaseLost}
 		eng := idem.New(f, idem.Policy{CleanupInterval: -1, Lease: 30 * time.Millisecond, TTL: time.Hour})
 		_, err := eng.Do(bg, call("k"), func(ctx context.Context) ([]byte, error) {
@@ -455,6 +452,7 @@ func TestStoreErrors(t *testing.T) {
 }
 
 func TestCanceledCallerStillCompletes(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	ctx, cancel := context.WithCancel(bg)
 	if _, err := b.eng.Do(ctx, call("k"), func(ctx context.Context) ([]byte, error) {
@@ -469,8 +467,9 @@ func TestCanceledCallerStillCompletes(t *testing.T) {
 }
 
 func TestTTLAndCleanupThrottle(t *testing.T) {
+	t.Parallel()
 	f := &faulty{Store: memory.New()}
-	clk := newClock()
+	clk := testkit.NewClock()
 	newEngine := func() *idem.Engine {
 		e := idem.New(f, idem.Policy{TTL: 7 * 24 * time.Hour, CleanupInterval: 300 * time.Second}, idem.WithClock(clk.Now))
 		t.Cleanup(func() { e.Close() })
@@ -518,6 +517,7 @@ func TestTTLAndCleanupThrottle(t *testing.T) {
 }
 
 func TestPolicyValidate(t *testing.T) {
+	t.Parallel()
 	bad := []idem.Policy{
 		{TTL: -1}, {Lease: time.Hour, TTL: time.Minute}, {Lease: time.Millisecond},
 		{OnFailure: 7}, {OnStale: 3}, {Wait: -time.Second}, {MaxKeyBytes: -1},
@@ -568,6 +568,7 @@ func (l *lostReply) Reserve(ctx context.Context, r store.ReserveRequest) (store.
 }
 
 func TestLostRepliesAreNotLostLeases(t *testing.T) {
+	t.Parallel()
 	l := &lostReply{Store: memory.New()}
 	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
 	op := &counter{value: "v"}
@@ -584,6 +585,7 @@ func TestLostRepliesAreNotLostLeases(t *testing.T) {
 }
 
 func TestPolicyOverlay(t *testing.T) {
+	t.Parallel()
 	base := idem.Policy{TTL: time.Hour, Wait: time.Second, OnStoreError: idem.OnStoreErrorFailOpen}
 	got := base.Overlay(idem.Policy{TTL: 7 * 24 * time.Hour, MaxKeyBytes: 200, OnFailure: idem.OnFailureConflict})
 	want := idem.Policy{TTL: 7 * 24 * time.Hour, Wait: time.Second, MaxKeyBytes: 200, OnFailure: idem.OnFailureConflict, OnStoreError: idem.OnStoreErrorFailOpen}

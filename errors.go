@@ -131,17 +131,24 @@ func (e *ConflictError) Is(target error) bool {
 	return false
 }
 
-// RetryAfter says when a caller that got this conflict should come back:
-// for ConflictInProgress, the rest of the holder's lease at now, rounded
-// up to whole seconds and at least 1 s (a holder that renews its lease
-// pushes it further, so this is when the caller may first find the key
-// free or stale); for every other type 0, since retrying does not change
+// RetryAfter says when a caller that got this conflict should come back.
+// For ConflictInProgress it is as long as the holder has been running so
+// far (an operation that took 2 s so far is likely to take about as long
+// again, so the waits grow as a backoff would), at least 1 s, and never
+// past the end of the holder's lease at now: by then the caller finds the
+// key free, completed or stale. Always the rest of the lease would tell a
+// caller to wait out a whole lease (a minute by default) for an operation
+// that ends in a second, since a live holder keeps renewing it. Rounded up
+// to whole seconds. For every other type it is 0: retrying does not change
 // the answer.
 func (e *ConflictError) RetryAfter(now time.Time) time.Duration {
 	if e.Type != ConflictInProgress {
 		return 0
 	}
-	d := e.Record.LeaseUntil.Sub(now)
+	d := now.Sub(e.Record.CreatedAt)
+	if left := e.Record.LeaseUntil.Sub(now); d > left {
+		d = left
+	}
 	if d <= time.Second {
 		return time.Second
 	}

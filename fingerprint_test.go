@@ -13,6 +13,7 @@ import (
 )
 
 func TestCanonicalJSON(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ in, want string }{
 		{`{"b":1,"a":2}`, `{"a":2,"b":1}`},
 		{" {\n \"a\" : [ 1 , 2 ] ,\t\"b\":{\"d\":null,\"c\":true}}\n", `{"a":[1,2],"b":{"c":true,"d":null}}`},
@@ -38,6 +39,7 @@ func TestCanonicalJSON(t *testing.T) {
 }
 
 func TestHashes(t *testing.T) {
+	t.Parallel()
 	a, _ := idem.HashJSON(map[string]any{"amount": 1000, "currency": "eur"})
 	b, _ := idem.HashJSONBytes([]byte(`{ "currency": "eur", "amount": 1000 }`))
 	if a != b || !strings.HasPrefix(a, "sha256:") || len(a) != 7+64 {

@@ -27,7 +27,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	if err != nil {
 		return err
 	}
-	keyHash := store.HashKey(scope, key)
+	keyHash := e.hashKey(scope, key)
 	now := e.now()
 	rec, err := e.store.Get(ctx, scope, keyHash, now)
 	switch {

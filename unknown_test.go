@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
@@ -38,10 +39,12 @@ func wantUnknown(t *testing.T, eng *idem.Engine, key string) {
 }
 
 func TestOutcomeUnknownIsNotReleased(t *testing.T) {
+	t.Parallel()
 	// Whatever OnFailure says: an unknown outcome is not a failure that
 	// can be retried.
 	for _, of := range []idem.OnFailure{idem.OnFailureRelease, idem.OnFailureCache, idem.OnFailureConflict} {
 		t.Run(of.String(), func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, idem.Policy{OnFailure: of})
 			res, err := b.eng.Do(bg, call("k"), func(context.Context) ([]byte, error) { return nil, errTimedOut })
 			if !errors.Is(err, idem.ErrOutcomeUnknown) || res.Replayed || res.NotRecorded {
@@ -65,6 +68,7 @@ func TestOutcomeUnknownIsNotReleased(t *testing.T) {
 }
 
 func TestPlainFailureIsNotUnknown(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{OnFailure: idem.OnFailureConflict})
 	b.eng.Do(bg, call("k"), (&counter{err: errors.New("card_declined")}).fn)
 	_, err := b.eng.Do(bg, call("k"), (&counter{}).fn)
@@ -78,6 +82,7 @@ func TestPlainFailureIsNotUnknown(t *testing.T) {
 }
 
 func TestPanicAfterStartIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	var got any
 	func() {
@@ -91,6 +96,7 @@ func TestPanicAfterStartIsOutcomeUnknown(t *testing.T) {
 }
 
 func TestOnUnknownRelease(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{OnUnknown: idem.OnUnknownRelease, OnFailure: idem.OnFailureConflict})
 	if _, err := b.eng.Do(bg, call("k"), func(context.Context) ([]byte, error) { return nil, errTimedOut }); !errors.Is(err, idem.ErrOutcomeUnknown) {
 		t.Fatal(err)
@@ -109,6 +115,7 @@ func TestOnUnknownRelease(t *testing.T) {
 }
 
 func TestOperatorRelease(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Lease: time.Minute, OnFailure: idem.OnFailureCache})
 	b.eng.Do(bg, call("unknown"), func(context.Context) ([]byte, error) { return nil, errTimedOut })
 	if err := b.eng.Release(bg, "charges", "unknown"); err != nil {
@@ -167,6 +174,7 @@ func TestOperatorRelease(t *testing.T) {
 }
 
 func TestTokenFromContext(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	if _, ok := idem.TokenFromContext(bg); ok {
 		t.Fatal("a token outside Do")
@@ -191,6 +199,7 @@ func TestTokenFromContext(t *testing.T) {
 }
 
 func TestRetryAfterFromLease(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Lease: time.Minute})
 	started, finish := make(chan struct{}), make(chan struct{})
 	go b.eng.Do(bg, call("k"), func(context.Context) ([]byte, error) {
@@ -210,13 +219,14 @@ func TestRetryAfterFromLease(t *testing.T) {
 		at   time.Duration
 		want time.Duration
 	}{
-		{0, time.Minute},
-		{30*time.Second + 500*time.Millisecond, 30 * time.Second},
+		{0, time.Second}, // just started: soon
+		{2*time.Second + 500*time.Millisecond, 3 * time.Second},   // running 2.5 s: as long again
+		{30*time.Second + 500*time.Millisecond, 30 * time.Second}, // capped by the 29.5 s of lease left
 		{59*time.Second + 200*time.Millisecond, time.Second},
 		{2 * time.Minute, time.Second},
 	} {
 		if got := ce.RetryAfter(now.Add(tc.at)); got != tc.want {
-			t.Errorf("RetryAfter %v into the lease: %v, want %v", tc.at, got, tc.want)
+			t.Errorf("RetryAfter %v after the holder started: %v, want %v", tc.at, got, tc.want)
 		}
 	}
 	other := &idem.ConflictError{Type: idem.ConflictOutcomeUnknown, Record: ce.Record}
@@ -231,7 +241,8 @@ func TestRetryAfterFromLease(t *testing.T) {
 // Its outcome must come back marked as not recorded, and the record must
 // keep the second call's outcome.
 func TestPausedHolderLosesItsLease(t *testing.T) {
-	st, clk := memory.New(), newClock()
+	t.Parallel()
+	st, clk := memory.New(), testkit.NewClock()
 	p := idem.Policy{Lease: time.Minute, CleanupInterval: -1}
 	gw1 := idem.New(st, p, idem.WithClock(clk.Now), quiet)
 	gw2 := idem.New(st, p, idem.WithClock(clk.Now), quiet)
@@ -269,6 +280,7 @@ func TestPausedHolderLosesItsLease(t *testing.T) {
 }
 
 func TestCompleteFailurePastRetriesIsNotRecorded(t *testing.T) {
+	t.Parallel()
 	f := &faulty{Store: memory.New()}
 	f.completeErr.Store(1 << 20)
 	eng := idem.New(f, idem.Policy{CleanupInterval: -1}, quiet)
@@ -280,6 +292,7 @@ func TestCompleteFailurePastRetriesIsNotRecorded(t *testing.T) {
 }
 
 func TestPolicyOnUnknown(t *testing.T) {
+	t.Parallel()
 	for _, o := range []idem.OnUnknown{idem.OnUnknownConflict, idem.OnUnknownRelease} {
 		got, err := idem.ParseOnUnknown(o.String())
 		if err != nil || got != o {

@@ -74,6 +74,7 @@ func holder(t *testing.T, eng *idem.Engine, key string, v []byte, err error) (fi
 // retry while the first request still runs) gets the outcome when the
 // holder ends, woken by it, not by polling: polling is set to hours.
 func TestWaiterWokenInProcess(t *testing.T) {
+	t.Parallel()
 	st := &reads{Store: memory.New()}
 	eng := idem.New(st, idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet, noPolling)
 
@@ -118,6 +119,7 @@ func TestWaiterWokenInProcess(t *testing.T) {
 // TestWaiterWokenByRelease: a holder whose call failed and was released
 // wakes its waiters, and one of them runs the operation.
 func TestWaiterWokenByRelease(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{Wait: time.Hour, CleanupInterval: -1}, quiet, noPolling)
 	finish, done := holder(t, eng, "k", nil, errors.New("card_declined"))
 	op := &counter{value: "v"}
@@ -145,6 +147,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 // in one process, or two processes when the store notifies across them):
 // the store's Notifier wakes the waiter of the other engine.
 func TestWaiterWokenAcrossEngines(t *testing.T) {
+	t.Parallel()
 	st := memory.New()
 	p := idem.Policy{Wait: time.Hour, CleanupInterval: -1}
 	gw1, gw2 := idem.New(st, p, quiet), idem.New(st, p, quiet, noPolling)
@@ -172,6 +175,7 @@ func TestWaiterWokenAcrossEngines(t *testing.T) {
 // TestWaiterGivesUpAtWait: nobody wakes it; it answers in_progress once
 // Policy.Wait is over, and leaves no subscription behind.
 func TestWaiterGivesUpAtWait(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{Wait: 30 * time.Millisecond, CleanupInterval: -1}, quiet)
 	finish, done := holder(t, eng, "k", nil, nil)
 	defer func() { close(finish); <-done }()
@@ -195,6 +199,7 @@ func (deaf) Subscribe(context.Context, string, string) (<-chan struct{}, func(),
 // TestLostNotificationPollCap: a waiter whose notification never comes
 // still gets the outcome, by its safety-net poll, every poll cap.
 func TestLostNotificationPollCap(t *testing.T) {
+	t.Parallel()
 	st := memory.New()
 	p := idem.Policy{Wait: time.Hour, CleanupInterval: -1}
 	gw1 := idem.New(deaf{st}, p, quiet)

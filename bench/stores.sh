@@ -14,13 +14,15 @@ trap 'rm -rf "$tmp"' EXIT
 ./scripts/services.sh
 
 echo "stores: engine and embedded store benchmarks" >&2
-go test -run '^$' -bench 'Engine|Pairs' -benchtime 2s -count 1 ./store/memory ./store/file | tee "$tmp/local.txt" >&2
+go test -run '^$' -bench 'Engine|Pairs' -benchtime 2s -count 1 ./store/memory ./store/file ./store/pebble | tee "$tmp/local.txt" >&2
 echo "stores: middleware benchmarks" >&2
 go test -run '^$' -bench 'Middleware' -benchtime 2s -count 1 ./idemhttp | tee "$tmp/mw.txt" >&2
 echo "stores: PostgreSQL next to pgbench" >&2
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5} ROUNDS=${ROUNDS:-3} env -u LONG ./store/postgres/bench.sh | tee "$tmp/pg.txt" >&2
 echo "stores: Redis next to raw EVALSHA" >&2
 go test -run '^$' -bench 'PairsInterleaved' -benchtime 2s -count 3 ./store/redis | tee "$tmp/redis.txt" >&2
+echo "stores: Redis clients (go-redis, rueidis)" >&2
+go test -run '^$' -bench 'Clients' -benchtime 20000x -count 2 ./store/redis | tee "$tmp/clients.txt" >&2
 if [ -n "${LONG:-}" ]; then
   echo "stores: cleanup of 1M expired among 1M live on PostgreSQL" >&2
   IDEM_LONG=1 go test -count=1 -v -timeout 60m -run '^TestCleanupMillion$' ./store/postgres | tee "$tmp/cleanup.txt" >&2
@@ -30,9 +32,14 @@ fi
 metric() { awk -v n="$2" -v u="$3" '$1 ~ "^"n"(-[0-9]+)?$" { for (i = 2; i <= NF; i++) if ($i == u) print $(i-1) }' "$1" | head -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-f1=$(metric "$tmp/local.txt" BenchmarkPairs/c1/store pairs/s)
-f64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/store pairs/s)
+f1=$(metric "$tmp/local.txt" BenchmarkPairs/c1/log pairs/s)
+f64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/log pairs/s)
+p1=$(metric "$tmp/local.txt" BenchmarkPairs/c1/pebble pairs/s)
 p64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/pebble pairs/s)
+fc1=$(metric "$tmp/local.txt" BenchmarkPairs/c1/log cpu-µs/op)
+fc64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/log cpu-µs/op)
+pc1=$(metric "$tmp/local.txt" BenchmarkPairs/c1/pebble cpu-µs/op)
+pc64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/pebble cpu-µs/op)
 
 {
   echo "# Stores, engine and middleware: go test benchmarks"
@@ -41,21 +48,22 @@ p64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/pebble pairs/s)
   echo
   echo "## Embedded store: group commit"
   echo
-  echo "Durable reserve+complete pairs (each write one synced Pebble commit), the store next to a raw Pebble loop doing the same synced writes, in one run:"
+  echo "Durable reserve+complete pairs through the embedded store (file:, a log with its index in memory) and, side by side in the same run, through the Pebble store (pebble:), at concurrency 1 and 64 (\`BenchmarkPairs\` in store/file). CPU is the process's own (user + system) per pair:"
   echo
-  echo "| | pairs/s |"
-  echo "|---|---:|"
-  echo "| store, concurrency 1 | $f1 |"
-  echo "| store, concurrency 64 | $f64 |"
-  echo "| raw Pebble, concurrency 64 | $p64 |"
-  echo "| **store c64 / store c1** (goal >= 4) | **$(ratio "$f64" "$f1")** |"
-  echo "| **store c64 / raw c64** (goal >= 0.7) | **$(ratio "$f64" "$p64")** |"
+  echo "| | pairs/s | CPU µs/pair |"
+  echo "|---|---:|---:|"
+  echo "| log, concurrency 1 | $f1 | $fc1 |"
+  echo "| Pebble, concurrency 1 | $p1 | $pc1 |"
+  echo "| log, concurrency 64 | $f64 | $fc64 |"
+  echo "| Pebble, concurrency 64 | $p64 | $pc64 |"
+  echo "| **log c64 / log c1** (group commit, goal >= 4) | **$(ratio "$f64" "$f1")** | |"
+  echo "| **log c64 / Pebble c64** | **$(ratio "$f64" "$p64")** | **$(ratio "$pc64" "$fc64")x less CPU** |"
   echo
   echo "## Engine (\`Do\`): first executions and replays"
   echo
   echo "| store | first c1 exec/s | first c64 exec/s | replay c1 /s | replay c64 /s |"
   echo "|---|---:|---:|---:|---:|"
-  for s in memory file; do
+  for s in memory file pebble; do
     f="$tmp/local.txt"
     # go test prints one package's benchmarks after its "pkg:" line.
     awk -v p="store/$s\$" '/^pkg:/ { on = ($2 ~ p) } on' "$f" > "$tmp/$s.txt"
@@ -76,6 +84,14 @@ p64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/pebble pairs/s)
   echo "|---|---:|---:|---:|"
   for c in 1 16 64; do
     awk -v n="BenchmarkPairsInterleaved/c$c" '$1 ~ "^"n"(-[0-9]+)?$" { s = r = q = ""; for (i = 2; i <= NF; i++) { if ($i == "store-pairs/s") s = $(i-1); if ($i == "raw-pairs/s") r = $(i-1); if ($i == "store/raw") q = $(i-1) } printf "| c%s | %.0f | %.0f | %.2f |\n", substr(n, 28), s, r, q }' "$tmp/redis.txt"
+  done
+  echo
+  echo "Redis clients: the store's two scripts sent by SHA with prebuilt arguments through go-redis and through rueidis, in alternating chunks (\`BenchmarkClients\`, 2 runs); the gateway uses rueidis:"
+  echo
+  echo "| concurrency | go-redis pairs/s | rueidis pairs/s | go-redis CPU µs/pair | rueidis CPU µs/pair |"
+  echo "|---|---:|---:|---:|---:|"
+  for c in 1 16 64; do
+    awk -v n="BenchmarkClients/c$c" '$1 ~ "^"n"(-[0-9]+)?$" { g = r = gc = rc = ""; for (i = 2; i <= NF; i++) { if ($i == "goredis-pairs/s") g = $(i-1); if ($i == "rueidis-pairs/s") r = $(i-1); if ($i == "goredis-cpu-µs/pair") gc = $(i-1); if ($i == "rueidis-cpu-µs/pair") rc = $(i-1) } printf "| c%s | %.0f | %.0f | %.1f | %.1f |\n", substr(n, 19), g, r, gc, rc }' "$tmp/clients.txt"
   done
   if [ -f "$tmp/cleanup.txt" ]; then
     echo

@@ -8,6 +8,7 @@ import (
 )
 
 func TestProblemKindShapes(t *testing.T) {
+	t.Parallel()
 	problem := http.Header{"Content-Type": {"application/problem+json"}}
 	plain := http.Header{"Content-Type": {"application/json"}}
 	for _, c := range []struct {

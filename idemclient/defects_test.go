@@ -128,6 +128,7 @@ const (
 // and on complete, for two users, is four requests. Each must wait in the
 // outbox on its own, and finishing one must not drop another.
 func TestOutboxKeepsRequestsThatShareAKey(t *testing.T) {
+	t.Parallel()
 	a := newProfileAPI(t, idemhttp.Mobile(), 0)
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
 	down := &offline{}
@@ -175,6 +176,7 @@ func TestOutboxKeepsRequestsThatShareAKey(t *testing.T) {
 // A caller whose request got no answer must be able to send it again with
 // the same key, so the server replays instead of running it twice.
 func TestGaveUpErrorCarriesTheKey(t *testing.T) {
+	t.Parallel()
 	a := newProfileAPI(t, idemhttp.IETF(), 0)
 	lost := &lossy{base: http.DefaultTransport}
 	lost.lose.Store(2)
@@ -209,8 +211,10 @@ func TestGaveUpErrorCarriesTheKey(t *testing.T) {
 // conflicts (422 payload_mismatch, 409 DUPLICATE_OPERATION ...) are errors
 // that cannot be mistaken for it, while the API's own 409 stays a response.
 func TestInProgressAndConflictsInEveryProfile(t *testing.T) {
+	t.Parallel()
 	for name, p := range idemhttp.Profiles() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			a := newProfileAPI(t, p, 400*time.Millisecond)
 			tr := idemclient.NewTransport(nil, idemclient.WithMaxAttempts(1))
 			c := &http.Client{Transport: tr}
@@ -254,6 +258,7 @@ func TestInProgressAndConflictsInEveryProfile(t *testing.T) {
 // With the retries exhausted on in_progress, the request stays pending and
 // no answer is given as final.
 func TestInProgressAfterLastAttemptStaysPending(t *testing.T) {
+	t.Parallel()
 	a := newProfileAPI(t, idemhttp.Mobile(), 1500*time.Millisecond)
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
 	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(2))
@@ -287,6 +292,7 @@ func TestInProgressAfterLastAttemptStaysPending(t *testing.T) {
 // and stops at once when the server cannot be reached instead of backing
 // off for each entry in turn.
 func TestSendPendingConcurrentWithResponses(t *testing.T) {
+	t.Parallel()
 	a := newProfileAPI(t, idemhttp.Mobile(), 150*time.Millisecond)
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
 	for i := range 12 {
@@ -319,6 +325,7 @@ func TestSendPendingConcurrentWithResponses(t *testing.T) {
 }
 
 func TestSendPendingStopsWhenOffline(t *testing.T) {
+	t.Parallel()
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
 	for i := range 50 {
 		ob.Put(idemclient.Pending{Key: fmt.Sprint("k", i), Method: "POST", URL: "http://127.0.0.1:1/x", Created: time.Now()})
@@ -349,6 +356,7 @@ func TestSendPendingStopsWhenOffline(t *testing.T) {
 // Credentials are not written to disk; an Authorize hook puts them back
 // when the outbox is sent after a restart.
 func TestOutboxLeavesCredentialsOut(t *testing.T) {
+	t.Parallel()
 	var seen atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.Store(r.Header.Get("Authorization") + "|" + r.Header.Get("Cookie"))
@@ -395,6 +403,7 @@ func TestOutboxLeavesCredentialsOut(t *testing.T) {
 // An outbox written before entries were keyed by scope, method and URL
 // names its files by the key alone; they are sent and removed all the same.
 func TestOutboxReadsEntriesOfTheOldLayout(t *testing.T) {
+	t.Parallel()
 	a := newProfileAPI(t, idemhttp.Mobile(), 0)
 	dir := t.TempDir()
 	old := fmt.Sprintf(`{"idempotency_key":"k-old","method":"POST","url":%q,"header":{"X-User-Id":["alice"]},"body":"e30=","timestamp":%q}`,

@@ -18,6 +18,7 @@ import (
 // but their answers are lost, bob's never leave the phone. The restarted
 // app sends the outbox: every request runs exactly once.
 func TestOutboxKilledAndResumed(t *testing.T) {
+	t.Parallel()
 	if env := os.Getenv("IDEMCLIENT_KILL_CHILD"); env != "" {
 		killChild(env)
 		return

@@ -14,15 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemclient"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // api is seed 001's answers/save behind idem's middleware, counting
 // executions per key.
@@ -78,6 +77,7 @@ func (l *lossy) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func TestRetryAfterLostResponseRunsOnce(t *testing.T) {
+	t.Parallel()
 	a := newAPI(t, 0)
 	base := &lossy{base: http.DefaultTransport}
 	base.lose.Store(2)
@@ -102,6 +102,7 @@ func TestRetryAfterLostResponseRunsOnce(t *testing.T) {
 }
 
 func TestKeyKeptAndSafeMethodsUntouched(t *testing.T) {
+	t.Parallel()
 	var seen []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = append(seen, r.Method+" "+r.Header.Get("Idempotency-Key"))
@@ -126,28 +127,20 @@ func TestKeyKeptAndSafeMethodsUntouched(t *testing.T) {
 }
 
 func TestInProgressIsRetriedUntilReplay(t *testing.T) {
+	t.Parallel()
 	a := newAPI(t, 300*time.Millisecond)
 	tr := idemclient.NewTransport(nil, idemclient.WithMaxAttempts(10))
 	client := &http.Client{Transport: tr}
-	var wg sync.WaitGroup
-	bodies := make([]string, 5)
-	for i := range bodies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("POST", a.url+"/save", strings.NewReader(`{"v":1}`))
-			req.Header.Set("Idempotency-Key", "double-tap")
-			res, err := client.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			bodies[i] = fmt.Sprint(res.StatusCode, " ", string(b))
-		}()
+	got := testkit.SameKey(context.Background(), client, 5, testkit.Request{
+		URL: a.url + "/save", Key: "double-tap", Body: `{"v":1}`,
+	})
+	bodies := make([]string, len(got))
+	for i, r := range got {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		bodies[i] = fmt.Sprint(r.Status, " ", string(r.Body))
 	}
-	wg.Wait()
 	for _, b := range bodies {
 		if b != bodies[0] || !strings.HasPrefix(b, "200 ") {
 			t.Fatalf("bodies %q", bodies)
@@ -162,6 +155,7 @@ func TestInProgressIsRetriedUntilReplay(t *testing.T) {
 // dies before the response; on restart the pending request is sent again
 // with the same key, and the server replays it.
 func TestOutboxSurvivesACrash(t *testing.T) {
+	t.Parallel()
 	a := newAPI(t, 0)
 	dir := t.TempDir()
 	ob, err := idemclient.OpenOutbox(dir)
@@ -203,6 +197,7 @@ func TestOutboxSurvivesACrash(t *testing.T) {
 }
 
 func TestOutboxDropsExpiredRequests(t *testing.T) {
+	t.Parallel()
 	a := newAPI(t, 0)
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
 	old := time.Now().Add(-25 * time.Hour)

@@ -36,7 +36,7 @@ func (s State) Valid() bool {
 }
 
 // HashKey returns the hex SHA-256 of scope + ":" + key, the identity of a
-// record (seed 004's key_hash). Stores index records by it, never by the raw
+// record (the S3 task queue's key_hash). Stores index records by it, never by the raw
 // key, so that key length and content never reach an index.
 func HashKey(scope, key string) string {
 	// Most keys fit a buffer on the stack: hashed in one call, the hex
@@ -71,7 +71,7 @@ type Record struct {
 	Key string
 	// Fingerprint identifies the request the key was first used with.
 	Fingerprint string
-	// Binding is the action/target the key is bound to (seed 000); a key
+	// Binding is the action/target the key is bound to (the workflow admin API); a key
 	// reused for another binding is a conflict.
 	Binding string
 	// State is in_progress, succeeded or failed.

@@ -1,5 +1,5 @@
 // Package trigger runs event consumers and scheduled jobs once per trigger,
-// the way seed 002's activity runner does with deterministic workflow IDs.
+// the way the activity runner does with deterministic workflow IDs.
 //
 // A duplicate delivery of an event, or a duplicate fire of a schedule (two
 // replicas, a restart, a retry), must not start the work twice. Each trigger

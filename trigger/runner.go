@@ -171,8 +171,13 @@ func (r *Runner) Tick(ctx context.Context) ([]Run, error) {
 	return started, errors.Join(errs...)
 }
 
+// start starts run's job under the slot's key. A job that has started runs
+// to its end even when ctx is canceled (a replica shutting down): a job cut
+// off half-way may have had its effect and then be recorded as failed, and
+// the slot would run again elsewhere. Its lease still ends it if the process
+// dies, and losing the lease still cancels it; Run returns once it is done.
 func (r *Runner) start(ctx context.Context, run Run) (outcome, error) {
-	return r.Starter.start(ctx, run.Key, func(ctx context.Context) error { return r.Job(ctx, run) })
+	return r.Starter.start(context.WithoutCancel(ctx), run.Key, func(ctx context.Context) error { return r.Job(ctx, run) })
 }
 
 // recover sets the cursor from the store: not before the schedule's

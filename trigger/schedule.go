@@ -22,7 +22,7 @@ const (
 	MisfireCompress
 )
 
-// ParseMisfire parses seed 002's dedupe_key_strategy / misfire_policy
+// ParseMisfire parses the activity runner's dedupe_key_strategy / misfire_policy
 // values: "skip", "catchup" or "compress".
 func ParseMisfire(s string) (Misfire, error) {
 	switch s {
@@ -56,7 +56,7 @@ var (
 	// misfire policy, a host-local time zone...).
 	ErrInvalidSchedule = errors.New("trigger: invalid schedule")
 	// ErrStrategyMismatch: an activity definition's dedupe_key_strategy is
-	// not the misfire policy of its cron trigger. Seed 002 keeps them in two
+	// not the misfire policy of its cron trigger. The activity runner keeps them in two
 	// fields (how the schedule fires, how the workflow treats missed runs)
 	// and requires them to agree; a compress workflow fed one slot at a
 	// time by a catch-up schedule would silently do the wrong thing.

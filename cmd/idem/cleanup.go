@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
-
-	"golang.org/x/term"
 
 	"github.com/idem-dev/idem"
 )
@@ -22,16 +19,24 @@ type CleanupCommand struct{ m *Main }
 
 // Run parses flags and cleans the store.
 func (c *CleanupCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.flagSet("cleanup", "cleanup [--store DSN] [--dry-run] [--batch N]")
-	storeFlag := fs.String("store", "", "store `DSN` (default $IDEM_STORE, the config's store, or file:./idem-data)")
+	fs := c.m.flagSet("cleanup", "cleanup [--store DSN | --admin URL] [--dry-run] [--batch N]")
+	storeFlag := fs.String("store", "", "store `DSN`: memory:, file:PATH, postgres://..., redis://..., redis-cluster://..., s3://...\n(default $IDEM_STORE, the config's store, or file:./idem-data)")
+	af := c.m.addAdminFlags(fs)
 	configPath := fs.String("config", "", "read the store DSN from this config `file`")
 	dryRun := fs.Bool("dry-run", false, "count the expired records without removing them")
 	batch := fs.Int("batch", 1000, "records removed per store transaction")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("cleanup: unexpected arguments %q", fs.Args())
+	}
+	ac, err := af.client(c.m)
+	if err != nil {
+		return err
+	}
+	if ac != nil {
+		return c.m.adminCleanup(ctx, ac, *batch, *dryRun)
 	}
 	opened, err := c.m.openStore(ctx, *storeFlag, *configPath)
 	if err != nil {
@@ -56,22 +61,10 @@ func (c *CleanupCommand) Run(ctx context.Context, args []string) error {
 	// No background cleanup: this command is the cleanup.
 	eng := idem.New(opened.Store, idem.Policy{CleanupInterval: -1})
 	defer eng.Close()
-	tty := false
-	if f, ok := c.m.Stderr.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
 	start := time.Now()
-	progress := func(removed int) {
-		if tty {
-			fmt.Fprintf(c.m.Stderr, "\rremoved %d expired records...", removed)
-		} else {
-			fmt.Fprintf(c.m.Stderr, "removed %d expired records so far\n", removed)
-		}
-	}
-	n, err := eng.Cleanup(ctx, *batch, progress)
-	if tty && n > 0 {
-		fmt.Fprintln(c.m.Stderr)
-	}
+	p := c.m.progress()
+	n, err := eng.Cleanup(ctx, *batch, p.update)
+	p.end()
 	if err != nil {
 		return fmt.Errorf("cleanup: removed %d records, then: %w", n, err)
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
@@ -26,7 +28,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "admin `address` (/metrics, /healthz)")
 	data := fs.String("data", "", "store `directory`; default a temporary one, removed at exit")
 	logLevel := fs.String("log-level", "warn", "gateway log `level`")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	dir := *data
@@ -49,11 +51,17 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	defer func() { stopAPI(); <-apiDone }()
 	go func() { apiDone <- serveUntil(apiCtx, api, apiLn) }()
 
+	// The demo's admin page gets a token of its own, printed below.
+	tok := make([]byte, 9)
+	if _, err := rand.Read(tok); err != nil {
+		return err
+	}
 	cfg := &config.Config{
 		Listen:      *listen,
 		Upstream:    "http://" + apiLn.Addr().String(),
 		Store:       "file:" + dir,
 		AdminListen: *adminListen,
+		AdminToken:  base64.RawURLEncoding.EncodeToString(tok),
 		LogLevel:    *logLevel,
 	}
 	if err := cfg.Validate(); err != nil {
@@ -69,7 +77,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	}
 	err = demoText.Execute(c.m.Stdout, map[string]string{
 		"GW": "http://" + s.Addr(), "API": "http://" + apiLn.Addr().String(),
-		"Admin": "http://" + s.AdminAddr(), "Store": cfg.Store,
+		"Admin": "http://" + s.AdminAddr(), "Store": cfg.Store, "Token": cfg.AdminToken,
 	})
 	if err != nil {
 		s.shutdown()
@@ -82,7 +90,8 @@ var demoText = template.Must(template.New("demo").Funcs(template.FuncMap{"trim":
 idem demo
   payments API (no idempotency of its own)  {{.API}}
   idem gateway in front of it               {{.GW}}   (store {{.Store}})
-  metrics and health                        {{.Admin}}/metrics  {{.Admin}}/healthz
+  metrics and health                        {{.Admin}}/metrics  {{.Admin}}/readyz
+  admin page (live numbers, key inspector)  {{.Admin}}/   token {{.Token}}
 
 Try these in another terminal.
 

@@ -21,7 +21,7 @@ type DemoAPICommand struct{ m *Main }
 func (c *DemoAPICommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.flagSet("demo-api", "demo-api [--listen ADDR]")
 	listen := fs.String("listen", "127.0.0.1:3000", "`address` to listen on")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", *listen)

@@ -4,22 +4,32 @@
 // key; every retry gets the first response back, byte for byte, with
 // Idempotent-Replayed: true and Original-Request-Id.
 //
-//	idem serve   [--config FILE] [--listen ADDR] [--upstream URL] [--store DSN]
-//	idem cleanup [--store DSN] [--dry-run] [--batch N]
-//	idem inspect --store DSN [--scope S] --key K
+//	idem serve   [--config FILE] [--listen ADDR] [--upstream URL] [--store DSN] [--drain-delay D]
+//	idem cleanup [--store DSN | --admin URL] [--dry-run] [--batch N]
+//	idem inspect [--store DSN | --admin URL] [--scope S] --key K
+//	idem release --admin URL [--scope S] --key K
 //	idem migrate --store postgres://...
 //	idem demo    [--listen ADDR] [--api-listen ADDR] [--data DIR]
-//	idem version
+//	idem version (or idem --version)
+//
+// --admin commands work through a running gateway's admin API, with its
+// admin token (--admin-token or IDEM_ADMIN_TOKEN): the way to reach an
+// embedded store the gateway holds locked. Exit status: 0, 1 for a
+// failure, 2 for a command line that could not be understood; -h prints a
+// command's flags and exits 0.
 //
 // # Configuration
 //
 // serve reads a YAML file (--config, or IDEM_CONFIG; see package
 // internal/config for every field), then IDEM_LISTEN, IDEM_UPSTREAM,
 // IDEM_STORE, IDEM_ADMIN_LISTEN, IDEM_ADMIN_TOKEN, IDEM_LOG_FORMAT and
-// IDEM_LOG_LEVEL, then the flags: flags win over the environment, which
-// wins over the file. Without a store, records go to the embedded store in
-// ./idem-data (file:./idem-data). A PostgreSQL store is migrated at
-// start-up unless migrate: false (or --migrate=false).
+// IDEM_LOG_LEVEL, IDEM_DRAIN_DELAY and IDEM_UPSTREAM_READY, then the flags:
+// flags win over the environment, which wins over the file. Without a
+// store, records go to the embedded store in ./idem-data
+// (file:./idem-data); run from / (as systemd runs services) they go to
+// $STATE_DIRECTORY/idem-data, else /var/lib/idem/idem-data. A PostgreSQL
+// store is migrated at start-up unless migrate: false (or
+// --migrate=false).
 //
 // # What the gateway adds
 //
@@ -34,17 +44,23 @@
 // # Admin listener
 //
 // admin_listen (default 127.0.0.1:9090; "off" disables it) serves
-// /healthz (200 when the store answers, 503 when not or while shutting
-// down), /metrics (Prometheus: idem_executions_total, idem_replays_total,
-// idem_conflicts_total{conflict_type}, idem_rejections_total{kind},
-// idem_pass_throughs_total, idem_upstream_errors_total,
-// idem_store_operation_duration_seconds{operation}, Go and process
-// metrics) and, with admin_token set, /keys?scope=S&key=K (Authorization:
-// Bearer TOKEN) showing one record as `idem inspect` does.
+// /healthz (liveness: 200 while the process serves), /readyz (readiness:
+// 200 when the store answers and the upstream is reachable, 503 when not
+// or while draining), /metrics (Prometheus: idem_executions_total,
+// idem_replays_total, idem_conflicts_total{conflict_type},
+// idem_rejections_total{kind}, idem_pass_throughs_total,
+// idem_upstream_errors_total, idem_store_operation_duration_seconds{operation},
+// Go and process metrics) and, with admin_token set (Authorization: Bearer
+// TOKEN): the admin page at /, its API (/api/stats, /api/keys,
+// /api/keys/release, /api/cleanup) and /debug/pprof/. Without a token those
+// are off, and a listener reachable from other hosts is warned about at
+// start. See package internal/gateway.
 //
 // # Shutdown
 //
-// On SIGINT or SIGTERM the gateway stops accepting, lets in-flight requests
-// finish and record their outcomes (up to shutdown_timeout, 30 s), then
-// closes the store. A second signal exits at once.
+// On SIGINT or SIGTERM /readyz turns 503 at once; the gateway keeps serving
+// for drain_delay (0 by default) so that a load balancer notices, then stops
+// accepting, lets in-flight requests finish and record their outcomes (up to
+// shutdown_timeout, 30 s), and closes the store. A second signal exits at
+// once.
 package main

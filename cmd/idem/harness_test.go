@@ -205,7 +205,7 @@ type gw struct {
 
 // startGateway runs `idem serve` in front of upstream on the file store in
 // dir, with yaml as its config file when not empty, and waits until its
-// /healthz answers 200.
+// /readyz answers 200.
 func startGateway(t *testing.T, upstream, dir, yaml string, extra ...string) *gw {
 	t.Helper()
 	args := []string{"serve", "--upstream", upstream, "--listen", "127.0.0.1:0",
@@ -241,10 +241,12 @@ func startGateway(t *testing.T, upstream, dir, yaml string, extra ...string) *gw
 	case <-time.After(20 * time.Second):
 		t.Fatalf("idem serve did not start\n%s", p.output())
 	}
-	g := &gw{proc: p, URL: "http://" + a.addr, Admin: "http://" + a.admin, dir: dir}
+	// A listener on every interface is reached on loopback.
+	local := func(addr string) string { return strings.Replace(addr, "0.0.0.0:", "127.0.0.1:", 1) }
+	g := &gw{proc: p, URL: "http://" + local(a.addr), Admin: "http://" + local(a.admin), dir: dir}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, err := http.Get(g.Admin + "/healthz")
+		res, err := http.Get(g.Admin + "/readyz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
@@ -252,7 +254,7 @@ func startGateway(t *testing.T, upstream, dir, yaml string, extra ...string) *gw
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/healthz not ready: %v\n%s", err, p.output())
+			t.Fatalf("/readyz not ready: %v\n%s", err, p.output())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -19,8 +19,9 @@ type InspectCommand struct{ m *Main }
 
 // Run parses flags and prints the record of --scope and --key as JSON.
 func (c *InspectCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.flagSet("inspect", "inspect --store DSN [--scope S] --key K")
-	storeFlag := fs.String("store", "", "store `DSN` (default $IDEM_STORE, the config's store, or file:./idem-data)")
+	fs := c.m.flagSet("inspect", "inspect [--store DSN | --admin URL] [--scope S] --key K")
+	storeFlag := fs.String("store", "", "store `DSN`: memory:, file:PATH, postgres://..., redis://..., redis-cluster://..., s3://...\n(default $IDEM_STORE, the config's store, or file:./idem-data)")
+	af := c.m.addAdminFlags(fs)
 	configPath := fs.String("config", "", "read the store DSN from this config `file`")
 	scope := fs.String("scope", "", "the key's `scope`: the tenant (\"\" for the anonymous scope, X-User-ID's value, or cred:HASH);\n"+
 		"TENANT|METHOD /path for the stripe and mobile profiles. --path finds it instead")
@@ -28,7 +29,7 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 	path := fs.String("path", "", "find the scope as the gateway's routes (--config) do for this request `path`")
 	tenant := fs.String("tenant", "", "with --path: the caller's `tenant` (as the gateway logs it; \"\" is anonymous)")
 	key := fs.String("key", "", "the idempotency `key`")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -38,6 +39,13 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 	if k == "" {
 		fs.Usage()
 		return errors.New("inspect: --key is required")
+	}
+	ac, err := af.client(c.m)
+	if err != nil {
+		return err
+	}
+	if ac != nil {
+		return ac.inspect(ctx, c.m.Stdout, *scope, k)
 	}
 	opened, err := c.m.openStore(ctx, *storeFlag, *configPath)
 	if err != nil {

@@ -9,10 +9,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/seal"
 )
 
 func main() {
@@ -25,14 +28,32 @@ func main() {
 	m := NewMain()
 	err := m.Run(ctx, os.Args[1:])
 	stop()
+	os.Exit(m.exitCode(err))
+}
+
+// errNoCommand: idem was run without a command; the usage was printed.
+var errNoCommand = errors.New("no command")
+
+// usageError is a command line the flag package refused; it has printed
+// the error and the command's usage already, so main prints nothing more.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// exitCode reports err on m.Stderr, unless it was reported already, and
+// returns the process's exit status: 0, 1 for a failure, 2 for a command
+// line that could not be understood.
+func (m *Main) exitCode(err error) int {
+	var ue usageError
 	switch {
 	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(m.Stderr, "idem:", err)
-		os.Exit(1)
+		return 0
+	case errors.Is(err, errNoCommand), errors.As(err, &ue):
+		return 2
 	}
+	fmt.Fprintln(m.Stderr, "idem:", err)
+	return 1
 }
 
 // Main is the program; its fields are the process's environment, so that
@@ -41,6 +62,8 @@ type Main struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
+	// Getwd returns the working directory; nil means os.Getwd.
+	Getwd func() (string, error)
 }
 
 // NewMain returns a Main on the process's standard streams and environment.
@@ -52,9 +75,17 @@ func NewMain() *Main {
 func (m *Main) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		m.usage()
-		return flag.ErrHelp
+		return errNoCommand
 	}
-	cmd, rest := args[0], args[1:]
+	err := m.run(ctx, args[0], args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		// "idem serve -h": the usage was asked for and printed.
+		return nil
+	}
+	return err
+}
+
+func (m *Main) run(ctx context.Context, cmd string, rest []string) error {
 	switch cmd {
 	case "serve":
 		return (&ServeCommand{m}).Run(ctx, rest)
@@ -64,8 +95,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&InspectCommand{m}).Run(ctx, rest)
 	case "migrate":
 		return (&MigrateCommand{m}).Run(ctx, rest)
-	case "version":
+	case "version", "--version", "-version":
 		return (&VersionCommand{m}).Run(ctx, rest)
+	case "release":
+		return (&ReleaseCommand{m}).Run(ctx, rest)
 	case "demo":
 		return (&DemoCommand{m}).Run(ctx, rest)
 	case "demo-api": // hidden: the demo's upstream on its own, for tests
@@ -75,7 +108,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return nil
 	}
 	m.usage()
-	return fmt.Errorf("unknown command %q", cmd)
+	err := fmt.Errorf("unknown command %q", cmd)
+	fmt.Fprintln(m.Stderr, "idem:", err)
+	return usageError{err}
 }
 
 func (m *Main) usage() {
@@ -89,15 +124,35 @@ Usage:
 Commands:
 
 	serve     run the gateway in front of an upstream API
-	cleanup   remove expired records from a store
-	inspect   print one record as JSON
+	cleanup   remove expired records from a store (or through a running gateway: --admin URL)
+	inspect   print one record as JSON (or through a running gateway: --admin URL)
+	release   free a key whose outcome is unknown, through a running gateway
 	migrate   create or upgrade the PostgreSQL schema
 	demo      run a demo payments API behind the gateway, with curl commands to try
-	version   print the version
+	version   print the version (also: idem --version)
 
 Run "idem <command> -h" for a command's flags. Stores are named by DSN:
-memory:, file:PATH (default file:./idem-data), postgres://..., redis://...
+`+storeKinds+`
 `)
+}
+
+// storeKinds lists the store DSNs, for the usage texts.
+const storeKinds = `  memory:                                   in-process, lost at exit (tests, the demo)
+  file:PATH                                 embedded, one process (default file:./idem-data; run from /,
+                                            as systemd does: $STATE_DIRECTORY/idem-data or /var/lib/idem/idem-data)
+  postgres://USER@HOST:PORT/DB              PostgreSQL (idem migrate creates the table)
+  redis://HOST:PORT/DB                      one Redis
+  redis-cluster://HOST:PORT?addr=HOST:PORT  a Redis Cluster (any of its nodes; addr= adds seeds)
+  s3://BUCKET/PREFIX?endpoint=URL           S3 or an S3-compatible server with conditional writes`
+
+// parse parses args into fs. A refused command line comes back as a
+// usageError, since the flag package has printed it already.
+func parse(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err}
 }
 
 // flagSet returns a flag set that reports errors (not exits) and prints
@@ -150,7 +205,26 @@ func (m *Main) storeDSN(flagValue, configPath string) (string, error) {
 			return c.Store, nil
 		}
 	}
-	return config.DefaultStore, nil
+	return m.defaultStore(), nil
+}
+
+// defaultStore is the store when none is named: file:./idem-data, in the
+// directory idem runs in; under systemd (which runs services in /) the
+// unit's StateDirectory ($STATE_DIRECTORY), else /var/lib/idem.
+func (m *Main) defaultStore() string {
+	if d := m.Getenv("STATE_DIRECTORY"); d != "" {
+		// systemd lists one directory per StateDirectory entry.
+		d, _, _ = strings.Cut(d, ":")
+		return "file:" + filepath.Join(d, "idem-data")
+	}
+	getwd := m.Getwd
+	if getwd == nil {
+		getwd = os.Getwd
+	}
+	if wd, err := getwd(); err == nil && wd == "/" {
+		return "file:/var/lib/idem/idem-data"
+	}
+	return config.DefaultStore
 }
 
 // openStore opens the store of a maintenance command (see storeDSN).
@@ -159,5 +233,38 @@ func (m *Main) openStore(ctx context.Context, flagValue, configPath string) (*ds
 	if err != nil {
 		return nil, err
 	}
-	return dsn.Open(ctx, dsnStr, dsn.Options{})
+	// Store messages at warn and above only: recovery's INFO lines are noise
+	// in a command's output.
+	quiet := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opened, err := dsn.Open(ctx, dsnStr, dsn.Options{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	// Sealed records are read through the secret the gateway seals with.
+	ring, err := m.keyring(configPath)
+	if err != nil {
+		opened.Close()
+		return nil, err
+	}
+	if ring != nil {
+		opened.Store = seal.Wrap(opened.Store, ring)
+	}
+	return opened, nil
+}
+
+// keyring is the secret of the maintenance commands: IDEM_SECRET or
+// IDEM_SECRET_FILE, else the config file's; nil when none is set.
+func (m *Main) keyring(configPath string) (*seal.Keyring, error) {
+	if configPath == "" {
+		configPath = m.Getenv("IDEM_CONFIG")
+	}
+	c := &config.Config{}
+	if configPath != "" {
+		var err error
+		if c, err = config.Load(configPath); err != nil {
+			return nil, err
+		}
+	}
+	c.ApplyEnv(m.Getenv)
+	return c.Keyring()
 }

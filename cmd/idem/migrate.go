@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/idem-dev/idem/internal/dsn"
 )
@@ -17,7 +18,7 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	storeFlag := fs.String("store", "", "PostgreSQL store `DSN` (default $IDEM_STORE or the config's store);\n"+
 		"?idem_schema=S&idem_table=T choose the schema and table")
 	configPath := fs.String("config", "", "read the store DSN from this config `file`")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -27,7 +28,7 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	v, err := dsn.Migrate(ctx, dsnStr)
+	rep, err := dsn.Migrate(ctx, dsnStr)
 	if errors.Is(err, dsn.ErrNotPostgres) {
 		return fmt.Errorf("%w (the other stores need no migration)", err)
 	}
@@ -35,6 +36,14 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	d, _ := dsn.Parse(dsnStr)
-	fmt.Fprintf(c.m.Stdout, "%s: schema at version %d\n", d, v)
+	if rep.Recreated {
+		fmt.Fprintf(c.m.Stdout, "%s: the records table was recorded as migrated but did not exist (dropped?); created it again: its earlier records are gone\n", d)
+	}
+	switch {
+	case len(rep.Applied) > 0:
+		fmt.Fprintf(c.m.Stdout, "%s: applied %s; schema at version %d\n", d, strings.Join(rep.Applied, ", "), rep.Version)
+	default:
+		fmt.Fprintf(c.m.Stdout, "%s: schema at version %d (checked: the table and its columns are there; nothing to do)\n", d, rep.Version)
+	}
 	return nil
 }

@@ -105,7 +105,7 @@ func (p *tcpProxy) restore() {
 
 // TestStoreOutage: the shared store becomes unreachable during traffic. The
 // gateway answers 503 problem+json with Retry-After and runs nothing
-// (fail closed), its /healthz says 503, and once the store is back it
+// (fail closed), its /readyz says 503, and once the store is back it
 // recovers without a restart; no outcome acknowledged before the outage is
 // lost or executed again.
 func TestStoreOutage(t *testing.T) {
@@ -213,8 +213,8 @@ func outage(t *testing.T, dsn string) {
 	if r, err := send("before-3", 3); err != nil || r.Status != 503 {
 		t.Errorf("a replay during the outage: %v %d", err, r.Status)
 	}
-	if res, err := http.Get(g.Admin + "/healthz"); err != nil || res.StatusCode != 503 {
-		t.Errorf("/healthz during the outage: %v %v", err, res)
+	if res, err := http.Get(g.Admin + "/readyz"); err != nil || res.StatusCode != 503 {
+		t.Errorf("/readyz during the outage: %v %v", err, res)
 	} else {
 		res.Body.Close()
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/internal/gateway"
 	"github.com/idem-dev/idem/internal/metrics"
+	"github.com/idem-dev/idem/seal"
+	"github.com/idem-dev/idem/store"
 )
 
 // ServeCommand runs the gateway.
@@ -55,12 +58,13 @@ func (c *ServeCommand) loadConfig(args []string) (*config.Config, error) {
 	path := fs.String("config", "", "YAML configuration `file` (default $IDEM_CONFIG)")
 	fs.String("listen", "", "proxy `address` (default "+config.DefaultListen+")")
 	fs.String("upstream", "", "upstream `URL`, e.g. http://127.0.0.1:3000")
-	fs.String("store", "", "store `DSN`: memory:, file:PATH, postgres://..., redis://... (default "+config.DefaultStore+")")
-	fs.String("admin-listen", "", "admin `address` for /healthz, /metrics, /keys; off disables (default "+config.DefaultAdminListen+")")
+	fs.String("store", "", "store `DSN`: memory:, file:PATH, postgres://..., redis://..., redis-cluster://..., s3://...\n(default "+config.DefaultStore+"; $STATE_DIRECTORY/idem-data or /var/lib/idem/idem-data when run from /)")
+	fs.String("admin-listen", "", "admin `address` for /healthz, /readyz, /metrics and the admin page; off disables (default "+config.DefaultAdminListen+")")
+	fs.String("drain-delay", "", "on a stop signal, keep serving this `duration` while /readyz answers 503 (default 0)")
 	fs.String("log-format", "", "log `format`: text or json")
 	fs.String("log-level", "", "log `level`: debug, info, warn, error")
 	migrate := fs.String("migrate", "", "run PostgreSQL migrations at start-up: true or false (default true)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -86,6 +90,16 @@ func (c *ServeCommand) loadConfig(args []string) (*config.Config, error) {
 		if set[name] {
 			*dst = fs.Lookup(name).Value.String()
 		}
+	}
+	if set["drain-delay"] {
+		d, err := config.ParseDuration(fs.Lookup("drain-delay").Value.String())
+		if err != nil {
+			return nil, fmt.Errorf("--drain-delay: %v", err)
+		}
+		cfg.DrainDelay = config.Duration(d)
+	}
+	if cfg.Store == "" {
+		cfg.Store = c.m.defaultStore()
 	}
 	if set["migrate"] {
 		v, err := strconv.ParseBool(*migrate)
@@ -182,8 +196,13 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if err != nil {
 		return nil, err
 	}
+	st, err := sealStore(cfg, s.opened, log)
+	if err != nil {
+		return nil, err
+	}
 	met := metrics.New()
-	s.eng = idem.New(met.WrapStore(s.opened.Store), built.Policy, idem.WithLogger(log))
+	tracker := &gateway.Tracker{}
+	s.eng = idem.New(tracker.Wrap(met.WrapStore(st)), built.Policy, idem.WithLogger(log))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -199,20 +218,17 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		return nil, err
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	s.http = &http.Server{Handler: s.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog,
-		ConnState: s.fresh.track}
+	// A request whose header block is larger than max_header_bytes gets
+	// 431 from net/http before it reaches the proxy; one that trickles its
+	// headers is cut off after read_header_timeout.
+	s.http = &http.Server{Handler: s.proxy, ReadHeaderTimeout: cfg.HeaderTimeout(), MaxHeaderBytes: cfg.HeaderLimit(),
+		IdleTimeout: 2 * time.Minute, ErrorLog: errLog, ConnState: s.fresh.track}
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	if cfg.AdminEnabled() {
-		s.admin = &http.Server{Handler: gateway.Admin(gateway.AdminOptions{
-			Store:    s.opened.Store,
-			Metrics:  met.Handler(),
-			Token:    cfg.AdminToken,
-			Draining: &s.draining,
-			Logger:   log,
-			Scope:    s.proxy.Routes().Scope,
-		}), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		s.admin = &http.Server{Handler: gateway.Admin(s.adminOptions(st, met, tracker, upstream)),
+			ReadHeaderTimeout: cfg.HeaderTimeout(), MaxHeaderBytes: cfg.HeaderLimit(), ErrorLog: errLog}
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			return nil, fmt.Errorf("admin_listen: %w", err)
 		}
@@ -223,6 +239,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if s.adminLn != nil {
 		attrs = append(attrs, "admin_addr", s.adminLn.Addr().String())
 	}
+	logStart(log, cfg)
 	log.Info("idem gateway listening", attrs...)
 	log.Info("idem: tenants", "source", built.TenantSource)
 	return s, nil
@@ -257,6 +274,7 @@ func (s *server) serve(ctx context.Context) error {
 // outcomes (up to shutdown_timeout), and only then closes the store.
 func (s *server) shutdown() error {
 	s.draining.Store(true)
+	s.drain()
 	timeout := time.Duration(s.cfg.ShutdownTimeout)
 	s.log.Info("idem gateway shutting down", "timeout", timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -317,4 +335,24 @@ func (s *server) closeAll() {
 		}
 		s.opened = nil
 	}
+}
+
+// sealStore wraps the opened store with the configured secret, or says at
+// start that a shared store keeps records in plaintext.
+func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.Store, error) {
+	ring, err := cfg.Keyring()
+	if err != nil {
+		return nil, err
+	}
+	if ring == nil {
+		if opened.DSN.Kind != dsn.Memory {
+			log.Warn("idem: records are stored in plaintext: keys, responses and kept headers are readable in a dump or backup of the "+opened.DSN.Kind+
+				" store; set IDEM_SECRET (or secret: / secret_file: in the config) to a random secret, e.g. from `openssl rand -base64 32`, to seal them",
+				"store", opened.DSN.String())
+		}
+		return opened.Store, nil
+	}
+	ids := ring.IDs()
+	log.Info("idem: records sealed (AES-256-GCM, keyed hashes)", "key_id", ids[0], "also_opens", strings.Join(ids[1:], ","))
+	return seal.Wrap(opened.Store, ring), nil
 }

@@ -13,7 +13,7 @@ type VersionCommand struct{ m *Main }
 // Run prints "idem VERSION (REVISION) GOVERSION OS/ARCH".
 func (c *VersionCommand) Run(_ context.Context, args []string) error {
 	fs := c.m.flagSet("version", "version")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	fmt.Fprintln(c.m.Stdout, version())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -73,6 +74,7 @@ func (c *Config) Build() (*Built, error) {
 		routes = []Route{{Match: "/"}} // the catch-all, with the defaults
 	}
 	mux := http.NewServeMux()
+	seen := map[string]int{}
 	for i, r := range routes {
 		where := fmt.Sprintf("routes[%d]", i)
 		if len(c.Routes) == 0 {
@@ -83,6 +85,11 @@ func (c *Config) Build() (*Built, error) {
 			continue
 		}
 		where = fmt.Sprintf("%s (%s)", where, r.Match)
+		if j, dup := seen[r.Match]; dup {
+			errs = append(errs, fmt.Errorf("%s: the same pattern as routes[%d]; a request can match only one route, so merge them", where, j))
+			continue
+		}
+		seen[r.Match] = i
 		if err := register(mux, r.Match); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", where, err))
 			continue
@@ -305,12 +312,18 @@ func firstOf(vs ...string) string {
 	return ""
 }
 
+// registeredAt is ServeMux's note of where a pattern was registered: a Go
+// source path, which means nothing to the user of a config file.
+var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
+
 // register checks a pattern the way the middleware will use it: ServeMux
 // panics on a bad or conflicting pattern.
 func register(mux *http.ServeMux, pattern string) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%v", p)
+			msg := registeredAt.ReplaceAllString(fmt.Sprint(p), "")
+			msg = strings.ReplaceAll(msg, ":\n", ": ")
+			err = errors.New(strings.ReplaceAll(msg, "\n", " "))
 		}
 	}()
 	mux.Handle(pattern, http.NotFoundHandler())

@@ -78,8 +78,19 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for in-flight requests at shutdown.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 
+	Operations `yaml:",inline"`
+
 	LogFormat string `yaml:"log_format"` // text (default) or json
 	LogLevel  string `yaml:"log_level"`  // debug, info (default), warn, error
+
+	// Secret seals records (see secret.go): one or more secrets, the first
+	// protecting new records. SecretFile reads them from a file instead.
+	Secret     StringList `yaml:"secret"`
+	SecretFile string     `yaml:"secret_file"`
+	// MaxHeaderBytes and ReadHeaderTimeout bound what a client may send
+	// before its request is read (see secret.go for the defaults).
+	MaxHeaderBytes    ByteSize `yaml:"max_header_bytes"`
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
 }
 
 // Policy holds the per-route knobs; Defaults and every Route carry one.
@@ -138,7 +149,7 @@ func Parse(b []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(err)
+		return nil, yamlError(err, b)
 	}
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -149,11 +160,27 @@ func Parse(b []byte) (*Config, error) {
 
 var notFound = regexp.MustCompile(`field (\S+) not found in type \S+`)
 
-// yamlError rewrites the YAML library's messages about unknown fields
-// ("field lisen not found in type config.Config") into the user's terms.
-func yamlError(err error) error {
+// unquotedColon finds a line whose plain value holds ": " or ends in ":"
+// ("store: memory:"), which YAML reads as a second mapping.
+var unquotedColon = regexp.MustCompile(`^\s*(?:-\s+)?[\w.-]+:\s+([^"'\s{\[#|>][^#]*?:)(?:\s|$)`)
+
+// yamlError rewrites the YAML library's messages into the user's terms:
+// unknown fields ("field lisen not found in type config.Config"), and a
+// value that needs quotes.
+func yamlError(err error, doc []byte) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
+		msg := err.Error()
+		if strings.Contains(msg, "mapping values are not allowed") {
+			where := ""
+			for i, line := range strings.Split(string(doc), "\n") {
+				if unquotedColon.MatchString(line) {
+					where = fmt.Sprintf("line %d: %s: ", i+1, strings.TrimSpace(line))
+					break
+				}
+			}
+			return fmt.Errorf("%s%s: a value that contains \": \" or ends in \":\" must be quoted, e.g. store: \"memory:\"; a nested mapping goes in braces, e.g. fingerprint: {fields: [amount]}", where, msg)
+		}
 		return err
 	}
 	msgs := make([]string, len(te.Errors))
@@ -172,6 +199,17 @@ var Env = map[string]func(c *Config, v string){
 	"IDEM_ADMIN_TOKEN":  func(c *Config, v string) { c.AdminToken = v },
 	"IDEM_LOG_FORMAT":   func(c *Config, v string) { c.LogFormat = v },
 	"IDEM_LOG_LEVEL":    func(c *Config, v string) { c.LogLevel = v },
+	"IDEM_SECRET":       func(c *Config, v string) { c.Secret, c.SecretFile = StringList{v}, "" },
+	"IDEM_SECRET_FILE":  func(c *Config, v string) { c.SecretFile, c.Secret = v, nil },
+	"IDEM_DRAIN_DELAY": func(c *Config, v string) {
+		d, err := ParseDuration(v)
+		if err != nil {
+			c.envErrs = append(c.envErrs, fmt.Errorf("IDEM_DRAIN_DELAY: %v", err))
+			return
+		}
+		c.DrainDelay = Duration(d)
+	},
+	"IDEM_UPSTREAM_READY": func(c *Config, v string) { c.UpstreamReady = v },
 }
 
 // ApplyEnv overrides the basic settings with the IDEM_* variables that
@@ -231,8 +269,16 @@ func (c *Config) UpstreamURL() (*url.URL, error) {
 		return nil, errors.New("upstream is required: set upstream in the config file, --upstream or IDEM_UPSTREAM")
 	}
 	u, err := url.Parse(c.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("upstream %q: %v", c.Upstream, err)
+	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && u.Scheme != "http" && u.Scheme != "https") {
+		// "127.0.0.1:3000" does not parse ("first path segment in URL
+		// cannot contain colon") and "localhost:3000" parses as a scheme:
+		// both lack the scheme.
+		if !strings.Contains(c.Upstream, "://") {
+			return nil, fmt.Errorf("upstream %q is not a URL: add the scheme, e.g. http://%s", c.Upstream, c.Upstream)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("upstream %q is not a URL: %v", c.Upstream, errors.Unwrap(err))
+		}
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL with a host", c.Upstream)
@@ -247,9 +293,11 @@ func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
+	errs = append(errs, c.envErrs...)
 	if _, err := c.UpstreamURL(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.Operations.validate())
 	if err := checkAddr(c.Listen); err != nil {
 		add("listen: %v", err)
 	}
@@ -303,6 +351,7 @@ func (c *Config) Validate() error {
 	if _, err := c.Build(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateHardening()...)
 	return errors.Join(errs...)
 }
 

@@ -249,7 +249,7 @@ func TestErrors(t *testing.T) {
 		{"typo in route", "upstream: http://u:1\nroutes: [{match: /a, profle: ietf}]\n", `unknown field "profle"`},
 		{"two documents", "upstream: http://u:1\n---\nlisten: :1\n", "more than one YAML document"},
 		{"no upstream", "listen: :8080\n", "upstream is required"},
-		{"bad upstream", "upstream: localhost:3000\n", "want an http:// or https:// URL"},
+		{"bad upstream", "upstream: ftp://localhost:3000\n", "want an http:// or https:// URL"},
 		{"bad listen", "upstream: http://u:1\nlisten: 8080\n", "listen:"},
 		{"bad admin listen", "upstream: http://u:1\nadmin_listen: nope\n", "admin_listen:"},
 		{"bad duration", "upstream: http://u:1\ndefaults: {ttl: 10}\n", "bad duration"},

@@ -1,5 +1,5 @@
-// Package config reads the idem gateway's YAML configuration (SPEC section
-// 3), applies IDEM_* environment overrides, validates it, and turns it into
+// Package config reads the idem gateway's YAML configuration, applies
+// IDEM_* environment overrides, validates it, and turns it into
 // idemhttp.Options plus a store DSN.
 //
 // A minimal file:
@@ -10,8 +10,11 @@
 //
 //	listen: 127.0.0.1:8080
 //	upstream: http://127.0.0.1:3000
-//	store: file:./idem-data        # memory: | postgres://... | redis://...
+//	store: file:./idem-data        # "memory:" (quoted) | postgres://... | redis://... | redis-cluster://... | s3://...
 //	admin_listen: 127.0.0.1:9090   # "off" disables the admin listener
+//	admin_token: ...               # the admin page and API; or IDEM_ADMIN_TOKEN
+//	drain_delay: 5s                # on SIGTERM, serve while /readyz says 503
+//	upstream_ready: tcp            # /readyz's upstream check: tcp | /path | off
 //	tenant: { header: X-User-ID }  # or { authorization: hash }
 //	defaults: { profile: ietf, ttl: 24h, wait: 0s, cache_statuses: [2xx, 409] }
 //	routes:

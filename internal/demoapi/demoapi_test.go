@@ -30,6 +30,7 @@ func post(t *testing.T, h http.Handler, target, key, user, body string) (*httpte
 }
 
 func TestAPI(t *testing.T) {
+	t.Parallel()
 	a := New()
 	w, c := post(t, a, "/charges", "k1", "", `{"amount":1000,"currency":"eur"}`)
 	if w.Code != 201 || c.ID != "ch_000001" || c.Count != 1 || c.Amount != 1000 || c.IdempotencyKey != "k1" || w.Header().Get("Location") != "/charges/ch_000001" {

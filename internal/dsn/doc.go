@@ -6,12 +6,16 @@
 //	file:PATH                        the embedded on-disk store (the default)
 //	postgres://user@host/db?...      PostgreSQL (also postgresql://)
 //	redis://host:6379/0              Redis (also rediss://)
+//	redis-cluster://host:7000?addr=host:7001&addr=host:7002
+//	                                 a Redis Cluster: any node, more seeds as addr=
+//	                                 (also rediss-cluster://)
+//	s3://bucket/prefix?endpoint=URL  S3 or a compatible server with conditional writes
 //
 // Store options ride on the DSN as query parameters prefixed idem_, which
 // are removed before the rest reaches the driver:
 //
 //	postgres://...?idem_schema=idem&idem_table=records   schema and table
-//	redis://...?idem_prefix=myapp:                       key name prefix
+//	redis://...?idem_prefix=myapp:                       key name prefix (redis-cluster:// too)
 //
 // PostgreSQL's pool takes pgx's own pool_max_conns parameter.
 package dsn

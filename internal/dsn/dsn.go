@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/file"
@@ -30,7 +31,11 @@ const (
 	Pebble   = "pebble"
 	Postgres = "postgres"
 	Redis    = "redis"
-	S3       = "s3"
+	// RedisCluster is a Redis Cluster: redis-cluster://HOST:PORT (any
+	// node), with more seed nodes as ?addr=HOST:PORT; rediss-cluster://
+	// for TLS. The other parameters are go-redis's cluster URL parameters.
+	RedisCluster = "redis-cluster"
+	S3           = "s3"
 )
 
 // ErrUnknownScheme: the DSN names no store this build knows.
@@ -87,6 +92,8 @@ func Parse(dsn string) (DSN, error) {
 		d.Kind = Postgres
 	case "redis", "rediss":
 		d.Kind = Redis
+	case "redis-cluster", "rediss-cluster":
+		d.Kind = RedisCluster
 	case "s3":
 		d.Kind = S3
 		if _, err := s3store.ParseDSN(dsn); err != nil {
@@ -95,7 +102,7 @@ func Parse(dsn string) (DSN, error) {
 		d.URL = dsn
 		return d, nil
 	default:
-		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL", Redact(dsn), ErrUnknownScheme)
+		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT, redis-cluster://HOST:PORT?addr=HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL", Redact(dsn), ErrUnknownScheme)
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -108,13 +115,20 @@ func Parse(dsn string) (DSN, error) {
 			q.Del(k)
 		}
 	}
-	known := map[string][]string{Postgres: {"schema", "table"}, Redis: {"prefix"}}[d.Kind]
+	known := map[string][]string{Postgres: {"schema", "table"}, Redis: {"prefix"}, RedisCluster: {"prefix"}}[d.Kind]
 	for k := range d.Params {
 		if !contains(known, k) {
 			return d, fmt.Errorf("store %q: unknown parameter idem_%s (want idem_%s)", Redact(dsn), k, strings.Join(known, ", idem_"))
 		}
 	}
 	u.RawQuery = q.Encode()
+	if d.Kind == RedisCluster {
+		// go-redis's cluster URL has the plain redis schemes.
+		u.Scheme = strings.TrimSuffix(strings.ToLower(u.Scheme), "-cluster")
+		if _, err := redis.ParseClusterURL(u.String()); err != nil {
+			return d, fmt.Errorf("store %q: %v", Redact(dsn), err)
+		}
+	}
 	d.URL = u.String()
 	return d, nil
 }
@@ -188,7 +202,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger})
 		if err != nil {
 			if errors.Is(err, file.ErrLocked) {
-				return nil, fmt.Errorf("store %s: %w (is an idem gateway running on it? stop it first, or use its admin listener)", d, err)
+				return nil, fmt.Errorf("store %s: %w: an idem gateway is probably running on it; work through the gateway instead (--admin http://ITS_ADMIN_LISTEN with its admin_token), or stop it first", d, err)
 			}
 			return nil, fmt.Errorf("store %s: %w", d, err)
 		}
@@ -206,6 +220,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		return openPostgres(ctx, d, opts)
 	case Redis:
 		return openRedis(ctx, d)
+	case RedisCluster:
+		return openRedisCluster(ctx, d)
 	case S3:
 		return openS3(ctx, d)
 	}
@@ -257,44 +273,73 @@ func openPostgres(ctx context.Context, d DSN, opts Options) (*Opened, error) {
 	return &Opened{Store: s, DSN: d, closers: []func(){pool.Close}}, nil
 }
 
-// Migrate applies the PostgreSQL migrations of the store dsn names, and
-// returns the schema version it is at.
-func Migrate(ctx context.Context, dsn string) (int, error) {
+// Migrate applies the PostgreSQL migrations of the store dsn names, after
+// checking what is really in the database, and reports what it did.
+func Migrate(ctx context.Context, dsn string) (postgres.Report, error) {
 	d, err := Parse(dsn)
 	if err != nil {
-		return 0, err
+		return postgres.Report{}, err
 	}
 	if d.Kind != Postgres {
-		return 0, fmt.Errorf("store %s: %w: only PostgreSQL stores have a schema to migrate", d, ErrNotPostgres)
+		return postgres.Report{}, fmt.Errorf("store %s: %w: only PostgreSQL stores have a schema to migrate", d, ErrNotPostgres)
 	}
 	pool, err := pgPool(ctx, d)
 	if err != nil {
-		return 0, err
+		return postgres.Report{}, err
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, d.postgresOptions()); err != nil {
-		return 0, fmt.Errorf("store %s: migrate: %w", d, err)
+	rep, err := postgres.MigrateReport(ctx, pool, d.postgresOptions())
+	if err != nil {
+		return rep, fmt.Errorf("store %s: %w", d, err)
 	}
-	return postgres.SchemaVersion(), nil
+	return rep, nil
 }
 
+// openRedis opens a Redis store on a rueidis client: it pipelines the
+// commands of concurrent requests over one connection, about half go-redis's
+// CPU per call (store/redis's package doc has the figures).
 func openRedis(ctx context.Context, d DSN) (*Opened, error) {
-	ro, err := redis.ParseURL(d.URL)
+	opt, err := rueidis.ParseURL(d.URL)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %v", d, err)
 	}
-	// The store bounds its calls by their contexts (see redisstore.New).
-	ro.ContextTimeoutEnabled = true
-	// go-redis sizes its pool at 10 per CPU; a gateway under load waits
-	// for connections there (measured: 44 of 64 requests waiting on 2
-	// cores), so 64 unless the DSN says pool_size.
-	if !strings.Contains(d.URL, "pool_size") && ro.PoolSize < 64 {
-		ro.PoolSize = 64
+	opt.DisableCache = true // the store reads no key through client-side caching
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: cannot connect: %w", d, err)
 	}
-	client := redis.NewClient(ro)
-	if err := client.Ping(ctx).Err(); err != nil {
+	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("store %s: cannot connect: %w", d, err)
+	}
+	s, err := redisstore.NewRueidis(client, redisstore.Options{Prefix: d.Params["prefix"]})
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("store %s: %w", d, err)
+	}
+	return &Opened{Store: s, DSN: d, closers: []func(){client.Close}}, nil
+}
+
+func openRedisCluster(ctx context.Context, d DSN) (*Opened, error) {
+	co, err := redis.ParseClusterURL(d.URL)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %v", d, err)
+	}
+	co.ContextTimeoutEnabled = true
+	if !strings.Contains(d.URL, "pool_size") && co.PoolSize < 64 {
+		co.PoolSize = 64 // per node; see openRedis
+	}
+	client := redis.NewClusterClient(co)
+	// A node answering PING is not enough: the cluster must have every
+	// slot served, or some keys would fail later.
+	info, err := client.ClusterInfo(ctx).Result()
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("store %s: cannot connect: %w", d, err)
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		client.Close()
+		return nil, fmt.Errorf("store %s: the cluster is not ready (cluster_state is not ok); check redis-cli --cluster check", d)
 	}
 	s, err := redisstore.New(client, redisstore.Options{Prefix: d.Params["prefix"]})
 	if err != nil {
@@ -303,6 +348,17 @@ func openRedis(ctx context.Context, d DSN) (*Opened, error) {
 	}
 	return &Opened{Store: s, DSN: d, closers: []func(){func() { client.Close() }}}, nil
 }
+
+// redisLogger sends go-redis's own messages (a pool's failed dials, one
+// line per attempt) to slog at debug level: the error Open returns says
+// the same once.
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	slog.Default().DebugContext(ctx, fmt.Sprintf(format, v...), "store", "redis")
+}
+
+func init() { redis.SetLogger(redisLogger{}) }
 
 // openS3 opens an S3 store. Credentials come from the AWS SDK's usual chain
 // (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, shared files, roles), never

@@ -129,7 +129,7 @@ func TestOpenMemoryAndFile(t *testing.T) {
 	}
 	roundTrip(t, f)
 	// A second opener gets a message that says what to do.
-	if _, err := Open(ctx, "file:"+dir, Options{}); err == nil || !strings.Contains(err.Error(), "gateway running") {
+	if _, err := Open(ctx, "file:"+dir, Options{}); err == nil || !strings.Contains(err.Error(), "work through the gateway instead (--admin") {
 		t.Errorf("second Open = %v", err)
 	}
 	if err := f.Close(); err != nil {
@@ -161,9 +161,9 @@ func TestOpenPostgres(t *testing.T) {
 		t.Fatalf("Open without migrate: %v", err)
 	}
 	o.Close()
-	v, err := Migrate(ctx, dsn)
-	if err != nil || v < 1 {
-		t.Fatalf("Migrate = %d, %v", v, err)
+	rep, err := Migrate(ctx, dsn)
+	if err != nil || rep.Version < 1 || len(rep.Applied) == 0 || rep.Recreated {
+		t.Fatalf("Migrate = %+v, %v", rep, err)
 	}
 	o, err = Open(ctx, dsn, Options{Migrate: true})
 	if err != nil {
@@ -180,6 +180,75 @@ func TestOpenPostgres(t *testing.T) {
 	}
 	if _, err := Migrate(ctx, "memory:"); !errors.Is(err, ErrNotPostgres) {
 		t.Errorf("Migrate(memory:) = %v", err)
+	}
+}
+
+// TestMigrateChecksTheTable: migrate looks at what is in the database, not
+// only at its own bookkeeping. A dropped records table (which `idem
+// migrate` used to report as "schema at version 1" while every request
+// failed) is created again; a table missing a column is an error.
+func TestMigrateChecksTheTable(t *testing.T) {
+	base := testenv.Postgres(t)
+	ctx := context.Background()
+	schema := fmt.Sprintf("idem_dsn_drop_%d", rand.Uint32())
+	dsn := base + "&idem_schema=" + schema
+	if !strings.Contains(base, "?") {
+		dsn = base + "?idem_schema=" + schema
+	}
+	pool, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+
+	if rep, err := Migrate(ctx, dsn); err != nil || len(rep.Applied) != 1 {
+		t.Fatalf("first migrate: %+v %v", rep, err)
+	}
+	if rep, err := Migrate(ctx, dsn); err != nil || len(rep.Applied) != 0 || rep.Recreated {
+		t.Fatalf("second migrate: %+v %v", rep, err)
+	}
+	if _, err := pool.Exec(ctx, "DROP TABLE "+schema+".idem_records"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Migrate(ctx, dsn)
+	if err != nil || !rep.Recreated || len(rep.Applied) != 1 {
+		t.Fatalf("migrate after DROP TABLE: %+v %v", rep, err)
+	}
+	o, err := Open(ctx, dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, o)
+	o.Close()
+
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+schema+".idem_records DROP COLUMN binding"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Migrate(ctx, dsn); err == nil || !strings.Contains(err.Error(), "lacks the columns binding") {
+		t.Errorf("migrate of a table without binding: %v", err)
+	}
+}
+
+// TestOpenRedisCluster: a redis-cluster:// DSN opens the store on a real
+// 3-node cluster (started by scripts/redis-cluster.sh) and spreads
+// records over its primaries.
+func TestOpenRedisCluster(t *testing.T) {
+	dsn := testenv.RedisCluster(t)
+	o, err := Open(context.Background(), dsn+"&idem_prefix=idem-dsn-cluster:", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if o.DSN.Kind != RedisCluster {
+		t.Errorf("kind %q", o.DSN.Kind)
+	}
+	roundTrip(t, o)
+	// Not a cluster: a plain Redis behind redis-cluster:// is refused
+	// with the reason.
+	plain := strings.Replace(testenv.Redis(t), "redis://", "redis-cluster://", 1)
+	if _, err := Open(context.Background(), plain, Options{}); err == nil || !strings.Contains(err.Error(), "cannot connect") {
+		t.Errorf("redis-cluster:// on a plain Redis: %v", err)
 	}
 }
 

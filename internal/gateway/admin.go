@@ -3,45 +3,116 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
+	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/inspect"
 	"github.com/idem-dev/idem/store"
 )
 
+// Releaser frees a key whose outcome is unknown, or whose holder's lease
+// is over, so that the next request with it runs again. The engine's
+// (*idem.Engine).Release has this shape; it returns an error matching
+// store.ErrNotFound when there is nothing to release.
+type Releaser interface {
+	Release(ctx context.Context, scope, key string) error
+}
+
+// Cleaner removes expired records in batches, telling progress the total
+// removed after each batch. (*idem.Engine).Cleanup has this shape.
+type Cleaner interface {
+	Cleanup(ctx context.Context, batch int, progress func(removed int)) (int, error)
+}
+
+// notReleasable is the admin API's answer to a release the engine refuses
+// (idem.ErrNotReleasable).
+const notReleasable = "the key's outcome is known or its holder is still working; only a key whose outcome is unknown, or whose holder's lease is over, can be released"
+
 // AdminOptions configures Admin.
 type AdminOptions struct {
-	// Store is probed by /healthz and read by /keys. Required.
+	// Store is probed by /readyz and read by /api/keys. Required.
 	Store store.Store
 	// Metrics serves /metrics; nil means no /metrics.
 	Metrics http.Handler
-	// Token protects /keys (Authorization: Bearer TOKEN); "" disables
-	// /keys, which shows stored responses.
+	// Gatherer is read by /api/stats, the admin page's numbers; nil means
+	// the page shows no rates.
+	Gatherer prometheus.Gatherer
+	// Token protects everything but /healthz, /readyz and /metrics
+	// (Authorization: Bearer TOKEN): the admin page and its API, key
+	// inspection, release, cleanup and /debug/pprof. "" disables them all,
+	// since they show stored responses and what the process holds.
 	Token string
-	// Draining, when set and true, makes /healthz answer 503 so that load
+	// Draining, when set and true, makes /readyz answer 503 so that load
 	// balancers stop sending traffic during shutdown.
 	Draining *atomic.Bool
-	// HealthTimeout bounds the store probe; 0 means 2 s.
+	// Upstream, when set, is called by /readyz: the gateway is ready only
+	// when the API behind it is reachable.
+	Upstream func(ctx context.Context) error
+	// HealthTimeout bounds each readiness probe; 0 means 2 s.
 	HealthTimeout time.Duration
-	Logger        *slog.Logger
-	// Scope, when set, lets /keys take method, path and tenant instead of
-	// scope, and find the scope as the proxy's routes do.
+	// Releaser serves the release of a key (POST /api/keys/release): the
+	// gateway's engine. Required for release; nil answers 501.
+	Releaser Releaser
+	// Cleaner serves POST /api/cleanup; nil disables it.
+	Cleaner Cleaner
+	// CountExpired serves POST /api/cleanup?dry_run=true; nil means the
+	// store cannot count without removing.
+	CountExpired func(ctx context.Context, now time.Time) (int, error)
+	// Tracker lists the keys this gateway holds and the ones that ended
+	// failed; nil means the page lists none.
+	Tracker *Tracker
+	// Scope, when set, lets the key endpoints take method, path and tenant
+	// instead of scope, and find the scope as the proxy's routes do.
 	Scope func(method, target, tenant string) (string, bool)
+	// OutcomeUnknown says whether a record's outcome is unknown, for the
+	// page's list of keys an operator may release. nil means
+	// DefaultOutcomeUnknown.
+	OutcomeUnknown func(r store.Record, now time.Time) bool
+	Logger         *slog.Logger
 }
 
-// healthScope and healthKey name the record /healthz looks up. It never
+// DefaultOutcomeUnknown reports a record the engine failed with an
+// unknown outcome (idem.OutcomeUnknown: the call was started and nothing
+// says whether it took effect), or one whose holder's lease is over (stale
+// in_progress, its holder likely dead): the keys an operator may release.
+func DefaultOutcomeUnknown(r store.Record, now time.Time) bool {
+	if r.Stale(now) {
+		return true
+	}
+	_, ok := idem.OutcomeUnknown(r)
+	return ok
+}
+
+// healthScope and healthKey name the record /readyz looks up. It never
 // exists; the answer ErrNotFound proves the store works.
 const healthScope, healthKey = "idem:healthz", "probe"
 
-// Admin returns the admin listener's handler: GET /healthz, /metrics and
-// /keys?scope=S&key=K.
+// Admin returns the admin listener's handler:
+//
+//	GET  /healthz                 liveness: the process serves (200)
+//	GET  /readyz                  readiness: not draining, store and upstream reachable
+//	GET  /metrics                 Prometheus
+//	GET  /                        the admin page (token)
+//	GET  /api/stats               the page's numbers (token)
+//	GET  /api/keys?scope=S&key=K  one record as JSON (token); /keys is the old name;
+//	                              method=M&path=P&tenant=T instead of scope, with AdminOptions.Scope
+//	POST /api/keys/release?scope=S&key=K   release an outcome-unknown key (token)
+//	POST /api/cleanup[?batch=N&dry_run=true]  remove expired records, progress as JSON lines (token)
+//	GET  /debug/pprof/...         profiles (token)
 func Admin(o AdminOptions) http.Handler {
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = 2 * time.Second
@@ -49,70 +120,375 @@ func Admin(o AdminOptions) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.OutcomeUnknown == nil {
+		o.OutcomeUnknown = DefaultOutcomeUnknown
+	}
+	a := &admin{o: o}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if o.Draining != nil && o.Draining.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), o.HealthTimeout)
-		defer cancel()
-		start := time.Now()
-		_, err := o.Store.Get(ctx, healthScope, store.HashKey(healthScope, healthKey), time.Now())
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			o.Logger.Warn("idem: health check failed", "err", err)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "store": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "store_latency": time.Since(start).String()})
+		// Liveness only: a store or upstream outage must not get every
+		// replica restarted; /readyz takes the gateway out of rotation.
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("GET /readyz", a.readyz)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
-	// Profiles, for finding where a gateway spends its CPU under load. The
-	// admin listener is loopback-only by default. No /cmdline: the command
-	// line may hold a store DSN with its password.
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, r *http.Request) {
-		if o.Token == "" {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "key inspection is disabled: set admin_token (or IDEM_ADMIN_TOKEN)"})
+	mux.Handle("GET /{$}", a.auth(http.HandlerFunc(a.page)))
+	mux.Handle("GET /api/stats", a.auth(http.HandlerFunc(a.stats)))
+	mux.Handle("GET /api/keys", a.auth(http.HandlerFunc(a.inspectKey)))
+	mux.Handle("GET /keys", a.auth(http.HandlerFunc(a.inspectKey)))
+	mux.Handle("POST /api/keys/release", a.auth(http.HandlerFunc(a.release)))
+	mux.Handle("POST /api/cleanup", a.auth(http.HandlerFunc(a.cleanup)))
+	// Profiles, for finding where a gateway spends its CPU under load:
+	// they show what the process holds, so only with the token. No
+	// /cmdline: the command line may hold a store DSN with its password.
+	mux.Handle("GET /debug/pprof/", a.auth(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/profile", a.auth(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", a.auth(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", a.auth(http.HandlerFunc(pprof.Trace)))
+	return mux
+}
+
+// AdminWarning returns the warning to log when the admin listener at addr
+// can be reached from other hosts without a token ("" when it is fine):
+// /metrics and the readiness probe are then open to the network, and every
+// other admin feature is off.
+func AdminWarning(addr, token string) string {
+	if token != "" {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if host == "localhost" {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return fmt.Sprintf("the admin listener %s is reachable from other hosts and has no admin_token: /metrics and /readyz are open to the network, and the admin page, key inspection, release, cleanup and pprof are off; set admin_token (IDEM_ADMIN_TOKEN), or listen on 127.0.0.1", addr)
+}
+
+type admin struct{ o AdminOptions }
+
+// auth lets a request through when it carries the admin token.
+func (a *admin) auth(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.o.Token == "" {
+			writeProblem(w, http.StatusNotFound, "the admin page, key inspection, release, cleanup and pprof are disabled: set admin_token (or IDEM_ADMIN_TOKEN)")
 			return
 		}
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(o.Token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid admin token is required"})
-			return
-		}
-		q := r.URL.Query()
-		scope, key := q.Get("scope"), strings.TrimSpace(q.Get("key"))
-		if q.Has("path") && o.Scope != nil {
-			var covered bool
-			if scope, covered = o.Scope(q.Get("method"), q.Get("path"), q.Get("tenant")); !covered {
-				writeJSON(w, http.StatusNotFound, map[string]string{"error": "no route covers this method and path"})
+		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(a.o.Token)) != 1 {
+			if r.URL.Path == "/" {
+				// The page itself holds no data: it asks for the token
+				// and sends it with each of its API calls.
+				a.page(w, r)
 				return
 			}
-		}
-		if key == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "key is required (scope too, when tenants or endpoint scopes are used)"})
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
+			writeProblem(w, http.StatusUnauthorized, "a valid admin token is required (Authorization: Bearer TOKEN)")
 			return
 		}
-		now := time.Now()
-		rec, err := o.Store.Get(r.Context(), scope, store.HashKey(scope, key), now)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no live record for this scope and key"})
-			return
-		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, inspect.New(rec, now))
+		h.ServeHTTP(w, r)
 	})
-	return mux
+}
+
+func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
+	if a.o.Draining != nil && a.o.Draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.o.HealthTimeout)
+	defer cancel()
+	res := map[string]string{"status": "ok"}
+	status := http.StatusOK
+	start := time.Now()
+	_, err := a.o.Store.Get(ctx, healthScope, store.HashKey(healthScope, healthKey), time.Now())
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		a.o.Logger.Warn("idem: readiness: the store does not answer", "err", err)
+		res["store"], status = err.Error(), http.StatusServiceUnavailable
+	} else {
+		res["store"] = "ok"
+		res["store_latency"] = time.Since(start).String()
+	}
+	if a.o.Upstream != nil {
+		if err := a.o.Upstream(ctx); err != nil {
+			a.o.Logger.Warn("idem: readiness: the upstream is not reachable", "err", err)
+			res["upstream"], status = err.Error(), http.StatusServiceUnavailable
+		} else {
+			res["upstream"] = "ok"
+		}
+	}
+	if status != http.StatusOK {
+		res["status"] = "unavailable"
+	}
+	writeJSON(w, status, res)
+}
+
+// keyParams reads scope (or method, path and tenant, when the routes can
+// tell the scope) and key, or answers 400 or 404.
+func (a *admin) keyParams(w http.ResponseWriter, r *http.Request) (scope, key string, ok bool) {
+	q := r.URL.Query()
+	scope, key = q.Get("scope"), strings.TrimSpace(q.Get("key"))
+	if q.Has("path") && a.o.Scope != nil {
+		method := q.Get("method")
+		if method == "" {
+			method = http.MethodPost
+		}
+		var covered bool
+		if scope, covered = a.o.Scope(method, q.Get("path"), q.Get("tenant")); !covered {
+			writeProblem(w, http.StatusNotFound, "no route covers this method and path")
+			return "", "", false
+		}
+	}
+	if key == "" {
+		writeProblem(w, http.StatusBadRequest, "key is required (scope too, when tenants or endpoint scopes are used)")
+		return "", "", false
+	}
+	return scope, key, true
+}
+
+func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
+	scope, key, ok := a.keyParams(w, r)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	rec, err := a.o.Store.Get(r.Context(), scope, store.HashKey(scope, key), now)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, "no live record for this scope and key")
+		return
+	case err != nil:
+		writeProblem(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	v := inspect.New(rec, now)
+	writeJSON(w, http.StatusOK, struct {
+		inspect.Record
+		OutcomeUnknown bool `json:"outcome_unknown"`
+	}{v, a.o.OutcomeUnknown(rec, now)})
+}
+
+func (a *admin) release(w http.ResponseWriter, r *http.Request) {
+	scope, key, ok := a.keyParams(w, r)
+	if !ok {
+		return
+	}
+	if a.o.Releaser == nil {
+		writeProblem(w, http.StatusNotImplemented, "release is not available on this admin listener")
+		return
+	}
+	err := a.o.Releaser.Release(r.Context(), scope, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, "no live record for this scope and key: nothing to release")
+		return
+	case errors.Is(err, idem.ErrNotReleasable):
+		writeProblem(w, http.StatusConflict, notReleasable+" ("+strings.TrimPrefix(err.Error(), "idem: the key's record cannot be released: ")+")")
+		return
+	case errors.Is(err, idem.ErrLeaseLost):
+		writeProblem(w, http.StatusConflict, "the key's record changed while it was being released; inspect it again")
+		return
+	case errors.Is(err, idem.ErrInvalidKey):
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		writeProblem(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	a.o.Logger.Warn("idem: key released by an operator; its next request runs the operation again",
+		"scope", scope, "key", key, "remote", r.RemoteAddr)
+	if a.o.Tracker != nil {
+		a.o.Tracker.forget(scope, store.HashKey(scope, key))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"released": true, "scope": scope, "key": key})
+}
+
+// cleanup removes expired records and streams its progress as JSON lines:
+// {"removed":N} after each batch, then {"removed":N,"done":true,...}.
+func (a *admin) cleanup(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	dry, _ := strconv.ParseBool(q.Get("dry_run"))
+	batch := 1000
+	if v := q.Get("batch"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			writeProblem(w, http.StatusBadRequest, "batch must be a positive number")
+			return
+		}
+		batch = n
+	}
+	if dry {
+		if a.o.CountExpired == nil {
+			writeProblem(w, http.StatusNotImplemented, "this store cannot count expired records without removing them; nothing was removed")
+			return
+		}
+		n, err := a.o.CountExpired(r.Context(), time.Now())
+		if err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"expired": n, "dry_run": true, "done": true})
+		return
+	}
+	if a.o.Cleaner == nil {
+		writeProblem(w, http.StatusNotImplemented, "cleanup is not available on this admin listener")
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	start := time.Now()
+	n, err := a.o.Cleaner.Cleanup(r.Context(), batch, func(removed int) {
+		_ = enc.Encode(map[string]any{"removed": removed})
+		if flusher != nil {
+			flusher.Flush()
+		}
+	})
+	end := map[string]any{"removed": n, "done": true, "took": time.Since(start).Round(time.Millisecond).String()}
+	if err != nil {
+		end["error"] = err.Error()
+	}
+	_ = enc.Encode(end)
+}
+
+//go:embed adminpage/index.html
+var pageFS embed.FS
+
+func (a *admin) page(w http.ResponseWriter, _ *http.Request) {
+	b, err := pageFS.ReadFile("adminpage/index.html")
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	// Everything the page needs is inline; nothing loads from elsewhere.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(b)
+}
+
+// Stats is what /api/stats answers: totals since start (the page turns
+// them into rates), the store's latency histogram, and the keys.
+type Stats struct {
+	Time     time.Time        `json:"time"`
+	Draining bool             `json:"draining"`
+	Totals   map[string]int64 `json:"totals"`
+	// Store is the store operations' latency histogram, all operations
+	// together.
+	Store          Histogram        `json:"store"`
+	InProgress     []TrackedKey     `json:"in_progress"`
+	OutcomeUnknown []TrackedKey     `json:"outcome_unknown"`
+	Conflicts      map[string]int64 `json:"conflicts"`
+}
+
+// Histogram is a cumulative histogram.
+type Histogram struct {
+	Count   uint64    `json:"count"`
+	Sum     float64   `json:"sum_seconds"`
+	Bounds  []float64 `json:"bounds"`
+	Buckets []uint64  `json:"buckets"` // cumulative counts, one per bound
+}
+
+// totals maps the page's names to idem's counters.
+var totals = map[string]string{
+	"executions":      "idem_executions_total",
+	"replays":         "idem_replays_total",
+	"conflicts":       "idem_conflicts_total",
+	"rejections":      "idem_rejections_total",
+	"pass_throughs":   "idem_pass_throughs_total",
+	"unprotected":     "idem_unprotected_total",
+	"upstream_errors": "idem_upstream_errors_total",
+}
+
+func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	s := Stats{Time: now, Totals: map[string]int64{}, Conflicts: map[string]int64{},
+		InProgress: []TrackedKey{}, OutcomeUnknown: []TrackedKey{}}
+	for name := range totals {
+		s.Totals[name] = 0
+	}
+	if a.o.Draining != nil {
+		s.Draining = a.o.Draining.Load()
+	}
+	if a.o.Gatherer != nil {
+		mfs, err := a.o.Gatherer.Gather()
+		if err != nil {
+			writeProblem(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		byName := map[string]*dto.MetricFamily{}
+		for _, mf := range mfs {
+			byName[mf.GetName()] = mf
+		}
+		for name, metric := range totals {
+			if mf := byName[metric]; mf != nil {
+				for _, m := range mf.GetMetric() {
+					s.Totals[name] += int64(m.GetCounter().GetValue())
+				}
+			}
+		}
+		if mf := byName["idem_conflicts_total"]; mf != nil {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "conflict_type" {
+						s.Conflicts[l.GetValue()] += int64(m.GetCounter().GetValue())
+					}
+				}
+			}
+		}
+		if mf := byName["idem_store_operation_duration_seconds"]; mf != nil {
+			s.Store = mergeHistograms(mf)
+		}
+	}
+	if t := a.o.Tracker; t != nil {
+		s.InProgress = t.InProgress()
+		// Look up the recently failed and stale keys: the list shows
+		// only those whose outcome is still unknown now.
+		ctx, cancel := context.WithTimeout(r.Context(), a.o.HealthTimeout)
+		defer cancel()
+		for _, k := range t.Candidates(now) {
+			rec, err := a.o.Store.Get(ctx, k.Scope, store.HashKey(k.Scope, k.Key), now)
+			if err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					t.forget(k.Scope, store.HashKey(k.Scope, k.Key))
+				}
+				continue
+			}
+			if a.o.OutcomeUnknown(rec, now) {
+				k.State = string(rec.State)
+				s.OutcomeUnknown = append(s.OutcomeUnknown, k)
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func mergeHistograms(mf *dto.MetricFamily) Histogram {
+	var h Histogram
+	for i, m := range mf.GetMetric() {
+		hm := m.GetHistogram()
+		h.Count += hm.GetSampleCount()
+		h.Sum += hm.GetSampleSum()
+		for j, b := range hm.GetBucket() {
+			if i == 0 {
+				h.Bounds = append(h.Bounds, b.GetUpperBound())
+				h.Buckets = append(h.Buckets, 0)
+			}
+			if j < len(h.Buckets) {
+				h.Buckets[j] += b.GetCumulativeCount()
+			}
+		}
+	}
+	return h
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -121,6 +497,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"cannot encode"}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeProblem answers an admin request as RFC 9457 problem+json.
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	b, _ := json.MarshalIndent(map[string]any{
+		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
+	}, "", "  ")
+	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))

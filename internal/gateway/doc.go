@@ -1,6 +1,7 @@
 // Package gateway assembles the idem gateway's HTTP handlers: the reverse
 // proxy (httputil.ReverseProxy wrapped in the idemhttp middleware) and the
-// admin listener (/healthz, /metrics, /keys).
+// admin listener (/healthz, /readyz, /metrics, the admin page and its
+// token-protected API, pprof; see Admin).
 //
 // The proxy
 //

@@ -103,6 +103,10 @@ func New(opts Options) (*Proxy, error) {
 			// token, set by the middleware) and X-Request-Id travel on.
 		},
 		Transport: opts.Transport,
+		// ReverseProxy's own messages would go to the standard logger;
+		// the body errors among them are logged by logBodyErrors, with
+		// the key and request ID.
+		ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 		// Without a pool, every request allocates a 32 KiB copy buffer:
 		// measured as 62% of the gateway's allocated bytes.
 		BufferPool: bufferPool{},
@@ -112,6 +116,7 @@ func New(opts Options) (*Proxy, error) {
 			if id := res.Request.Header.Get(p.reqIDHeader); id != "" && res.Header.Get(p.reqIDHeader) == id {
 				res.Header.Del(p.reqIDHeader)
 			}
+			logBodyErrors(res, p.log, p.reqIDHeader)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -19,6 +19,7 @@ import (
 // TestDecodeMiddlewareValue decodes what idemhttp really stores, so that a
 // change of its encoding fails here.
 func TestDecodeMiddlewareValue(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, body, ctype string
 		status            int
@@ -41,8 +42,10 @@ func TestDecodeMiddlewareValue(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := memory.New()
 			eng := idem.New(s, idem.Policy{})
+			t.Cleanup(func() { eng.Close() }) // waits for the cleanup the call started
 			h := idemhttp.Middleware(eng, idemhttp.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", tc.ctype)
 				w.Header().Set("Location", "/charges/ch_1")
@@ -80,6 +83,7 @@ func TestDecodeMiddlewareValue(t *testing.T) {
 }
 
 func TestPlainValues(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	rec := store.Record{Key: "k", State: store.Succeeded, Value: []byte("task-42"), ExpiresAt: now.Add(time.Hour)}
 	v := New(rec, now)

@@ -50,8 +50,10 @@ func value(t *testing.T, m *Metrics, name string, labels map[string]string) floa
 }
 
 func TestObserveThroughMiddleware(t *testing.T) {
+	t.Parallel()
 	m := New()
 	eng := idem.New(m.WrapStore(memory.New()), idem.Policy{})
+	t.Cleanup(func() { eng.Close() }) // waits for the cleanup the calls started
 	mw, err := idemhttp.New(eng, idemhttp.Options{
 		Observe: m.Observe,
 		Routes:  []idemhttp.Route{{Pattern: "POST /charges"}},
@@ -125,6 +127,7 @@ func TestObserveThroughMiddleware(t *testing.T) {
 }
 
 func TestStoreResults(t *testing.T) {
+	t.Parallel()
 	m := New()
 	s := m.WrapStore(memory.New())
 	ctx := context.Background()

@@ -1,6 +1,11 @@
 package testkit_test
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,5 +56,60 @@ func TestFanOutRunsEachOnceTogether(t *testing.T) {
 	}
 	if peak.Load() < 2 {
 		t.Fatalf("racers never overlapped (peak %d)", peak.Load())
+	}
+}
+
+// TestSameKey: n copies reach the server together, each with the key in
+// the header asked for and the whole body, and each gets its own answer.
+func TestSameKey(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	var inside, peak atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cur := inside.Add(1)
+		defer inside.Add(-1)
+		for {
+			p := peak.Load()
+			if cur <= p || peak.CompareAndSwap(p, cur) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Seen-Key", r.Header.Get("X-Idempotency-Key"))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "%s %s %s %s", r.Method, r.URL.Path, r.Header.Get("Content-Type"), b)
+	}))
+	t.Cleanup(srv.Close)
+
+	got := testkit.SameKey(context.Background(), nil, n, testkit.Request{
+		URL: srv.URL + "/charges", Key: "double-tap", KeyHeader: "X-Idempotency-Key",
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: `{"amount":1000}`,
+	})
+	if len(got) != n {
+		t.Fatalf("%d responses, want %d", len(got), n)
+	}
+	for i, r := range got {
+		if r.Err != nil || r.Status != http.StatusCreated || r.Header.Get("Seen-Key") != "double-tap" ||
+			string(r.Body) != `POST /charges application/json {"amount":1000}` {
+			t.Fatalf("copy %d: %d %q %q %v", i, r.Status, r.Header.Get("Seen-Key"), r.Body, r.Err)
+		}
+	}
+	if peak.Load() < 2 {
+		t.Fatalf("the copies never overlapped at the server (peak %d)", peak.Load())
+	}
+
+	// Without a key, no key header; an unreachable URL is an error per copy.
+	got = testkit.SameKey(context.Background(), nil, 2, testkit.Request{Method: "GET", URL: srv.URL + "/x"})
+	for _, r := range got {
+		if r.Err != nil || r.Header.Get("Seen-Key") != "" || string(r.Body) != "GET /x  " {
+			t.Fatalf("no key: %d %q %v", r.Status, r.Body, r.Err)
+		}
+	}
+	got = testkit.SameKey(context.Background(), nil, 2, testkit.Request{URL: "http://127.0.0.1:1/"})
+	for _, r := range got {
+		if r.Err == nil {
+			t.Fatalf("unreachable URL answered %d", r.Status)
+		}
 	}
 }

@@ -17,6 +17,7 @@ func closed(ch <-chan struct{}) bool {
 }
 
 func TestHub(t *testing.T) {
+	t.Parallel()
 	var h Hub
 	if h.Wake("a") {
 		t.Fatal("Wake with nobody waiting reported a waiter")
@@ -58,6 +59,7 @@ func TestHub(t *testing.T) {
 }
 
 func TestListener(t *testing.T) {
+	t.Parallel()
 	notes := make(chan string)
 	connects := make(chan struct{}, 10)
 	fail := make(chan struct{})
@@ -104,6 +106,7 @@ func TestListener(t *testing.T) {
 }
 
 func TestListenerNotListening(t *testing.T) {
+	t.Parallel()
 	l := NewListener(func(ctx context.Context, ready func(), wake func(string)) error {
 		return errors.New("connection refused")
 	})

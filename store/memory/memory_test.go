@@ -9,6 +9,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, storetest.Harness{
 		New:       func(t *testing.T) store.Store { return memory.New() },
 		IndexKeys: func(t *testing.T, s store.Store) []string { return s.(*memory.Store).Keys() },

@@ -10,6 +10,7 @@ import (
 // TestWake: two engines over one memory store (two gateways in one
 // process) wake each other's waiters through the store.
 func TestWake(t *testing.T) {
+	t.Parallel()
 	s := memory.New()
 	t.Cleanup(func() { _ = s.Close() })
 	storetest.RunWake(t, s, s)

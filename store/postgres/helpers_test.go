@@ -17,10 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// A re-executed test binary is a racer of TestMultiProcessRace.
-	if os.Getenv(raceChildEnv) != "" {
-		os.Exit(raceChild())
-	}
+	race.Child() // a re-executed test binary is a racer of TestMultiProcessRace
 	goleak.VerifyTestMain(m)
 }
 

@@ -83,33 +83,60 @@ func SchemaVersion() int {
 // once: a transaction-scoped advisory lock per schema serialises them, and
 // whoever comes second finds nothing left to do.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
+	_, err := MigrateReport(ctx, pool, opts)
+	return err
+}
+
+// Report says what MigrateReport found and did.
+type Report struct {
+	// Applied names the migrations applied by this call, in order.
+	Applied []string
+	// Recreated: the records table was recorded as migrated but did not
+	// exist (dropped by hand); its records were lost and it was created
+	// again.
+	Recreated bool
+	// Version is the schema version the table is at now.
+	Version int
+}
+
+// requiredColumns are the columns the store reads and writes; a table
+// lacking one was altered by hand or belongs to something else.
+var requiredColumns = []string{"key_hash", "scope", "key", "fingerprint", "binding", "state", "token", "value",
+	"request_id", "created_at", "updated_at", "expires_at", "lease_until"}
+
+// MigrateReport is Migrate, and reports what it did. It checks what is
+// really in the database, not only the migrations table: a records table
+// that was dropped is created again, and a table that lacks a column the
+// store needs is an error.
+func MigrateReport(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error) {
+	var rep Report
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
-		return err
+		return rep, err
 	}
 	ms, err := migrations()
 	if err != nil {
-		return err
+		return rep, err
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return wrapErr(ctx, "migrate", err)
+		return rep, wrapErr(ctx, "migrate", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(opts.Schema)); err != nil {
-		return wrapErr(ctx, "migrate: lock", err)
+		return rep, wrapErr(ctx, "migrate: lock", err)
 	}
 	// CREATE SCHEMA IF NOT EXISTS demands the CREATE privilege on the
 	// database even when the schema exists, so look first: a role that may
 	// only use an existing schema can still migrate.
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, opts.Schema).Scan(&exists); err != nil {
-		return wrapErr(ctx, "migrate: look up schema", err)
+		return rep, wrapErr(ctx, "migrate: look up schema", err)
 	}
 	if !exists {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{opts.Schema}.Sanitize()); err != nil {
-			return wrapErr(ctx, "migrate: create schema", err)
+			return rep, wrapErr(ctx, "migrate: create schema", err)
 		}
 	}
 	mt := pgx.Identifier{opts.Schema, MigrationsTable}.Sanitize()
@@ -120,15 +147,28 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 		applied_at timestamptz NOT NULL DEFAULT now(),
 		PRIMARY KEY (table_name, version)
 	)`); err != nil {
-		return wrapErr(ctx, "migrate: create "+MigrationsTable, err)
+		return rep, wrapErr(ctx, "migrate: create "+MigrationsTable, err)
 	}
 	rows, err := tx.Query(ctx, `SELECT version FROM `+mt+` WHERE table_name = $1`, opts.Table)
 	if err != nil {
-		return wrapErr(ctx, "migrate: read versions", err)
+		return rep, wrapErr(ctx, "migrate: read versions", err)
 	}
 	applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
-		return wrapErr(ctx, "migrate: read versions", err)
+		return rep, wrapErr(ctx, "migrate: read versions", err)
+	}
+	// The migrations table says what was applied, not what is there: a
+	// records table dropped by hand would be reported as migrated, and
+	// every request would then fail. Look.
+	var tableExists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, opts.qualified()).Scan(&tableExists); err != nil {
+		return rep, wrapErr(ctx, "migrate: look up table", err)
+	}
+	if !tableExists && len(applied) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+mt+` WHERE table_name = $1`, opts.Table); err != nil {
+			return rep, wrapErr(ctx, "migrate: forget the dropped table", err)
+		}
+		applied, rep.Recreated = nil, true
 	}
 	data := struct{ Schema, Table, Name string }{
 		Schema: pgx.Identifier{opts.Schema}.Sanitize(),
@@ -141,20 +181,50 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 		}
 		var sql strings.Builder
 		if err := m.tmpl.Execute(&sql, data); err != nil {
-			return fmt.Errorf("postgres store: migration %s: %w", m.name, err)
+			return rep, fmt.Errorf("postgres store: migration %s: %w", m.name, err)
 		}
 		// No arguments: pgx sends it with the simple protocol, which runs
 		// every statement of the file.
 		if _, err := tx.Exec(ctx, sql.String()); err != nil {
-			return wrapErr(ctx, "migrate: "+m.name, err)
+			return rep, wrapErr(ctx, "migrate: "+m.name, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO `+mt+` (table_name, version, name) VALUES ($1, $2, $3)`,
 			opts.Table, m.version, m.name); err != nil {
-			return wrapErr(ctx, "migrate: record "+m.name, err)
+			return rep, wrapErr(ctx, "migrate: record "+m.name, err)
 		}
+		rep.Applied = append(rep.Applied, m.name)
+	}
+	if err := checkColumns(ctx, tx, opts); err != nil {
+		return rep, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return wrapErr(ctx, "migrate: commit", err)
+		return rep, wrapErr(ctx, "migrate: commit", err)
+	}
+	rep.Version = ms[len(ms)-1].version
+	return rep, nil
+}
+
+// checkColumns fails when the records table lacks a column the store
+// needs.
+func checkColumns(ctx context.Context, tx pgx.Tx, opts Options) error {
+	rows, err := tx.Query(ctx, `SELECT column_name::text FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`,
+		opts.Schema, opts.Table)
+	if err != nil {
+		return wrapErr(ctx, "migrate: read columns", err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return wrapErr(ctx, "migrate: read columns", err)
+	}
+	var missing []string
+	for _, c := range requiredColumns {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("postgres store: migrate: table %s lacks the columns %s: it was altered by hand or is not idem's; restore it, or choose another table (idem_table=)",
+			opts.qualified(), strings.Join(missing, ", "))
 	}
 	return nil
 }

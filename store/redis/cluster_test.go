@@ -39,6 +39,7 @@ func clusterPort(t *testing.T) int {
 // TestCluster runs the conformance suite through a ClusterClient on a
 // three-primary Redis Cluster started for the test.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}

@@ -16,6 +16,7 @@ import (
 // gateways would be: a waiter on one is woken by pub/sub when the holder on
 // the other ends, and the figure of that wake-up is logged (go test -v).
 func TestWake(t *testing.T) {
+	t.Parallel()
 	prefix := uniquePrefix()
 	ca, cb := newClient(t, nil), newClient(t, nil)
 	a, err := redisstore.New(ca, redisstore.Options{Prefix: prefix})
@@ -32,6 +33,7 @@ func TestWake(t *testing.T) {
 
 // TestWakeRueidis: the same across two rueidis clients, as two gateways run.
 func TestWakeRueidis(t *testing.T) {
+	t.Parallel()
 	prefix := uniquePrefix()
 	ca := newClient(t, nil)
 	a, err := redisstore.NewRueidis(newRueidis(t, testAddr(t)), redisstore.Options{Prefix: prefix})
@@ -51,8 +53,8 @@ func TestWakeRueidis(t *testing.T) {
 // published meanwhile are lost, and it subscribes again. A go-redis client
 // that honours context deadlines, go-redis's default and rueidis are tried.
 func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
-	redis.SetLogger(quietLogger{})
 	for _, client := range []string{"ContextTimeoutEnabled=true", "ContextTimeoutEnabled=false", "rueidis"} {
 		t.Run(client, func(t *testing.T) {
 			var s *redisstore.Store

@@ -23,9 +23,11 @@ import (
 // context's deadline, never later and without a panic; once it is back the
 // same Store works again. It runs two stores, one on a client that honours
 // context deadlines and one on go-redis's defaults, which do not.
+//
+// It is not parallel: it bounds how late a call may fail (deadline plus
+// slack), and runs before the parallel tests, alone on the CPU.
 func TestRecovery(t *testing.T) {
 	srv := startServer(t)
-	redis.SetLogger(quietLogger{})
 	const deadline = 300 * time.Millisecond
 	const slack = 400 * time.Millisecond // scheduling, -race
 
@@ -163,7 +165,8 @@ func TestRecovery(t *testing.T) {
 }
 
 // quietLogger drops go-redis's complaints about failed dials, which the
-// recovery test causes on purpose, and passes on everything else.
+// recovery and reconnection tests cause on purpose, and passes on
+// everything else. TestMain installs it.
 type quietLogger struct{}
 
 var stderr = log.New(os.Stderr, "redis: ", log.LstdFlags)

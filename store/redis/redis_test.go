@@ -130,6 +130,7 @@ func harness(client redis.UniversalClient, newPeer func(t *testing.T) redis.Univ
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	client := newClient(t, nil)
 	// The peer keeps go-redis's default (context deadlines ignored on the
 	// socket), so the suite covers the store's own watchdog path too.
@@ -173,6 +174,7 @@ func newStore(t *testing.T, client redis.UniversalClient) (*redisstore.Store, st
 // TestNativeTTL shows that Redis itself drops a record at its ExpiresAt:
 // the key is really gone, not just hidden from readers.
 func TestNativeTTL(t *testing.T) {
+	t.Parallel()
 	client := newClient(t, nil)
 	s, _ := newStore(t, client)
 	ctx := context.Background()
@@ -218,6 +220,7 @@ func TestNativeTTL(t *testing.T) {
 // TestLayout pins down the key names and the record's encoding: one hash per
 // record under prefix{keyhash}, the token as a decimal string.
 func TestLayout(t *testing.T) {
+	t.Parallel()
 	client := newClient(t, nil)
 	s, prefix := newStore(t, client)
 	ctx := context.Background()
@@ -250,6 +253,7 @@ func TestLayout(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer client.Close()
 	if _, err := redisstore.New(client, redisstore.Options{Prefix: "a{b}:"}); err == nil {
@@ -270,6 +274,7 @@ func TestOptions(t *testing.T) {
 // TestCloseKeepsClient: closing the store fails its later calls with
 // ErrClosed and leaves the caller's client working.
 func TestCloseKeepsClient(t *testing.T) {
+	t.Parallel()
 	client := newClient(t, nil)
 	s, _ := newStore(t, client)
 	if err := s.Close(); err != nil {

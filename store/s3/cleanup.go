@@ -185,7 +185,7 @@ func (w *sweep) one(ctx context.Context, key string) error {
 }
 
 // LifecycleRule returns a bucket lifecycle rule that lets S3 delete the
-// records of the stores with this prefix by itself (seed 004's "S3
+// records of the stores with this prefix by itself (the S3 task queue's design: "S3
 // lifecycle policy on idempotency/"), so that nobody has to list the bucket:
 // objects expire ttl + 1 day after their last write, rounded up to whole
 // days. Give the longest TTL of any policy that writes there. S3 counts from

@@ -1,6 +1,6 @@
 // Package s3store keeps idem's idempotency records in an S3 bucket (DSN
 // s3://bucket/prefix?endpoint=...), on AWS S3 or on any S3-compatible
-// server that honours conditional writes. It is seed 004's design: no
+// server that honours conditional writes. It is the S3 task queue's design: no
 // server of one's own beside the object store, records next to the data
 // they protect.
 //
@@ -32,7 +32,7 @@
 //
 // # Layout
 //
-// One JSON object per record, as in seed 004:
+// One JSON object per record, as in the S3 task queue:
 //
 //	<Prefix>idempotency/<scope>/<key_hash>.json
 //
@@ -48,7 +48,7 @@
 // scopes never share a folder; the folder only groups, the key hash alone
 // identifies.
 //
-// The object (the fields of seed 004's example, with the engine's names
+// The object (the fields of the S3 task queue's example, with the engine's names
 // where the seed has none):
 //
 //	{
@@ -70,7 +70,7 @@
 //
 // The token is a string because JSON numbers are doubles to most readers.
 // expires_at is repeated in the object's metadata (x-amz-meta-idem-expires-at)
-// for Cleanup. Seed 004's two-phase status maps onto the states: creating is
+// for Cleanup. The S3 task queue's two-phase status maps onto the states: creating is
 // in_progress, ready is succeeded.
 //
 // # Atomicity
@@ -79,7 +79,7 @@
 // (and machines) sharing the bucket keep the guarantee; the store holds no
 // lock and the processes never talk to each other:
 //
-//   - Reserve is PutObject with If-None-Match: * (seed 004's create). Of
+//   - Reserve is PutObject with If-None-Match: * (the S3 task queue's create). Of
 //     concurrent creators the server lets exactly one write. The others get
 //     412, GET the object and report it; if it is expired at the caller's
 //     Now, or stale and the request may take it over with the same
@@ -145,14 +145,14 @@
 //
 // Readers treat a record whose expires_at is not after their Now as absent,
 // whatever is still stored, and Reserve replaces an expired record with
-// If-Match (seed 004: "treated as stale and can be overwritten with CAS").
+// If-Match (the S3 task queue: "treated as stale and can be overwritten with CAS").
 //
 // S3 has no index by expiry. Cleanup lists every object under idempotency/
 // (a LIST per 1,000), HEADs each one to read its expiry from the metadata,
 // GETs the expired ones to decide, and deletes them with If-Match: its cost
 // grows with all the records, live or not, unlike the store contract's other
 // stores. It is fine for small buckets and tests; for anything large, let S3
-// delete records by itself with a lifecycle rule on idempotency/ (seed 004's
+// delete records by itself with a lifecycle rule on idempotency/ (the S3 task queue's
 // "S3 lifecycle policy"), turn off the engine's background cleanup
 // (Policy.CleanupInterval: -1) and leave Cleanup to the occasional
 // `idem cleanup`. LifecycleRule builds the rule, expiring objects TTL + 1
@@ -176,9 +176,23 @@
 // in a versioned bucket; prefer an unversioned bucket, or keep the rule's
 // noncurrent expiration.
 //
+// # The operation's own writes
+//
+// A bucket has no transactions: an operation cannot commit its own writes
+// together with its record's completion. A submitter of the S3 task queue
+// that dies after writing its task but before completing its record leaves
+// a record that the next submitter takes over once the lease runs out; if
+// that one made a new task, the key would have two. So the operation names
+// its writes by its record's stable ID, idem.HoldFrom(ctx).ID (the same for
+// every holder of the key, computable beforehand with idem.RecordID), and
+// creates them with CreateOnce (If-None-Match: *): the next holder finds the
+// task the dead one wrote and returns it. A write left from an earlier use
+// of the key, whose record expired, is told apart by CreateOnce's replace
+// function (the task carries its own expiry) and overwritten with If-Match.
+//
 // # Testing
 //
-// The tests run the conformance suite, the seed 004 examples and fault
+// The tests run the conformance suite, the S3 task queue's examples and fault
 // injection against versitygw, a real S3 gateway over a directory:
 // scripts/s3-server.sh install builds it (once, about 2 minutes), and the
 // tests start and stop it themselves; IDEM_TEST_S3=http://KEY:SECRET@host:port

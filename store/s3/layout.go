@@ -83,13 +83,13 @@ func validKeyHash(h string) bool {
 // tell the objects of this one apart.
 const formatVersion = 1
 
-// object is a record as stored: JSON close to seed 004's example. The token
+// object is a record as stored: JSON close to the S3 task queue's example. The token
 // is a decimal string because JSON numbers are doubles to most readers and
 // cannot hold every uint64; the value is base64 (encoding/json's []byte).
 type object struct {
 	Version    int       `json:"version"`
 	Key        string    `json:"key"`
-	KeyHash    string    `json:"key_hash"` // "sha256:" + hex, as in seed 004
+	KeyHash    string    `json:"key_hash"` // "sha256:" + hex, as in the S3 task queue
 	Scope      string    `json:"scope"`
 	State      string    `json:"state"`
 	Token      string    `json:"token"`

@@ -29,7 +29,7 @@ type Options struct {
 	// applications share one bucket: "billing/" gives
 	// billing/idempotency/{scope}/{key_hash}.json. A prefix that does not
 	// end in "/" gets one. "" (the default) puts idempotency/ at the root
-	// of the bucket, as in seed 004.
+	// of the bucket, as in the S3 task queue.
 	Prefix string
 }
 
@@ -114,7 +114,7 @@ func New(client *s3.Client, opts Options) (*Store, error) {
 func (s *Store) Options() Options { return Options{Bucket: s.bucket, Prefix: s.prefix} }
 
 // ObjectKey returns the key of the object that holds the record of keyHash
-// in scope (seed 004's idempotency/{scope}/{key_hash}.json, under Prefix).
+// in scope (the S3 task queue's idempotency/{scope}/{key_hash}.json, under Prefix).
 func (s *Store) ObjectKey(scope, keyHash string) string {
 	return s.prefix + Dir + ScopeSegment(scope) + "/" + keyHash + ".json"
 }
@@ -126,7 +126,7 @@ func (s *Store) objectKey(op, scope, keyHash string) (string, error) {
 	return s.ObjectKey(scope, keyHash), nil
 }
 
-// Reserve implements store.Store: seed 004's create with If-None-Match: *,
+// Reserve implements store.Store: the S3 task queue's create with If-None-Match: *,
 // and, when an object is already there and is expired or stale, its
 // replacement with If-Match on the ETag it was read with.
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {

@@ -19,8 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(raceChildEnv) != "" {
-		os.Exit(raceChild())
+	race.Child() // a re-executed test binary is a racer of TestMultiProcessRace
+	if os.Getenv(crashChildEnv) != "" {
+		os.Exit(crashChildMain())
 	}
 	code := m.Run()
 	stopServers()

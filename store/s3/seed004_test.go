@@ -9,7 +9,6 @@ package s3store_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/idem-dev/idem"
@@ -45,6 +43,9 @@ type taskQueue struct {
 	// failNext makes the next task creation fail after the idempotency
 	// record was created (the seed's first failure mode).
 	failNext atomic.Bool
+	// afterTask, when set, runs after the task is written and before the
+	// record is completed.
+	afterTask func()
 }
 
 func newTaskQueue(t *testing.T, srv *server) *taskQueue {
@@ -95,16 +96,30 @@ func (q *taskQueue) submit(ctx context.Context, taskType string, input any, key 
 			if q.failNext.CompareAndSwap(true, false) {
 				return nil, errors.New("task creation failed")
 			}
-			id := newUUID()
+			// The task is named by the record's identity, the same for a
+			// submitter that takes the key over after this one died: it
+			// finds this one's task instead of creating a second. The
+			// task carries the record's expiry: a task left from a use of
+			// the key whose record expired is replaced.
+			h, _ := idem.HoldFrom(ctx)
+			id := h.ID
+			now := *q.now.Load()
 			taskKey := q.prefix + "tasks/" + id[:1] + "/" + id + ".json"
-			body, _ := json.Marshal(map[string]any{"task_id": id, "task_type": taskType, "input": input})
+			body, _ := json.Marshal(task{TaskID: id, TaskType: taskType, Input: input, ExpiresAt: now.Add(q.eng.Policy().TTL)})
 			// Tasks are created with If-None-Match too, as the seed says.
-			if _, err := q.client.PutObject(ctx, &s3.PutObjectInput{
-				Bucket: &q.bucket, Key: &taskKey, Body: bytes.NewReader(body), IfNoneMatch: aws.String("*"),
-			}); err != nil {
+			_, created, err := q.store.CreateOnce(ctx, taskKey, body, func(old []byte) bool {
+				var t task
+				return json.Unmarshal(old, &t) == nil && !now.Before(t.ExpiresAt)
+			})
+			if err != nil {
 				return nil, err
 			}
-			q.created.Add(1)
+			if created {
+				q.created.Add(1)
+			}
+			if q.afterTask != nil {
+				q.afterTask()
+			}
 			return json.Marshal(submitted{TaskID: id, TaskKey: taskKey})
 		})
 	if err != nil {
@@ -117,13 +132,12 @@ func (q *taskQueue) submit(ctx context.Context, taskType string, input any, key 
 	return s.TaskID, res, nil
 }
 
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+// task is a task object's body.
+type task struct {
+	TaskID    string    `json:"task_id"`
+	TaskType  string    `json:"task_type"`
+	Input     any       `json:"input"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // The seed's example input.
@@ -176,6 +190,7 @@ func TestSeed004ConcurrentSubmits(t *testing.T) {
 			qq := q
 			if i%2 == 1 {
 				qq = &taskQueue{client: q.client, bucket: q.bucket, prefix: q.prefix, store: peerStore, eng: peer}
+				qq.now.Store(q.now.Load())
 			}
 			id, _, err := qq.submit(context.Background(), "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
 			if errors.Is(err, idem.ErrInProgress) {
@@ -332,7 +347,8 @@ func TestSeed004Record(t *testing.T) {
 
 // TestSeed004ExpiredOverwrite: "If record expired and still present, it is
 // treated as stale and can be overwritten with CAS." After 30 days the key
-// makes a new task, and of many producers doing so at once one writes.
+// makes a new task (under the same name, the record's identity, which is
+// derived from the key), and of many producers doing so at once one writes.
 func TestSeed004ExpiredOverwrite(t *testing.T) {
 	srv := realServer(t)
 	q := newTaskQueue(t, srv)
@@ -369,8 +385,21 @@ func TestSeed004ExpiredOverwrite(t *testing.T) {
 		t.Fatalf("%d tasks created, want 2: one before expiry, one after", n)
 	}
 	id, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
-	if err != nil || id == first || !res.Replayed {
+	// The task keeps its name, the record's identity, but it is a new
+	// task: its object was replaced, and carries the new record's expiry.
+	if err != nil || id != first || !res.Replayed {
 		t.Fatalf("after the overwrite: %s (first %s), %+v, %v", id, first, res, err)
+	}
+	taskKey := q.prefix + "tasks/" + id[:1] + "/" + id + ".json"
+	out, err := q.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &q.bucket, Key: &taskKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tk task
+	err = json.NewDecoder(out.Body).Decode(&tk)
+	out.Body.Close()
+	if err != nil || !tk.ExpiresAt.Equal(q.now.Load().Add(30*24*time.Hour)) {
+		t.Fatalf("the task after the key's reuse: %+v, %v; want a new one", tk, err)
 	}
 	for i, got := range ids {
 		if got != "" && got != id {

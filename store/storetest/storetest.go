@@ -55,7 +55,7 @@ type Harness struct {
 	NativeExpiry bool
 }
 
-// T0 is the suite's clock origin: 2026-01-27 12:00 UTC (seed 004's example).
+// T0 is the suite's clock origin: 2026-01-27 12:00 UTC (the S3 task queue's example).
 var T0 = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
 
 // Run runs the conformance suite.

@@ -28,7 +28,7 @@ const (
 type Consumer struct {
 	// Starter keeps the event IDs; replicas share its store and scope.
 	Starter *trigger.Starter
-	// ActivityID names what the events trigger (seed 002's activity).
+	// ActivityID names what the events trigger (the activity runner's activity).
 	ActivityID string
 	// Handler handles one event. Its error (or a store failure) leaves the
 	// event un-acked: it is held RetryDelay and requeued.

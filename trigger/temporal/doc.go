@@ -1,10 +1,10 @@
 // Package temporal runs idem's trigger IDs and schedules on Temporal, for
-// users whose activities already run there (seed 002's system). It is its
+// users whose activities already run there (the activity runner's system). It is its
 // own Go module, github.com/idem-dev/idem/trigger/temporal, so that the
 // Temporal SDK and its gRPC and OpenTelemetry dependencies (about 45
 // modules) reach only the users who import it.
 //
-// Seed 002's contract, mapped:
+// The activity runner's contract, mapped:
 //
 //   - Events: a Router computes trigger.EventKey(activityID, eventID) and
 //     starts the activity's workflow under it with a Starter

@@ -122,7 +122,7 @@ func ScheduleOptions(id string, s trigger.Schedule, runWorkflow, taskQueue strin
 }
 
 // Backfill asks the schedule to fire for the slots in [from, to], as
-// seed 002's catchup policy does with schedule.handle.backfill() after a
+// the activity runner's catchup policy does with schedule.handle.backfill() after a
 // pause: the first slot's SlotWorkflow plans every slot from it to now by
 // the misfire policy, so the backfill is bounded by MaxCatchUp under
 // catchup, one run under skip, and one wide run under compress; slots that

@@ -14,12 +14,12 @@ import (
 	"github.com/idem-dev/idem/trigger"
 )
 
-// ErrNoEventID: an event without a stable ID reached the router. Seed 002
+// ErrNoEventID: an event without a stable ID reached the router. The activity runner
 // requires the ingress boundary to assign one; a router cannot run an
 // event once without it.
 var ErrNoEventID = errors.New("trigger/temporal: event has no stable event ID")
 
-// Starter starts workflows under trigger keys, the way seed 002 does: the
+// Starter starts workflows under trigger keys, the way the activity runner does: the
 // workflow ID is the key, the ID reuse policy REJECT_DUPLICATE and the
 // conflict policy FAIL, so a second start of an ID, running or closed,
 // fails with trigger.ErrAlreadyStarted and starts nothing.
@@ -74,7 +74,7 @@ func IsAlreadyStarted(err error) bool {
 	return errors.Is(err, trigger.ErrAlreadyStarted) || temporal.IsWorkflowExecutionAlreadyStartedError(err)
 }
 
-// Router is seed 002's event router: for each event it (1) computes the
+// Router is the activity runner's event router: for each event it (1) computes the
 // workflow ID trigger.EventKey(activityID, eventID), (2) starts Workflow
 // under it with REJECT_DUPLICATE, and (3) when the ID exists (the event
 // was processed before), logs it and moves on.

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/idem-dev/idem/internal/config"
+	"github.com/idem-dev/idem/internal/gateway"
+	"github.com/idem-dev/idem/internal/metrics"
+	"github.com/idem-dev/idem/store"
+)
+
+// adminOptions wires the admin listener: readiness (store and upstream),
+// the admin page and API over the engine, cleanup and pprof.
+func (s *server) adminOptions(st store.Store, met *metrics.Metrics, tracker *gateway.Tracker, upstream *url.URL) gateway.AdminOptions {
+	o := gateway.AdminOptions{
+		Store:    st, // sealed when a secret is set, so that inspection reads through it
+		Scope:    s.proxy.Routes().Scope,
+		Metrics:  met.Handler(),
+		Gatherer: met.Registry,
+		Token:    s.cfg.AdminToken,
+		Draining: &s.draining,
+		Upstream: upstreamProbe(upstream, s.cfg.UpstreamReadyCheck()),
+		Cleaner:  s.eng,
+		Tracker:  tracker,
+		Releaser: s.eng,
+		Logger:   s.log,
+	}
+	met.KeysInProgress(tracker.Held)
+	if ec, ok := s.opened.Store.(expiredCounter); ok {
+		o.CountExpired = ec.CountExpired
+	}
+	return o
+}
+
+// upstreamProbe returns the readiness check of the upstream: a TCP connect
+// to its host, a GET of a path that must answer below 500, or nil (off).
+func upstreamProbe(u *url.URL, check string) func(context.Context) error {
+	host := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
+	}
+	switch {
+	case check == "off":
+		return nil
+	case check == "tcp":
+		return func(ctx context.Context) error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", host)
+			if err != nil {
+				return fmt.Errorf("cannot connect to %s: %w", host, err)
+			}
+			return c.Close()
+		}
+	}
+	target := u.ResolveReference(&url.URL{Path: check}).String()
+	client := &http.Client{Transport: gateway.NewTransport(0), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return err
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", check, err)
+		}
+		res.Body.Close()
+		if res.StatusCode >= 500 {
+			return fmt.Errorf("GET %s: %s", check, res.Status)
+		}
+		return nil
+	}
+}
+
+// logStart says what an operator needs to know at start: which requests
+// are protected, and whether the admin listener is exposed.
+func logStart(log *slog.Logger, cfg *config.Config) {
+	if len(cfg.Routes) == 0 {
+		log.Info("idem: protecting every route: a request with an Idempotency-Key on a method other than GET, HEAD, OPTIONS or TRACE runs once")
+	} else {
+		pats := make([]string, len(cfg.Routes))
+		for i, r := range cfg.Routes {
+			pats[i] = r.Match
+		}
+		log.Info("idem: protecting only the listed routes; every other request passes through unprotected, key or not",
+			"routes", strings.Join(pats, "; "))
+	}
+	if cfg.AdminEnabled() {
+		if w := gateway.AdminWarning(cfg.AdminListen, cfg.AdminToken); w != "" {
+			log.Warn("idem: " + w)
+		}
+	}
+}
+
+// drain keeps serving for drain_delay while /readyz answers 503, so that
+// load balancers take the gateway out of rotation before its listener
+// closes.
+func (s *server) drain() {
+	d := s.cfg.DrainDelayDuration()
+	if d <= 0 {
+		return
+	}
+	s.log.Info("idem: draining: /readyz answers 503; the listener closes after drain_delay", "drain_delay", d.String())
+	time.Sleep(d)
+}

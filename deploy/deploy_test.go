@@ -1,0 +1,370 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/config"
+	"github.com/idem-dev/idem/internal/metrics"
+	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		testenv.Unavailable(t, "%s is not installed (run scripts/test-deps.sh)", name)
+	}
+	return p
+}
+
+var built struct {
+	once     sync.Once
+	bin, err string
+}
+
+// buildIdem builds cmd/idem the way the Containerfile does, once per run.
+func buildIdem(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "idem-deploy-test-")
+		if err != nil {
+			built.err = err.Error()
+			return
+		}
+		built.bin, built.err = containerBuild(filepath.Join(dir, "idem"))
+	})
+	if built.err != "" {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.bin != "" {
+		os.RemoveAll(filepath.Dir(built.bin))
+	}
+	os.Exit(code)
+}
+
+// containerBuild runs the Containerfile's build line with bin as output.
+func containerBuild(bin string) (string, string) {
+	cf, err := os.ReadFile("Containerfile")
+	if err != nil {
+		return "", err.Error()
+	}
+	// The Containerfile's build line, run here as it is written there.
+	m := regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 GOOS=linux go build .* -o )/out/idem( \./cmd/idem)$`).FindSubmatch(cf)
+	if m == nil {
+		return "", "the Containerfile has no `RUN CGO_ENABLED=0 GOOS=linux go build ... -o /out/idem ./cmd/idem` line"
+	}
+	cmd := exec.Command("sh", "-c", string(m[1])+bin+string(m[2]))
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Sprintf("%s: %v\n%s", cmd.Args, err, out)
+	}
+	return bin, ""
+}
+
+// TestContainerBinaryStatic: no container engine runs on the machines
+// idem is tested on (the docker CLI is there, its daemon is not), so the
+// image itself is not built here. What it would contain is: the binary
+// from the Containerfile's build line must run on distroless "static",
+// which has no dynamic loader and no libc.
+func TestContainerBinaryStatic(t *testing.T) {
+	bin := buildIdem(t)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the binary asks for a dynamic loader (PT_INTERP): it would not start on distroless/static")
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err != nil || len(libs) > 0 {
+		t.Errorf("shared libraries %v (%v)", libs, err)
+	}
+	out, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil || !strings.Contains(string(out), "CGO_ENABLED=0") || !strings.Contains(string(out), "-trimpath=true") {
+		t.Errorf("build settings: %v\n%s", err, out)
+	}
+	// It runs, and says what it is.
+	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.HasPrefix(string(out), "idem ") {
+		t.Errorf("idem version: %v %s", err, out)
+	}
+	cf, _ := os.ReadFile("Containerfile")
+	for _, want := range []string{"FROM docker.io/library/golang:1.26", "AS build", "FROM gcr.io/distroless/static-debian12:nonroot",
+		"USER 65532:65532", `ENTRYPOINT ["/usr/local/bin/idem"]`} {
+		if !bytes.Contains(cf, []byte(want)) {
+			t.Errorf("Containerfile lacks %q", want)
+		}
+	}
+	if gomod, _ := os.ReadFile("../go.mod"); !bytes.Contains(gomod, []byte("\ngo 1.26")) {
+		t.Error("go.mod's Go version no longer matches the Containerfile's golang:1.26 image")
+	}
+}
+
+// TestSystemdUnit: systemd-analyze verify accepts the unit. The unit names
+// /usr/local/bin/idem, which is not installed here: verify the unit as it
+// is (only that complaint allowed), then a copy pointing at a built binary
+// (no complaint at all).
+func TestSystemdUnit(t *testing.T) {
+	sa := tool(t, "systemd-analyze")
+	verify := func(path string) (string, error) {
+		cmd := exec.Command(sa, "verify", path)
+		cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0")
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	out, _ := verify("systemd/idem.service")
+	for _, line := range strings.Split(out, "\n") {
+		if line != "" && line != "idem.service: Command /usr/local/bin/idem is not executable: No such file or directory" {
+			t.Errorf("systemd-analyze verify: %s", line)
+		}
+	}
+	unit, err := os.ReadFile("systemd/idem.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildIdem(t)
+	dir := t.TempDir()
+	copyPath := filepath.Join(dir, "idem.service")
+	if err := os.WriteFile(copyPath, bytes.Replace(unit, []byte("ExecStart=/usr/local/bin/idem "), []byte("ExecStart="+bin+" "), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(copyPath); err != nil || out != "" {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	// Its configuration is valid, and names no store: the default then
+	// follows the unit's StateDirectory.
+	c, err := config.Load("systemd/idem.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != "" || !bytes.Contains(unit, []byte("StateDirectory=idem")) {
+		t.Errorf("store %q; the unit must set StateDirectory", c.Store)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("systemd/idem.yaml: %v", err)
+	}
+}
+
+// TestPrometheusRules: the rules load, and their unit tests pass.
+func TestPrometheusRules(t *testing.T) {
+	promtool := tool(t, "promtool")
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "prometheus"
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "SUCCESS") {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// exportedMetrics returns the series names idem's registry exports, with
+// every labelled metric touched once.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	m := metrics.New()
+	r := httptest.NewRequest("POST", "/", nil)
+	for _, e := range []idemhttp.Event{
+		{Route: "/", Outcome: idemhttp.OutcomeExecuted, Status: 201},
+		{Route: "/", Outcome: idemhttp.OutcomeReplayed, Status: 201},
+		{Route: "/", Outcome: idemhttp.OutcomeRejected, Kind: idemhttp.KindInProgress, Status: 409},
+		{Route: "/", Outcome: idemhttp.OutcomePassThrough, Status: 200},
+		{Route: "/", Outcome: idemhttp.OutcomeUnprotected, Status: 201},
+	} {
+		m.Observe(r, e)
+	}
+	m.UpstreamError("timeout")
+	m.KeysInProgress(func() int { return 3 })
+	s := m.WrapStore(memory.New())
+	defer s.Close()
+	_, _ = s.Get(context.Background(), "", store.HashKey("", "k"), time.Now())
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	names := map[string]bool{}
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(line, "idem_") {
+			names[regexp.MustCompile(`^[a-z_]+`).FindString(line)] = true
+		}
+	}
+	if len(names) < 8 {
+		t.Fatalf("exported: %v", names)
+	}
+	return names
+}
+
+var metricName = regexp.MustCompile(`\bidem_[a-z_]+`)
+
+// TestMetricNames: the alert rules and the dashboard ask only for series
+// that idem exports (a renamed metric would silently never alert).
+func TestMetricNames(t *testing.T) {
+	have := exportedMetrics(t)
+	var exprs []string
+	var rules struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	b, err := os.ReadFile("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	b, err = os.ReadFile("grafana/idem-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			exprs = append(exprs, q.Expr)
+		}
+	}
+	if len(exprs) < 15 {
+		t.Fatalf("only %d expressions", len(exprs))
+	}
+	used := map[string]bool{}
+	for _, e := range exprs {
+		for _, n := range metricName.FindAllString(e, -1) {
+			used[n] = true
+			if !have[n] {
+				t.Errorf("%s is not exported by idem (in %q)", n, e)
+			}
+		}
+	}
+	// Every counter of idem's is on the dashboard or in a rule.
+	for n := range have {
+		base := strings.TrimSuffix(strings.TrimSuffix(n, "_sum"), "_bucket")
+		if !used[n] && !used[base] && !used[base+"_count"] && !used[base+"_bucket"] && !strings.HasSuffix(n, "_sum") {
+			t.Errorf("%s is exported but neither graphed nor alerted on", n)
+		}
+	}
+}
+
+// TestKubernetesExamples: the manifests parse, their idem configuration
+// is valid, the probes point at the admin listener's liveness and
+// readiness, and the gateway runs as the image's non-root user.
+func TestKubernetesExamples(t *testing.T) {
+	for _, f := range []string{"kubernetes/sidecar.yaml", "kubernetes/gateway.yaml"} {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := yaml.NewDecoder(bytes.NewReader(b))
+			var kinds []string
+			var configs []string
+			var idem map[string]any
+			for {
+				var doc map[string]any
+				if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				kind, _ := doc["kind"].(string)
+				kinds = append(kinds, kind)
+				if kind == "ConfigMap" {
+					data := doc["data"].(map[string]any)
+					configs = append(configs, data["idem.yaml"].(string))
+				}
+				if kind == "Deployment" {
+					for _, c := range dig(doc, "spec", "template", "spec", "containers").([]any) {
+						if c.(map[string]any)["name"] == "idem" {
+							idem = c.(map[string]any)
+						}
+					}
+				}
+			}
+			for _, k := range []string{"ConfigMap", "Secret", "Deployment", "Service"} {
+				if !slices.Contains(kinds, k) {
+					t.Errorf("no %s in %v", k, kinds)
+				}
+			}
+			if len(configs) != 1 {
+				t.Fatalf("%d idem configs", len(configs))
+			}
+			c, err := config.Parse([]byte(configs[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Upstream = strings.Replace(c.Upstream, ".svc.cluster.local", "", 1)
+			if err := c.Validate(); err != nil {
+				t.Fatalf("idem.yaml: %v", err)
+			}
+			if c.DrainDelayDuration() <= 0 || !strings.HasPrefix(c.AdminListen, "0.0.0.0:") {
+				t.Errorf("drain_delay %v, admin_listen %q: probes need the pod IP and a drain delay", c.DrainDelayDuration(), c.AdminListen)
+			}
+			if idem == nil {
+				t.Fatal("no idem container")
+			}
+			if p := dig(idem, "readinessProbe", "httpGet", "path"); p != "/readyz" {
+				t.Errorf("readiness probe %v", p)
+			}
+			if p := dig(idem, "livenessProbe", "httpGet", "path"); p != "/healthz" {
+				t.Errorf("liveness probe %v", p)
+			}
+			if u := dig(idem, "securityContext", "runAsUser"); u != 65532 {
+				t.Errorf("runAsUser %v", u)
+			}
+			if !strings.Contains(string(b), "IDEM_ADMIN_TOKEN") {
+				t.Error("an admin listener on the pod IP needs IDEM_ADMIN_TOKEN")
+			}
+		})
+	}
+}
+
+func dig(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}

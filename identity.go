@@ -1,0 +1,90 @@
+package idem
+
+import (
+	"context"
+	"encoding/hex"
+	"math"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-dev/idem/store"
+)
+
+// recordNamespace is the UUID namespace of record IDs (a random UUIDv4,
+// fixed forever: changing it would rename every operation's own writes).
+var recordNamespace = uuid.MustParse("6c3f1f0e-4b53-4f0e-9b0c-2a6d2d8f5e11")
+
+// RecordID returns the stable identity of the record of (scope, key): a
+// name-based UUID (version 5) of the key's hash, the same in every process,
+// for the first holder and for every holder that takes the key over after it
+// died. Operations name their own writes by it (the task object of a queue
+// on S3, a ledger's transfer row) so that a re-run after a crash finds what
+// the dead holder wrote instead of writing it twice. key is validated and
+// trimmed as Do does; an invalid key gives "".
+//
+// It is derived, not stored: every store keeps it across takeovers without
+// knowing about it, and an operation can compute it before Do runs. The
+// price: a key used again after its record expired (or was released) has
+// the same ID, so writes named by it should carry their own expiry (or be
+// removed with the work they describe) no later than the record's TTL.
+func RecordID(scope, key string) string {
+	key, err := ValidateKey(key, math.MaxInt) // the policy's limit applies in Do
+	if err != nil {
+		return ""
+	}
+	return recordID(store.HashKey(scope, key))
+}
+
+func recordID(keyHash string) string {
+	b, err := hex.DecodeString(keyHash)
+	if err != nil {
+		b = []byte(keyHash)
+	}
+	return uuid.NewSHA1(recordNamespace, b).String()
+}
+
+// Hold describes the reservation an operation runs under. Do puts it in the
+// operation's context; HoldFrom reads it.
+type Hold struct {
+	// ID is the record's stable identity (see RecordID).
+	ID string
+	// Scope and KeyHash name the record; Key is the validated key.
+	Scope, Key, KeyHash string
+	// Token fences this holder: stores refuse its writes once another
+	// holder took the key over. Packages that complete the record in the
+	// operation's own transaction (store/postgres/pgtx) need it.
+	Token uint64
+	// TookOver is true when this call took the key over from a holder whose
+	// lease ran out: the operation may find that holder's writes.
+	TookOver bool
+}
+
+type holdKey struct{}
+
+// held is what the operation's context carries; HoldFrom derives the rest,
+// so that calls whose operation never asks pay no hashing for the ID.
+type held struct {
+	scope, key, keyHash string
+	token               uint64
+	tookOver            bool
+}
+
+// HoldFrom returns the reservation ctx's operation runs under, and false
+// outside an operation run by Do.
+func HoldFrom(ctx context.Context) (Hold, bool) {
+	h, ok := ctx.Value(holdKey{}).(*held)
+	if !ok {
+		return Hold{}, false
+	}
+	return Hold{
+		ID: recordID(h.keyHash), Scope: h.scope, Key: h.key, KeyHash: h.keyHash,
+		Token: h.token, TookOver: h.tookOver,
+	}, true
+}
+
+// withHold returns ctx carrying the reservation rec.
+func withHold(ctx context.Context, rec store.Record, tookOver bool) context.Context {
+	return context.WithValue(ctx, holdKey{}, &held{
+		scope: rec.Scope, key: rec.Key, keyHash: rec.KeyHash, token: rec.Token, tookOver: tookOver,
+	})
+}

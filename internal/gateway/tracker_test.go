@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+// TestTracker: held keys are listed until they end; failed ones and ones a
+// request found stale become candidates, at most Max of them, newest
+// first; a new holder clears a candidate.
+func TestTracker(t *testing.T) {
+	tr := &Tracker{Max: 3}
+	s := tr.Wrap(memory.New())
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now()
+	reserve := func(key string, token uint64, at time.Time, lease time.Duration) store.Reservation {
+		t.Helper()
+		rec := store.Record{KeyHash: store.HashKey("sc", key), Scope: "sc", Key: key, State: store.InProgress, Token: token,
+			Fingerprint: "f", CreatedAt: at, UpdatedAt: at, ExpiresAt: at.Add(time.Hour), LeaseUntil: at.Add(lease)}
+		r, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	fence := func(key string, token uint64) store.Fence {
+		return store.Fence{KeyHash: store.HashKey("sc", key), Scope: "sc", Token: token}
+	}
+	for i := range 5 {
+		reserve(fmt.Sprint("k", i), uint64(i+1), now.Add(time.Duration(i)*time.Millisecond), time.Minute)
+	}
+	if l := tr.InProgress(); len(l) != 5 || l[0].Key != "k0" || l[4].Key != "k4" {
+		t.Fatalf("in progress %+v", l)
+	}
+	for i := range 5 {
+		c := store.Completion{Fence: fence(fmt.Sprint("k", i), uint64(i+1)), State: store.Failed, Now: now.Add(time.Duration(i) * time.Second), ExpiresAt: now.Add(time.Hour)}
+		if i == 4 {
+			c.State = store.Succeeded
+		}
+		if err := s.Complete(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := tr.InProgress(); len(l) != 0 {
+		t.Errorf("in progress after completion %+v", l)
+	}
+	// Four failed, Max 3: the oldest (k0) is dropped; newest first.
+	if l := tr.Candidates(now); len(l) != 3 || l[0].Key != "k3" || l[2].Key != "k1" {
+		t.Errorf("candidates %+v", l)
+	}
+	// A lost lease ends the holding without a candidate.
+	reserve("lost", 9, now, time.Minute)
+	if err := s.Complete(ctx, store.Completion{Fence: fence("lost", 10), State: store.Failed, Now: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatal(err)
+	}
+	if len(tr.InProgress()) != 1 {
+		t.Error("a failed completion by another token ended our holding")
+	}
+	if err := s.Release(ctx, fence("lost", 9)); err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.InProgress()) != 0 {
+		t.Error("released key still listed")
+	}
+	// A request that finds a dead holder makes it a candidate.
+	past := now.Add(-10 * time.Minute)
+	reserve("dead", 11, past, time.Second)
+	if r := reserve("dead", 12, now, time.Minute); r.Acquired {
+		t.Fatal("took over without TakeOverStale")
+	}
+	found := false
+	for _, k := range tr.Candidates(now) {
+		found = found || k.Key == "dead"
+	}
+	if l := tr.Candidates(now); !found || len(l) != 3 {
+		t.Errorf("candidates %+v", l)
+	}
+	// A held key never seen to end is dropped after forgetAfter.
+	tr.mu.Lock()
+	for id, k := range tr.inflight {
+		k.Since = now.Add(-2 * forgetAfter)
+		tr.inflight[id] = k
+	}
+	tr.mu.Unlock()
+	if l := tr.InProgress(); len(l) != 0 {
+		t.Errorf("forgotten keys listed %+v", l)
+	}
+}

@@ -1,0 +1,238 @@
+package s3store_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+	s3store "github.com/idem-dev/idem/store/s3"
+)
+
+// The crash test's children are this test binary, re-run with these
+// variables.
+const (
+	crashChildEnv  = "IDEM_S3_SEED004_CHILD" // "crash" or "retry"
+	crashConfigEnv = "IDEM_S3_SEED004_CONFIG"
+)
+
+// crashRetries processes retry every key at once after the crashes.
+const crashRetries = 8
+
+// crashConfig tells a child where the queue is and what to submit.
+type crashConfig struct {
+	Endpoint, Key, Secret, Bucket, Prefix string
+	Keys                                  []string
+	Now                                   time.Time
+}
+
+var crashStart = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
+
+// TestSeed004CrashBetweenTaskAndRecord: a submitter killed with SIGKILL
+// after writing its task but before completing its record, 20 times (one
+// key each); then 8 processes retry every key at once, after the dead
+// submitters' leases. Every key must end with one task object, the one the
+// dead submitter wrote, and every retry must get its ID. Before tasks were
+// named by the record's identity, each of these crashes made a second task.
+func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
+	crashRounds := 20 // submitters killed between their task and their record
+	if os.Getenv("IDEM_LONG") != "" {
+		crashRounds = 100
+	}
+	srv := realServer(t)
+	s := newStore(t, srv, nil)
+	cfg := crashConfig{Endpoint: srv.endpoint, Key: srv.key, Secret: srv.secret, Bucket: srv.bucket, Prefix: s.Options().Prefix, Now: crashStart}
+	for i := range crashRounds {
+		cfg.Keys = []string{fmt.Sprintf("charge-ORD-%d", i)}
+		out := startCrashChild(t, "crash", cfg)
+		if !waitLine(out.lines, "task-written", 30*time.Second) {
+			t.Fatalf("round %d: the submitter never wrote its task", i)
+		}
+		// Somewhere between the task and the record's completion.
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		_ = out.cmd.Process.Kill()
+		_ = out.cmd.Wait()
+	}
+	tasksBefore := taskObjects(t, srv, cfg.Prefix)
+	if len(tasksBefore) != crashRounds {
+		t.Fatalf("%d task objects after the crashes, want %d", len(tasksBefore), crashRounds)
+	}
+
+	// The retries, once the dead submitters' leases ran out.
+	cfg.Now = crashStart.Add(idem.DefaultLease + time.Second)
+	cfg.Keys = nil
+	for i := range crashRounds {
+		cfg.Keys = append(cfg.Keys, fmt.Sprintf("charge-ORD-%d", i))
+	}
+	var children []crashChild
+	for range crashRetries {
+		children = append(children, startCrashChild(t, "retry", cfg))
+	}
+	for i, c := range children {
+		if !waitLine(c.lines, "ready", 30*time.Second) {
+			t.Fatalf("retrier %d never got ready", i)
+		}
+	}
+	for _, c := range children {
+		_, _ = io.WriteString(c.stdin, "go\n")
+	}
+	got := map[string]map[string]int{} // key -> task ID -> submissions
+	for i, c := range children {
+		for l := range c.lines {
+			key, id, ok := strings.Cut(l, " ")
+			if !ok {
+				t.Errorf("retrier %d: %s", i, l)
+				continue
+			}
+			if got[key] == nil {
+				got[key] = map[string]int{}
+			}
+			got[key][id]++
+		}
+		if err := c.cmd.Wait(); err != nil {
+			t.Fatalf("retrier %d: %v", i, err)
+		}
+	}
+	for _, key := range cfg.Keys {
+		want := idem.RecordID("charge_customer", key)
+		if len(got[key]) != 1 || got[key][want] != crashRetries {
+			t.Errorf("%s: task IDs %v, want %s from all %d retriers", key, got[key], want, crashRetries)
+		}
+		r, err := s.Get(context.Background(), "charge_customer", store.HashKey("charge_customer", key), cfg.Now)
+		if err != nil || r.State != store.Succeeded {
+			t.Errorf("%s: record %+v, %v", key, r, err)
+		}
+	}
+	tasks := taskObjects(t, srv, cfg.Prefix)
+	if len(tasks) != crashRounds || strings.Join(tasks, ",") != strings.Join(tasksBefore, ",") {
+		t.Fatalf("%d task objects after the retries, want the %d the dead submitters wrote:\n%v\n%v", len(tasks), crashRounds, tasks, tasksBefore)
+	}
+}
+
+func taskObjects(t *testing.T, srv *server, prefix string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return listKeys(ctx, srv.client(nil), srv.bucket, prefix+"tasks/")
+}
+
+type crashChild struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func startCrashChild(t *testing.T, mode string, cfg crashConfig) crashChild {
+	t.Helper()
+	b, _ := json.Marshal(cfg)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+mode, crashConfigEnv+"="+string(b))
+	cmd.Stderr = os.Stderr
+	setParentDeathSignal(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return crashChild{cmd, stdin, lines}
+}
+
+// waitLine reads lines until one equals want, giving up after d.
+func waitLine(lines <-chan string, want string, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return false
+			}
+			if l == want {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+// crashChildMain is a child of TestSeed004CrashBetweenTaskAndRecord. A
+// "crash" child submits its key and stops after writing the task, to be
+// killed; a "retry" child waits for "go", submits every key at once, and
+// prints "KEY TASK_ID" for each.
+func crashChildMain() int {
+	mode := os.Getenv(crashChildEnv)
+	var cfg crashConfig
+	if err := json.Unmarshal([]byte(os.Getenv(crashConfigEnv)), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "seed 004 child:", err)
+		return 2
+	}
+	srv := &server{endpoint: cfg.Endpoint, key: cfg.Key, secret: cfg.Secret, bucket: cfg.Bucket}
+	q := &taskQueue{client: srv.client(nil), bucket: cfg.Bucket, prefix: cfg.Prefix}
+	var err error
+	if q.store, err = s3store.New(q.client, s3store.Options{Bucket: cfg.Bucket, Prefix: cfg.Prefix}); err != nil {
+		fmt.Fprintln(os.Stderr, "seed 004 child:", err)
+		return 2
+	}
+	q.setNow(cfg.Now)
+	// Retriers that lose the takeover wait for the winner's outcome.
+	q.eng = idem.New(q.store, idem.Policy{TTL: 30 * 24 * time.Hour, CleanupInterval: -1, Wait: 30 * time.Second},
+		idem.WithClock(func() time.Time { return *q.now.Load() }))
+	ctx := context.Background()
+	if mode == "crash" {
+		q.afterTask = func() {
+			fmt.Println("task-written")
+			select {} // until SIGKILL
+		}
+		_, _, err := q.submit(ctx, "charge_customer", chargeInput, cfg.Keys[0], submitOpts{})
+		fmt.Fprintln(os.Stderr, "seed 004 child: the crashing submitter returned:", err)
+		return 2
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return 2
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, key := range cfg.Keys {
+		wg.Go(func() {
+			id, _, err := q.submit(ctx, "charge_customer", chargeInput, key, submitOpts{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				fmt.Printf("%s-error: %v\n", key, err)
+				return
+			}
+			fmt.Println(key, id)
+		})
+	}
+	wg.Wait()
+	transport.CloseIdleConnections()
+	return 0
+}
