@@ -413,18 +413,23 @@ func newToken() uint64 {
 }
 
 // tokenContext is the context fn runs with: the run's cancelable context,
-// plus the reservation's fencing token for TokenFromContext. A field of
-// hold rather than context.WithValue: no allocation of its own.
+// plus the reservation's fencing token for TokenFromContext and its
+// description for HoldFrom. Fields of hold rather than context.WithValue:
+// no allocation of their own.
 type tokenContext struct {
 	context.Context
 	token uint64
+	held  held
 }
 
 type tokenKey struct{}
 
 func (c *tokenContext) Value(key any) any {
-	if key == (tokenKey{}) {
+	switch key {
+	case tokenKey{}:
 		return c.token
+	case holdKey{}:
+		return &c.held
 	}
 	return c.Context.Value(key)
 }
@@ -449,7 +454,8 @@ const panicFailure = "idem: the operation panicked"
 // run executes fn for the reservation rec and records its outcome.
 func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	h := e.newHold(withHold(ctx, rec, tookOver), f) // withHold: identity.go
+	h := e.newHold(ctx, f)
+	h.held = newHeld(rec, tookOver) // for HoldFrom: identity.go
 	finished := false
 	defer func() {
 		h.stop()
