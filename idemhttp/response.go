@@ -32,10 +32,6 @@ const (
 // package.
 var ErrBadEncoding = errors.New("idemhttp: not a stored response")
 
-func (r *StoredResponse) encode() []byte {
-	return encodeResponse(r.Status, r.NotStored, r.Header, nil, r.Body)
-}
-
 // encodeResponse encodes a response with the headers of h that keep
 // accepts (all of them when keep is nil), in one allocation.
 func encodeResponse(status int, notStored bool, h http.Header, keep func(string) bool, body []byte) []byte {
