@@ -413,18 +413,23 @@ func newToken() uint64 {
 }
 
 // tokenContext is the context fn runs with: the run's cancelable context,
-// plus the reservation's fencing token for TokenFromContext. A field of
-// hold rather than context.WithValue: no allocation of its own.
+// plus the reservation's fencing token for TokenFromContext and its
+// description for HoldFrom. Fields of hold rather than context.WithValue:
+// no allocation of their own.
 type tokenContext struct {
 	context.Context
 	token uint64
+	held  held
 }
 
 type tokenKey struct{}
 
 func (c *tokenContext) Value(key any) any {
-	if key == (tokenKey{}) {
+	switch key {
+	case tokenKey{}:
 		return c.token
+	case holdKey{}:
+		return &c.held
 	}
 	return c.Context.Value(key)
 }
@@ -435,6 +440,10 @@ func (c *tokenContext) Value(key any) any {
 // upstream can reject a holder that lost its lease to another. It reports
 // false outside a Func run by Do.
 func TokenFromContext(ctx context.Context) (uint64, bool) {
+	if c, ok := ctx.(*tokenContext); ok {
+		// The Func's own context: no boxing of the token through Value.
+		return c.token, c.token != 0
+	}
 	t, ok := ctx.Value(tokenKey{}).(uint64)
 	return t, ok && t != 0
 }
@@ -445,7 +454,8 @@ const panicFailure = "idem: the operation panicked"
 // run executes fn for the reservation rec and records its outcome.
 func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	h := e.newHold(withHold(ctx, rec, tookOver), f) // withHold: identity.go
+	h := e.newHold(ctx, f)
+	h.held = newHeld(rec, tookOver) // for HoldFrom: identity.go
 	finished := false
 	defer func() {
 		h.stop()
@@ -569,8 +579,8 @@ const notifyTimeout = time.Second
 // stored would let a later caller run the operation again once the lease
 // runs out.
 func (e *Engine) endWrite(ctx context.Context, op string, write func(context.Context) error) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.completeTimeout)
-	defer cancel()
+	wctx := newWriteContext(ctx, e.completeTimeout)
+	defer wctx.stop()
 	backoff := 10 * time.Millisecond
 	for {
 		err := write(wctx)

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -30,21 +32,80 @@ const maxDepth = 512
 // HashBytes returns the fingerprint of b.
 func HashBytes(b []byte) string {
 	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return fingerprintString(&sum)
 }
 
 // HashParts returns one fingerprint of several parts (method, target, body
 // hash...). Each part is length-prefixed, so ("ab", "c") and ("a", "bc")
 // differ.
+//
+// Parts that fit are framed in a buffer on the stack and hashed in one
+// call, so that the fingerprint string is the only allocation; larger ones
+// go through a hash.Hash, written to part by part.
 func HashParts(parts ...[]byte) string {
+	var buf [256]byte
+	var sum [sha256.Size]byte
+	if n := framedLen(len(parts), func(i int) int { return len(parts[i]) }); n <= len(buf) {
+		n = 0
+		for _, p := range parts {
+			binary.BigEndian.PutUint64(buf[n:], uint64(len(p)))
+			n += 8 + copy(buf[n+8:], p)
+		}
+		sum = sha256.Sum256(buf[:n])
+		return fingerprintString(&sum)
+	}
 	h := sha256.New()
-	var n [8]byte
 	for _, p := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
+		h.Write(binary.BigEndian.AppendUint64(buf[:0], uint64(len(p))))
 		h.Write(p)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	h.Sum(sum[:0])
+	return fingerprintString(&sum)
+}
+
+// HashStrings is HashParts of string parts (HashStrings("a", "b") equals
+// HashParts([]byte("a"), []byte("b"))), without copying them.
+func HashStrings(parts ...string) string {
+	var buf [256]byte
+	var sum [sha256.Size]byte
+	if n := framedLen(len(parts), func(i int) int { return len(parts[i]) }); n <= len(buf) {
+		n = 0
+		for _, p := range parts {
+			binary.BigEndian.PutUint64(buf[n:], uint64(len(p)))
+			n += 8 + copy(buf[n+8:], p)
+		}
+		sum = sha256.Sum256(buf[:n])
+		return fingerprintString(&sum)
+	}
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write(binary.BigEndian.AppendUint64(buf[:0], uint64(len(p))))
+		io.WriteString(h, p)
+	}
+	h.Sum(sum[:0])
+	return fingerprintString(&sum)
+}
+
+// framedLen is the length of n parts framed for HashParts.
+func framedLen(n int, size func(int) int) int {
+	total := 8 * n
+	for i := range n {
+		total += size(i)
+	}
+	return total
+}
+
+// fingerprintString returns "sha256:<hex>" with one allocation, the
+// string.
+func fingerprintString(sum *[sha256.Size]byte) string {
+	var b [len("sha256:") + 2*sha256.Size]byte
+	putFingerprint(&b, sum)
+	return string(b[:])
+}
+
+func putFingerprint(b *[len("sha256:") + 2*sha256.Size]byte, sum *[sha256.Size]byte) {
+	copy(b[:], "sha256:")
+	hex.Encode(b[len("sha256:"):], sum[:])
 }
 
 // HashJSON returns the fingerprint of v encoded as canonical JSON.
@@ -59,11 +120,73 @@ func HashJSON(v any) (string, error) {
 // HashJSONBytes returns the fingerprint of the canonical form of the JSON
 // document raw, so that key order and white space do not matter.
 func HashJSONBytes(raw []byte) (string, error) {
-	c, err := CanonicalJSON(raw)
+	bp := canonBufs.Get().(*[]byte)
+	defer func() {
+		// Only the hash leaves: the buffer is free again.
+		if cap(*bp) <= maxPooledCanon {
+			canonBufs.Put(bp)
+		}
+	}()
+	c, err := appendCanonical((*bp)[:0], raw)
 	if err != nil {
 		return "", err
 	}
+	*bp = c
 	return HashBytes(c), nil
+}
+
+// canonBufs holds the buffers HashJSONBytes writes canonical forms into;
+// maxPooledCanon bounds what a pooled one keeps.
+var canonBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledCanon = 64 << 10
+
+// HashRequest returns the fingerprint of an HTTP request: HashStrings of
+// its method, its target and the fingerprint of its body, which is
+// HashJSONBytes(body) when isJSON and the body canonicalizes, else
+// HashBytes(body) (the raw bytes decide, which can only turn a replay into
+// a conflict). idemhttp's FingerprintBody is this; it costs one allocation,
+// the fingerprint.
+func HashRequest(method, target string, body []byte, isJSON bool) string {
+	var digest [len("sha256:") + 2*sha256.Size]byte
+	ok := false
+	if isJSON {
+		bp := canonBufs.Get().(*[]byte)
+		if c, err := appendCanonical((*bp)[:0], body); err == nil {
+			sum := sha256.Sum256(c)
+			putFingerprint(&digest, &sum)
+			*bp, ok = c, true
+		}
+		if cap(*bp) <= maxPooledCanon {
+			canonBufs.Put(bp)
+		}
+	}
+	if !ok {
+		sum := sha256.Sum256(body)
+		putFingerprint(&digest, &sum)
+	}
+	var buf [256]byte
+	var sum [sha256.Size]byte
+	if n := 3*8 + len(method) + len(target) + len(digest); n <= len(buf) {
+		n = 0
+		for _, p := range [...]string{method, target} {
+			binary.BigEndian.PutUint64(buf[n:], uint64(len(p)))
+			n += 8 + copy(buf[n+8:], p)
+		}
+		binary.BigEndian.PutUint64(buf[n:], uint64(len(digest)))
+		n += 8 + copy(buf[n+8:], digest[:])
+		sum = sha256.Sum256(buf[:n])
+		return fingerprintString(&sum)
+	}
+	h := sha256.New()
+	for _, p := range [...]string{method, target} {
+		h.Write(binary.BigEndian.AppendUint64(buf[:0], uint64(len(p))))
+		io.WriteString(h, p)
+	}
+	h.Write(binary.BigEndian.AppendUint64(buf[:0], uint64(len(digest))))
+	h.Write(digest[:])
+	h.Sum(sum[:0])
+	return fingerprintString(&sum)
 }
 
 // HashJSONFields returns the fingerprint of the chosen fields of the JSON
@@ -128,6 +251,11 @@ func lookup(doc []byte, path []string) (json.RawMessage, bool) {
 // which measured as the largest cost of the middleware (13% of its CPU);
 // the fuzz test holds it to encoding/json's reading of every document.
 func CanonicalJSON(raw []byte) ([]byte, error) {
+	return appendCanonical(make([]byte, 0, 2*len(raw)), raw) // room to reorder the largest object in place
+}
+
+// appendCanonical appends the canonical form of raw to dst.
+func appendCanonical(dst, raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		// Decoders replace bad bytes with U+FFFD, making different bodies
 		// equal.
@@ -135,7 +263,7 @@ func CanonicalJSON(raw []byte) ([]byte, error) {
 	}
 	p := canonParser{b: raw}
 	p.space()
-	out, err := p.value(make([]byte, 0, len(raw)), 0)
+	out, err := p.value(dst, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v at offset %d", ErrNotCanonicalizable, err, p.i)
 	}
@@ -212,10 +340,14 @@ func (p *canonParser) literal(dst []byte, lit string) ([]byte, error) {
 }
 
 type canonMember struct {
-	name       string
-	start, end int // of its canonical value in the object's scratch buffer
+	name       []byte // decoded; aliases the input when it has no escapes
+	start, end int    // of its canonical value in dst
 }
 
+// object writes the members' canonical values after dst's end as they come,
+// then appends them again in name order and moves that over the first
+// copies: dst is the only buffer, and a small object's members are
+// tracked on the stack.
 func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 	p.i++ // {
 	p.space()
@@ -223,10 +355,9 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 		p.i++
 		return append(dst, '{', '}'), nil
 	}
-	var (
-		members []canonMember
-		scratch []byte
-	)
+	var stack [8]canonMember
+	members := stack[:0]
+	mark := len(dst)
 	for {
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
@@ -242,11 +373,11 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 		}
 		p.i++
 		p.space()
-		start := len(scratch)
-		if scratch, err = p.value(scratch, depth+1); err != nil {
+		start := len(dst)
+		if dst, err = p.value(dst, depth+1); err != nil {
 			return dst, err
 		}
-		members = append(members, canonMember{name, start, len(scratch)})
+		members = append(members, canonMember{name, start, len(dst)})
 		p.space()
 		if p.i >= len(p.b) {
 			return dst, errEOF
@@ -260,20 +391,23 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 		}
 		p.i++
 	}
-	slices.SortFunc(members, func(a, b canonMember) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(members, func(a, b canonMember) int { return bytes.Compare(a.name, b.name) })
+	sorted := len(dst)
 	dst = append(dst, '{')
 	for i, m := range members {
 		if i > 0 {
-			if m.name == members[i-1].name {
+			if bytes.Equal(m.name, members[i-1].name) {
 				return dst, fmt.Errorf("duplicate object key %q", m.name)
 			}
 			dst = append(dst, ',')
 		}
 		dst = appendString(dst, m.name)
 		dst = append(dst, ':')
-		dst = append(dst, scratch[m.start:m.end]...)
+		dst = append(dst, dst[m.start:m.end]...)
 	}
-	return append(dst, '}'), nil
+	dst = append(dst, '}')
+	n := copy(dst[mark:], dst[sorted:])
+	return dst[:mark+n], nil
 }
 
 func (p *canonParser) array(dst []byte, depth int) ([]byte, error) {
@@ -347,15 +481,16 @@ func (p *canonParser) number(dst []byte) ([]byte, error) {
 	return append(dst, p.b[start:p.i]...), nil
 }
 
-// str reads the string at p.i and returns its decoded value.
-func (p *canonParser) str() (string, error) {
+// str reads the string at p.i and returns its decoded value: a slice of
+// the input when it has no escapes, which is never written to.
+func (p *canonParser) str() ([]byte, error) {
 	p.i++ // opening quote
 	start := p.i
 	// Fast path: no escapes.
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		if c == '"' {
-			s := string(p.b[start:p.i])
+			s := p.b[start:p.i:p.i]
 			p.i++
 			return s, nil
 		}
@@ -363,7 +498,7 @@ func (p *canonParser) str() (string, error) {
 			break
 		}
 		if c < 0x20 {
-			return "", errSyntax
+			return nil, errSyntax
 		}
 		p.i++
 	}
@@ -373,16 +508,16 @@ func (p *canonParser) str() (string, error) {
 		switch {
 		case c == '"':
 			p.i++
-			return string(buf), nil
+			return buf, nil
 		case c < 0x20:
-			return "", errSyntax
+			return nil, errSyntax
 		case c != '\\':
 			buf = append(buf, c)
 			p.i++
 			continue
 		}
 		if p.i+1 >= len(p.b) {
-			return "", errEOF
+			return nil, errEOF
 		}
 		e := p.b[p.i+1]
 		p.i += 2
@@ -402,7 +537,7 @@ func (p *canonParser) str() (string, error) {
 		case 'u':
 			r, ok := p.hex4()
 			if !ok {
-				return "", errSyntax
+				return nil, errSyntax
 			}
 			switch {
 			case r >= 0xD800 && r < 0xDC00:
@@ -410,23 +545,23 @@ func (p *canonParser) str() (string, error) {
 				// a decoder would turn a lone one into U+FFFD, making
 				// "\ud800" equal "\udc00".
 				if p.i+1 >= len(p.b) || p.b[p.i] != '\\' || p.b[p.i+1] != 'u' {
-					return "", errSurrogate
+					return nil, errSurrogate
 				}
 				p.i += 2
 				lo, ok := p.hex4()
 				if !ok || lo < 0xDC00 || lo > 0xDFFF {
-					return "", errSurrogate
+					return nil, errSurrogate
 				}
 				r = utf16.DecodeRune(r, lo)
 			case r >= 0xDC00 && r <= 0xDFFF:
-				return "", errSurrogate
+				return nil, errSurrogate
 			}
 			buf = utf8.AppendRune(buf, r)
 		default:
-			return "", errSyntax
+			return nil, errSyntax
 		}
 	}
-	return "", errEOF
+	return nil, errEOF
 }
 
 func (p *canonParser) hex4() (rune, bool) {
@@ -452,7 +587,7 @@ func (p *canonParser) hex4() (rune, bool) {
 
 // appendString escapes only what JSON requires (RFC 8785's rule), so
 // "\u0041" and "A" encode alike.
-func appendString(b []byte, s string) []byte {
+func appendString[S ~[]byte | ~string](b []byte, s S) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {

@@ -82,9 +82,8 @@ func HoldFrom(ctx context.Context) (Hold, bool) {
 	}, true
 }
 
-// withHold returns ctx carrying the reservation rec.
-func withHold(ctx context.Context, rec store.Record, tookOver bool) context.Context {
-	return context.WithValue(ctx, holdKey{}, &held{
-		scope: rec.Scope, key: rec.Key, keyHash: rec.KeyHash, token: rec.Token, tookOver: tookOver,
-	})
+// newHeld describes the reservation rec, which the operation's context
+// (tokenContext) carries.
+func newHeld(rec store.Record, tookOver bool) held {
+	return held{scope: rec.Scope, key: rec.Key, keyHash: rec.KeyHash, token: rec.Token, tookOver: tookOver}
 }

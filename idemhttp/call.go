@@ -2,12 +2,14 @@ package idemhttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
@@ -47,13 +49,12 @@ func (rt *route) parseKey(r *http.Request) (string, *Problem) {
 	return key, nil
 }
 
-// newCall turns a request into the engine's call, or a problem; a request
-// without a key that the route lets pass gets neither (a nil request). The
-// body is read here, before anything is reserved, under the body deadline.
-// The request passed on is a copy with a re-readable body; when the handler
-// runs, it gets its own headers too (a request ID, the reservation's
-// Idempotency-Token and never one the client sent).
-func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) (idem.Call, *http.Request, *Problem) {
+// newCall turns a request into the engine's call and its body, or a
+// problem; a request without a key that the route lets pass gets neither
+// (an empty Call.Key). The body is read here, before anything is reserved,
+// under the body deadline. The request the handler gets is made only when
+// it runs (see attempt.run): a replay needs none of it.
+func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) (idem.Call, []byte, *Problem) {
 	key, p := rt.parseKey(r)
 	if p != nil || key == "" {
 		return idem.Call{}, nil, p
@@ -67,24 +68,76 @@ func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) 
 		p.Key = key
 		return idem.Call{}, nil, p
 	}
-	// The copy's headers are cloned only when the handler runs (see
-	// attempt.fn): a replay needs none of this.
-	fr := r.WithContext(r.Context())
-	reqID := fr.Header.Get(m.reqIDHeader)
+	reqID := r.Header.Get(m.reqIDHeader)
 	if reqID == "" {
 		reqID = NewRequestID()
 	}
-	if body != nil {
-		fr.Body = io.NopCloser(bytes.NewReader(body))
-		fr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
 	return idem.Call{
-		Scope:       rt.Scope(fr, tenant),
+		Scope:       rt.Scope(r, tenant),
 		Key:         key,
-		Fingerprint: rt.Fingerprint(fr, body),
-		Binding:     rt.Binding(fr),
+		Fingerprint: rt.Fingerprint(r, body),
+		Binding:     rt.Binding(r),
 		RequestID:   reqID,
-	}, fr, nil
+	}, body, nil
+}
+
+// handlerRequest is the request the handler gets: a copy of r with ctx, a
+// re-readable body and its own headers (a request ID, the reservation's
+// Idempotency-Token and never one the client sent).
+func (m *middleware) handlerRequest(ctx context.Context, r *http.Request, body []byte, reqID string, token uint64, hasToken bool) *http.Request {
+	fr := r.WithContext(ctx)
+	fr.Header = handlerHeader(r.Header, m.reqIDHeader, reqID, token, hasToken)
+	if body != nil {
+		b := &requestBody{body: body}
+		b.Reset(body)
+		fr.Body, fr.GetBody = b, b.reopen
+	}
+	return fr
+}
+
+// handlerHeader is a copy of the client's header with the request ID and
+// the token set, as Clone then Set would make it, in three allocations: the
+// map, sized for all, one array for every value, the token's digits.
+func handlerHeader(h http.Header, reqIDHeader, reqID string, token uint64, hasToken bool) http.Header {
+	reqIDHeader = textproto.CanonicalMIMEHeaderKey(reqIDHeader)
+	nv := 2
+	for _, vs := range h {
+		nv += len(vs)
+	}
+	vals := make([]string, 0, nv)
+	out := make(http.Header, len(h)+2)
+	for k, vs := range h {
+		if vs == nil || k == reqIDHeader || k == TokenHeader {
+			// nil as Clone keeps it; the two set below, never the client's.
+			if vs == nil {
+				out[k] = nil
+			}
+			continue
+		}
+		n := len(vals)
+		vals = append(vals, vs...)
+		out[k] = vals[n:len(vals):len(vals)]
+	}
+	vals = append(vals, reqID)
+	out[reqIDHeader] = vals[len(vals)-1 : len(vals) : len(vals)]
+	if hasToken {
+		vals = append(vals, strconv.FormatUint(token, 10))
+		out[TokenHeader] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	return out
+}
+
+// requestBody is the handler's re-readable copy of the body: the reader,
+// its Close and GetBody in one allocation.
+type requestBody struct {
+	bytes.Reader
+	body []byte
+}
+
+func (*requestBody) Close() error { return nil }
+
+func (b *requestBody) reopen() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(b.body)), nil
 }
 
 // readBody reads the whole body under the body deadline. A client that
@@ -93,14 +146,12 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	tooLarge := &Problem{Kind: KindRequestTooLarge, Detail: fmt.Sprintf("the body exceeds %d bytes", m.maxReq)}
 	if r.ContentLength > m.maxReq {
-		return nil, tooLarge
+		return nil, m.tooLarge()
 	}
 	if m.bodyTimeout > 0 {
-		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(m.bodyTimeout)) == nil {
-			defer rc.SetReadDeadline(time.Time{})
+		if rd := readDeadliner(w); rd != nil && rd.SetReadDeadline(time.Now().Add(m.bodyTimeout)) == nil {
+			defer rd.SetReadDeadline(time.Time{})
 		}
 	}
 	var b []byte
@@ -123,9 +174,29 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		// The client went away or sent a broken body: nothing to run.
 		return nil, &Problem{Kind: KindUnreadableBody, Detail: "the request body could not be read"}
 	case int64(len(b)) > m.maxReq:
-		return nil, tooLarge
+		return nil, m.tooLarge()
 	}
 	return b, nil
+}
+
+func (m *middleware) tooLarge() *Problem {
+	return &Problem{Kind: KindRequestTooLarge, Detail: "the body exceeds " + strconv.FormatInt(m.maxReq, 10) + " bytes"}
+}
+
+// readDeadliner finds what http.ResponseController.SetReadDeadline would
+// call, or nil. A writer without one (a test's recorder, a framework's
+// wrapper) then costs nothing, where the controller builds an error for it.
+func readDeadliner(w http.ResponseWriter) interface{ SetReadDeadline(time.Time) error } {
+	for {
+		switch x := w.(type) {
+		case interface{ SetReadDeadline(time.Time) error }:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
 }
 
 func isJSON(contentType string, body []byte) bool {

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -198,21 +199,17 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (c *capture) Unwrap() http.ResponseWriter { return c.rw }
 
-// response returns what the handler answered, with the kept headers only.
-func (c *capture) response(keep func(string) bool) *StoredResponse {
+// encode returns what the handler answered, with the kept headers only,
+// encoded for the record: a copy, never aliasing the capture's buffer.
+func (c *capture) encode(keep func(string) bool) []byte {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
-	r := &StoredResponse{Status: c.status, Header: http.Header{}, NotStored: c.notStored}
-	for k, vs := range c.header {
-		if keep(k) {
-			r.Header[k] = vs
-		}
-	}
+	var body []byte
 	if !c.notStored {
-		r.Body = c.body.Bytes()
+		body = c.body.Bytes()
 	}
-	return r
+	return encodeResponse(c.status, c.notStored, c.header, keep, body)
 }
 
 func copyHeader(dst, src http.Header) {
@@ -223,7 +220,9 @@ func copyHeader(dst, src http.Header) {
 
 func isStream(h http.Header) bool {
 	ct := h.Get("Content-Type")
-	if ct == "" {
+	// Most responses are not streams: tell them without ParseMediaType,
+	// which allocates for its parameters.
+	if mt, _, _ := strings.Cut(ct, ";"); !strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
 		return false
 	}
 	mt, _, err := mime.ParseMediaType(ct)

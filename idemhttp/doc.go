@@ -47,4 +47,34 @@
 // Responses larger than MaxResponseBytes, event streams and hijacked
 // connections pass through as they are written and are recorded without a
 // body: a retry gets 409 response_not_stored, never a second execution.
+//
+// # Cost
+//
+// What the middleware adds to a handler, in process on the memory store
+// (BenchmarkMiddleware: a JSON POST answered with 66 bytes of JSON; "first"
+// is a new key every request, "replay" one of 1024 answered keys):
+//
+//	go test -run '^$' -bench Middleware -benchmem -cpu 1 -count 6 ./idemhttp
+//
+//	                  before (main a4e06e3)        with the lean path
+//	                  ns/op   B/op    allocs       ns/op   B/op    allocs
+//	bare handler       2.7µ   6.5Ki     23          2.0µ   6.5Ki     23
+//	first execution   24.8µ  12.3Ki     95         17.8µ   9.1Ki     48
+//	replay            19.6µ   8.9Ki     69         14.1µ   7.0Ki     31
+//
+// (benchstat medians of both builds run in turn on one 2-core machine that
+// seven other jobs shared: the times swing by a third to a half from run to
+// run, the allocations do not and are the figure to trust. CPU time per
+// request, user+sys at one P: bare 2.0µs, first 16.0 -> 11.5µs, replay
+// 8.0 -> 5.75µs; much of what remains of a first execution is the
+// collector scanning the store, which grows by one record a request.)
+//
+// A first execution costs 25 allocations more than the bare handler, a
+// replay 8 to 10: attempts (the capture, its header map and body buffer,
+// the engine's operation) are pooled, and nothing of them is reachable once
+// their response is sent; the handler's request is copied only when it
+// runs; a replay is written from the stored bytes, its headers cut from one
+// string; fingerprints and key hashes are hashed on the stack, the hex
+// string their only allocation; the store writes that end a call make no
+// timer unless the store asks for Done.
 package idemhttp

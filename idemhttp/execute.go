@@ -1,19 +1,24 @@
 package idemhttp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/idem-dev/idem"
 )
 
-// attempt is one call of the engine for a keyed request.
+// attempt is one call of the engine for a keyed request. Attempts are
+// pooled (see getAttempt and release): the capture, its header map and body
+// buffer and the engine's operation are made once and reused.
 type attempt struct {
 	cap      *capture
 	capture  capture       // cap's storage: one allocation for both
+	op       idem.Func     // a.run, bound once per pooled attempt
 	started  chan struct{} // closed when the handler starts, under Route.AnswerWithin
 	ran      bool          // the handler ran for this request
 	detached bool          // the client was answered 504 while the handler went on
@@ -21,97 +26,134 @@ type attempt struct {
 	panicked any           // what the handler panicked with
 	res      idem.Result
 	err      error
+
+	// What run needs, set by execute.
+	m     *middleware
+	next  http.Handler
+	r     *http.Request
+	rt    *route
+	body  []byte
+	reqID string
+}
+
+var attempts = sync.Pool{New: func() any {
+	a := &attempt{}
+	a.op = a.run
+	return a
+}}
+
+// maxPooledBody bounds the capture buffer a pooled attempt keeps, so that
+// one large response does not stay in memory for good.
+const maxPooledBody = 64 << 10
+
+func getAttempt() *attempt { return attempts.Get().(*attempt) }
+
+// release returns a to the pool once the response is sent. Nothing of it
+// may be reachable then: the stored value and the client's copy were made
+// from the capture, never aliased to it; net/http forbids the handler to
+// use its writer after it returned. An attempt whose handler may still run
+// (detached under Route.AnswerWithin) or panicked is never released.
+func (a *attempt) release() {
+	h, buf := a.capture.h, a.capture.body
+	if h != nil {
+		clear(h)
+	}
+	buf.Reset()
+	if buf.Cap() > maxPooledBody {
+		buf = bytes.Buffer{}
+	}
+	*a = attempt{op: a.op, capture: capture{h: h, body: buf}}
+	attempts.Put(a)
 }
 
 // execute runs the handler through the engine. Under Route.AnswerWithin it
 // waits at most that long after the handler started; then it detaches the
 // handler, which goes on and records its outcome, and the caller answers
-// 504.
-func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.Request, rt *route, c idem.Call) *attempt {
-	a := &attempt{}
+// 504. The attempt it returns may be released (pooled) only when
+// pooled reports true.
+func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.Request, body []byte, rt *route, c idem.Call) (*attempt, bool) {
+	if rt.AnswerWithin <= 0 {
+		a := getAttempt()
+		a.capture.rw, a.capture.max, a.capture.status, a.capture.rt = w, m.maxResp, http.StatusOK, rt
+		a.cap = &a.capture
+		a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
+		a.res, a.err = rt.eng.Do(r.Context(), c, a.op)
+		return a, true
+	}
+	a := &attempt{} // shared with the goroutine below, which may outlive this call
 	a.capture = capture{rw: w, max: m.maxResp, status: http.StatusOK, rt: rt}
 	a.cap = &a.capture
-	if rt.AnswerWithin <= 0 {
-		a.res, a.err = rt.eng.Do(r.Context(), c, a.fn(m, next, r, rt, c.RequestID))
-		return a
-	}
 	a.started = make(chan struct{})
 	// The handler may outlive this request: its context must not end when
 	// the client is answered.
 	r = r.WithContext(context.WithoutCancel(r.Context()))
+	a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.res, a.err = rt.eng.Do(r.Context(), c, a.fn(m, next, r, rt, c.RequestID))
+		a.res, a.err = rt.eng.Do(r.Context(), c, a.run)
 		if a.cap.isDetached() {
 			m.logDetached(rt, c, a)
 		}
 	}()
 	select {
 	case <-done:
-		return a
+		return a, false
 	case <-a.started:
 	}
 	t := time.NewTimer(rt.AnswerWithin)
 	defer t.Stop()
 	select {
 	case <-done:
-		return a
+		return a, false
 	case <-t.C:
 	}
 	if !a.cap.detach() {
 		<-done // the response is already streaming to the client
-		return a
+		return a, false
 	}
-	return &attempt{detached: true}
+	return &attempt{detached: true}, false
 }
 
-// fn is the engine's operation: the handler, writing into the capture.
-func (a *attempt) fn(m *middleware, next http.Handler, r *http.Request, rt *route, reqID string) idem.Func {
-	return func(ctx context.Context) (v []byte, err error) {
-		a.ran = true
-		if a.started != nil {
-			close(a.started)
-		}
-		r.Header = r.Header.Clone()
-		r.Header.Set(m.reqIDHeader, reqID)
-		r.Header.Del(TokenHeader)
-		if tok, ok := idem.TokenFromContext(ctx); ok {
-			a.token = tok
-			r.Header.Set(TokenHeader, strconv.FormatUint(tok, 10))
-		}
-		if h := rt.profile.ReplayedHeader; h != "" {
-			a.cap.Header().Set(h, "false")
-		}
-		defer func() {
-			if p := recover(); p != nil {
-				// A panic after the handler started (ReverseProxy's
-				// http.ErrAbortHandler on a body cut mid-way): whether the
-				// operation took effect is unknown.
-				a.panicked = p
-				v, err = nil, &idem.Failure{Err: fmt.Errorf("idemhttp: handler panicked (%v): %w", p, idem.ErrOutcomeUnknown)}
-			}
-		}()
-		next.ServeHTTP(a.cap, r.WithContext(ctx))
-		return a.outcome(m, rt)
+// run is the engine's operation: the handler, writing into the capture.
+func (a *attempt) run(ctx context.Context) (v []byte, err error) {
+	a.ran = true
+	if a.started != nil {
+		close(a.started)
 	}
+	tok, hasToken := idem.TokenFromContext(ctx)
+	a.token = tok
+	r := a.m.handlerRequest(ctx, a.r, a.body, a.reqID, tok, hasToken)
+	if h := a.rt.profile.ReplayedHeader; h != "" {
+		a.cap.Header().Set(h, "false")
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			// A panic after the handler started (ReverseProxy's
+			// http.ErrAbortHandler on a body cut mid-way): whether the
+			// operation took effect is unknown.
+			a.panicked = p
+			v, err = nil, &idem.Failure{Err: fmt.Errorf("idemhttp: handler panicked (%v): %w", p, idem.ErrOutcomeUnknown)}
+		}
+	}()
+	a.next.ServeHTTP(a.cap, r)
+	return a.outcome(a.m, a.rt)
 }
 
 // outcome classifies how the handler ended: not executed (released),
 // outcome unknown (never released), or answered (the route's statuses).
 func (a *attempt) outcome(m *middleware, rt *route) ([]byte, error) {
 	c := a.cap
-	resp := c.response(m.keepHeader)
-	enc := resp.encode()
+	enc := c.encode(m.keepHeader)
 	switch {
 	case c.unknown:
-		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d without a complete answer from its upstream: %w", resp.Status, idem.ErrOutcomeUnknown)}
+		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d without a complete answer from its upstream: %w", c.status, idem.ErrOutcomeUnknown)}
 	case c.notExecuted:
-		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d: %w", resp.Status, idem.ErrNotExecuted)}
-	case c.hijacked || rt.outcome.Contains(resp.Status):
+		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d: %w", c.status, idem.ErrNotExecuted)}
+	case c.hijacked || rt.outcome.Contains(c.status):
 		return enc, nil
 	}
-	return nil, &idem.Failure{Value: enc, Err: statusError(resp.Status)}
+	return nil, &idem.Failure{Value: enc, Err: statusError(c.status)}
 }
 
 func (m *middleware) logDetached(rt *route, c idem.Call, a *attempt) {

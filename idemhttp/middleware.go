@@ -149,25 +149,28 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	ev := Event{Route: rt.Pattern}
 	defer func() { m.report(r, ev) }()
-	c, fr, p := m.newCall(w, r, rt)
+	c, body, p := m.newCall(w, r, rt)
 	switch {
 	case p != nil:
 		m.reject(w, rt, p, &ev)
 		return
-	case fr == nil: // no key, and the route lets it pass
+	case c.Key == "": // no key, and the route lets it pass
 		ev.Outcome = OutcomePassThrough
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
 		return
 	}
-	a := m.execute(next, w, fr, rt, c)
+	a, pooled := m.execute(next, w, r, body, rt, c)
 	switch {
 	case a.detached:
 		m.reject(w, rt, &Problem{Kind: KindUpstreamTimeout, Key: c.Key, RetryAfter: time.Second,
 			Detail: "no answer yet: the call may still complete. Retry with the same Idempotency-Key to get its outcome"}, &ev)
 	case a.ran:
-		m.finish(w, rt, c, a, &ev)
+		m.finish(w, rt, c, a, &ev) // panics again when the handler panicked: a is then not released
 	default:
 		m.answer(w, r, rt, c, a.res, a.err, &ev)
+	}
+	if pooled {
+		a.release()
 	}
 }
 

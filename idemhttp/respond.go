@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -86,7 +87,7 @@ func (m *middleware) unrecorded(w http.ResponseWriter, rt *route, c idem.Call, a
 	case rec.Fingerprint != c.Fingerprint:
 		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	case rec.State == store.Succeeded:
-		m.replay(w, rt, c.Key, idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID}, ev)
+		m.replay(w, nil, rt, c.Key, idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID}, ev)
 	case isUnknown(rec):
 		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	default:
@@ -103,10 +104,12 @@ func isUnknown(rec store.Record) bool {
 // answer answers a request whose handler did not run for it: a replay, a
 // conflict, or the store's failure.
 func (m *middleware) answer(w http.ResponseWriter, r *http.Request, rt *route, c idem.Call, res idem.Result, err error, ev *Event) {
+	if err == nil {
+		m.replay(w, r, rt, c.Key, res, ev)
+		return
+	}
 	var ce *idem.ConflictError
 	switch {
-	case err == nil:
-		m.replay(w, rt, c.Key, res, ev)
 	case errors.As(err, &ce):
 		m.log.Info("idem: conflict", "key", c.Key, "scope", c.Scope, "conflict_type", ce.Type)
 		m.conflict(w, rt, c.Key, res, ce, ev)
@@ -130,7 +133,7 @@ func (m *middleware) conflict(w http.ResponseWriter, rt *route, key string, res 
 	switch ce.Type {
 	case idem.ConflictPreviousFailure:
 		if rt.eng.Policy().OnFailure == idem.OnFailureCache {
-			m.replay(w, rt, key, res, ev)
+			m.replay(w, nil, rt, key, res, ev)
 			return
 		}
 		p.Kind, p.Detail = KindPreviousFailure, "the first request with this key failed; use a new key to try again"
@@ -154,11 +157,14 @@ func (m *middleware) conflict(w http.ResponseWriter, rt *route, key string, res 
 	m.reject(w, rt, p, ev)
 }
 
-// replay sends a stored response, its headers decoded straight into the
-// client's. A value that is not a stored response leaves them untouched.
-func (m *middleware) replay(w http.ResponseWriter, rt *route, key string, res idem.Result, ev *Event) {
+// replay sends a stored response, straight from the stored bytes: its
+// headers decoded into the client's map (see decodeInto), its body written
+// as stored. A value that is not a stored response leaves them untouched.
+// r is nil when no request is at hand (an outcome recorded by another
+// replica, looked up after a lost lease).
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, rt *route, key string, res idem.Result, ev *Event) {
 	h := w.Header()
-	if _, notStored, _, err := decodeInto(res.Value, nil); err != nil || notStored {
+	if _, notStored, _, err := decodeInto(res.Value, nil, nil); err != nil || notStored {
 		detail := "the first response was too large or streamed, so it was not stored; it is not executed again"
 		if err != nil {
 			m.log.Error("idem: stored response unreadable", "key", key, "err", err)
@@ -167,26 +173,34 @@ func (m *middleware) replay(w http.ResponseWriter, rt *route, key string, res id
 		m.reject(w, rt, &Problem{Kind: KindResponseNotStored, Key: key, Detail: detail}, ev)
 		return
 	}
-	status, _, body, _ := decodeInto(res.Value, h)
 	prof := rt.profile
-	if prof.ReplayedHeader != "" {
-		h.Set(prof.ReplayedHeader, "true")
-	}
-	if prof.OriginalRequestIDHeader != "" && res.RequestID != "" {
-		h.Set(prof.OriginalRequestIDHeader, res.RequestID)
-	}
-	if prof.CachedHeader != "" {
-		h.Set(prof.CachedHeader, "true")
-	}
+	var extra headerValues
+	status, _, body, _ := decodeInto(res.Value, h, &extra)
+	extra.grow(4) // when the response stored no header
 	if prof.BodyFlag != "" {
 		if b, ok := withFlag(body, prof.BodyFlag, true); ok {
 			body = b
 		}
 	}
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if prof.ReplayedHeader != "" {
+		extra.set(h, prof.ReplayedHeader, "true")
+	}
+	if prof.OriginalRequestIDHeader != "" && res.RequestID != "" {
+		extra.set(h, prof.OriginalRequestIDHeader, res.RequestID)
+	}
+	if prof.CachedHeader != "" {
+		extra.set(h, prof.CachedHeader, "true")
+	}
+	extra.set(h, "Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
-	m.log.Debug("idem: replayed stored response", "key", key, "status", status)
+	ctx := context.Background()
+	if r != nil {
+		ctx = r.Context()
+	}
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.DebugContext(ctx, "idem: replayed stored response", "key", key, "status", status)
+	}
 	ev.Outcome, ev.Status = OutcomeReplayed, status
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"net/textproto"
 )
 
 // StoredResponse is what a record keeps of an HTTP response.
@@ -31,26 +32,31 @@ const (
 // package.
 var ErrBadEncoding = errors.New("idemhttp: not a stored response")
 
-func (r *StoredResponse) encode() []byte {
-	n := 6 + len(r.Body)
-	for k, vs := range r.Header {
+// encodeResponse encodes a response with the headers of h that keep
+// accepts (all of them when keep is nil), in one allocation.
+func encodeResponse(status int, notStored bool, h http.Header, keep func(string) bool, body []byte) []byte {
+	n, count := 6+len(body), 0
+	for k, vs := range h {
+		if keep != nil && !keep(k) {
+			continue
+		}
 		for _, v := range vs {
 			n += len(k) + len(v) + 2*binary.MaxVarintLen32
 		}
+		count += len(vs)
 	}
 	b := make([]byte, 0, n)
 	var flags byte
-	if r.NotStored {
+	if notStored {
 		flags |= flagNotStored
 	}
 	b = append(b, encodingVersion, flags)
-	b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
-	count := 0
-	for _, vs := range r.Header {
-		count += len(vs)
-	}
+	b = binary.BigEndian.AppendUint16(b, uint16(status))
 	b = binary.BigEndian.AppendUint16(b, uint16(count))
-	for k, vs := range r.Header {
+	for k, vs := range h {
+		if keep != nil && !keep(k) {
+			continue
+		}
 		for _, v := range vs {
 			b = binary.AppendUvarint(b, uint64(len(k)))
 			b = append(b, k...)
@@ -58,7 +64,7 @@ func (r *StoredResponse) encode() []byte {
 			b = append(b, v...)
 		}
 	}
-	return append(b, r.Body...)
+	return append(b, body...)
 }
 
 // DecodeResponse decodes a response the middleware stored as a record's
@@ -66,7 +72,7 @@ func (r *StoredResponse) encode() []byte {
 func DecodeResponse(b []byte) (*StoredResponse, error) {
 	r := &StoredResponse{Header: make(http.Header)}
 	var err error
-	r.Status, r.NotStored, r.Body, err = decodeInto(b, r.Header)
+	r.Status, r.NotStored, r.Body, err = decodeInto(b, r.Header, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -75,8 +81,11 @@ func DecodeResponse(b []byte) (*StoredResponse, error) {
 
 // decodeInto decodes a stored response, adding its headers to h: a replay
 // writes them straight into the client's header map. A nil h only checks
-// the encoding.
-func decodeInto(b []byte, h http.Header) (status int, notStored bool, body []byte, err error) {
+// the encoding. The body aliases b. The header names and values are cut
+// from one string and their value slices from one array (hv's, when not
+// nil, which keeps room for the replay's own headers): two allocations
+// whatever the number of headers.
+func decodeInto(b []byte, h http.Header, hv *headerValues) (status int, notStored bool, body []byte, err error) {
 	if len(b) < 6 || b[0] != encodingVersion {
 		return 0, false, nil, ErrBadEncoding
 	}
@@ -86,25 +95,72 @@ func decodeInto(b []byte, h http.Header) (status int, notStored bool, body []byt
 		return 0, false, nil, ErrBadEncoding
 	}
 	count := int(binary.BigEndian.Uint16(b[4:]))
-	b = b[6:]
-	field := func() ([]byte, bool) {
-		n, w := binary.Uvarint(b)
-		if w <= 0 || n > uint64(len(b)-w) {
-			return nil, false
+	hdr := b[6:]
+	off := 0
+	field := func() (start, end int, ok bool) {
+		n, w := binary.Uvarint(hdr[off:])
+		if w <= 0 || n > uint64(len(hdr)-off-w) {
+			return 0, 0, false
 		}
-		f := b[w : w+int(n)]
-		b = b[w+int(n):]
-		return f, true
+		start = off + w
+		off = start + int(n)
+		return start, off, true
 	}
 	for range count {
-		k, ok1 := field()
-		v, ok2 := field()
+		_, _, ok1 := field()
+		_, _, ok2 := field()
 		if !ok1 || !ok2 {
 			return 0, false, nil, ErrBadEncoding
 		}
-		if h != nil {
-			h[string(k)] = append(h[string(k)], string(v))
-		}
 	}
-	return status, notStored, b, nil
+	body = hdr[off:]
+	if h == nil || count == 0 {
+		return status, notStored, body, nil
+	}
+	fields := string(hdr[:off])
+	if hv == nil {
+		hv = &headerValues{}
+	}
+	hv.grow(count + 4)
+	off = 0
+	for range count {
+		ks, ke, _ := field()
+		vs, ve, _ := field()
+		hv.add(h, fields[ks:ke], fields[vs:ve])
+	}
+	return status, notStored, body, nil
+}
+
+// headerValues hands out one-element value slices for a header map from
+// one array. Each is capped at its element, so that a later Add to the
+// header copies it instead of writing over its neighbour.
+type headerValues struct{ vals []string }
+
+func (hv *headerValues) grow(n int) {
+	if hv.vals == nil {
+		hv.vals = make([]string, 0, n)
+	}
+}
+
+func (hv *headerValues) one(v string) []string {
+	if len(hv.vals) == cap(hv.vals) {
+		return []string{v}
+	}
+	hv.vals = append(hv.vals, v)
+	n := len(hv.vals)
+	return hv.vals[n-1 : n : n]
+}
+
+// add adds v to h's values of k, as stored (not canonicalized).
+func (hv *headerValues) add(h http.Header, k, v string) {
+	if old := h[k]; len(old) > 0 {
+		h[k] = append(old, v)
+		return
+	}
+	h[k] = hv.one(v)
+}
+
+// set replaces h's values of k, canonicalized as http.Header.Set does.
+func (hv *headerValues) set(h http.Header, k, v string) {
+	h[textproto.CanonicalMIMEHeaderKey(k)] = hv.one(v)
 }

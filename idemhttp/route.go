@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -61,17 +62,7 @@ type FingerprintFunc func(r *http.Request, body []byte) string
 // JSON bodies canonicalized so that member order and white space do not
 // matter.
 func FingerprintBody(r *http.Request, body []byte) string {
-	var digest string
-	var err error
-	if isJSON(r.Header.Get("Content-Type"), body) {
-		digest, err = idem.HashJSONBytes(body)
-	}
-	if digest == "" || err != nil {
-		// Not canonicalizable: the raw bytes decide, which can only turn a
-		// replay into a conflict.
-		digest = idem.HashBytes(body)
-	}
-	return idem.HashParts([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(digest))
+	return idem.HashRequest(r.Method, r.URL.RequestURI(), body, isJSON(r.Header.Get("Content-Type"), body))
 }
 
 // FingerprintNone makes no check: any request with the key replays the
@@ -87,7 +78,7 @@ func FingerprintFields(fields ...string) FingerprintFunc {
 		if err != nil {
 			digest = idem.HashBytes(body)
 		}
-		return idem.HashParts([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(digest))
+		return idem.HashStrings(r.Method, r.URL.RequestURI(), digest)
 	}
 }
 
@@ -98,6 +89,23 @@ type route struct {
 	profile *Profile
 	eng     *idem.Engine
 	outcome StatusSet // the statuses recorded as outcomes: Route.Cache, else the profile's, else DefaultCache
+
+	// lastBinding is the default binding last made: most keyed requests of
+	// a route go to one endpoint (POST /charges), which then needs no new
+	// string per request.
+	lastBinding atomic.Pointer[string]
+}
+
+// defaultBinding is "METHOD /path".
+func (r *route) defaultBinding(req *http.Request) string {
+	m, p := req.Method, req.URL.Path
+	if b := r.lastBinding.Load(); b != nil && len(*b) == len(m)+1+len(p) &&
+		(*b)[:len(m)] == m && (*b)[len(m)] == ' ' && (*b)[len(m)+1:] == p {
+		return *b
+	}
+	b := m + " " + p
+	r.lastBinding.Store(&b)
+	return b
 }
 
 func compileRoute(eng *idem.Engine, rt Route, def *Profile) (*route, error) {
@@ -134,7 +142,7 @@ func compileRoute(eng *idem.Engine, rt Route, def *Profile) (*route, error) {
 		}
 	}
 	if r.Binding == nil {
-		r.Binding = func(req *http.Request) string { return req.Method + " " + req.URL.Path }
+		r.Binding = r.defaultBinding
 	}
 	if r.Fingerprint == nil {
 		r.Fingerprint = FingerprintBody

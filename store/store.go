@@ -39,11 +39,24 @@ func (s State) Valid() bool {
 // record (the S3 task queue's key_hash). Stores index records by it, never by the raw
 // key, so that key length and content never reach an index.
 func HashKey(scope, key string) string {
-	h := sha256.New()
-	h.Write([]byte(scope))
-	h.Write([]byte{':'})
-	h.Write([]byte(key))
-	return hex.EncodeToString(h.Sum(nil))
+	// Most keys fit a buffer on the stack: hashed in one call, the hex
+	// string is the only allocation.
+	var sum [sha256.Size]byte
+	if n := len(scope) + 1 + len(key); n <= 256 {
+		var buf [256]byte
+		copy(buf[copy(buf[:], scope)+1:], key)
+		buf[len(scope)] = ':'
+		sum = sha256.Sum256(buf[:n])
+	} else {
+		h := sha256.New()
+		h.Write([]byte(scope))
+		h.Write([]byte{':'})
+		h.Write([]byte(key))
+		h.Sum(sum[:0])
+	}
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:]) // the only allocation
 }
 
 // Record is what a store keeps per key.

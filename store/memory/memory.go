@@ -114,12 +114,13 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if err != nil {
 		return err
 	}
-	r := *cur
-	r.State = c.State
-	r.Value = append([]byte(nil), c.Value...)
-	r.UpdatedAt = c.Now
-	r.ExpiresAt = c.ExpiresAt
-	s.put(&r)
+	// In place, as Renew does: readers only ever get copies, made under
+	// s.mu.
+	cur.State = c.State
+	cur.Value = append([]byte(nil), c.Value...)
+	cur.UpdatedAt = c.Now
+	cur.ExpiresAt = c.ExpiresAt
+	s.put(cur)
 	return nil
 }
 
@@ -193,7 +194,9 @@ func (s *Store) Close() error {
 // put stores r and indexes its expiry. s.mu is held.
 func (s *Store) put(r *store.Record) {
 	s.records[r.KeyHash] = r
-	heap.Push(&s.expiry, expiryEntry{at: r.ExpiresAt, keyHash: r.KeyHash})
+	// heap.Push would box the entry in an interface: append and fix up.
+	s.expiry = append(s.expiry, expiryEntry{at: r.ExpiresAt, keyHash: r.KeyHash})
+	heap.Fix(&s.expiry, len(s.expiry)-1)
 }
 
 func clone(r *store.Record) store.Record {
