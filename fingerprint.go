@@ -18,7 +18,7 @@ import (
 
 // Fingerprints identify what makes a request what it is. A key reused with a
 // different fingerprint is a conflict, never a replay. They are written
-// "sha256:<hex>", as seed 004's input_hash.
+// "sha256:<hex>", as the S3 task queue's input_hash.
 
 // ErrNotCanonicalizable is returned for JSON that has no single meaning:
 // syntax errors, invalid UTF-8, duplicate object keys, nesting deeper than
@@ -190,7 +190,7 @@ func HashRequest(method, target string, body []byte, isJSON bool) string {
 }
 
 // HashJSONFields returns the fingerprint of the chosen fields of the JSON
-// object raw (seed 001's per-endpoint payload check). A field is a member
+// object raw (the mobile app's per-endpoint payload check). A field is a member
 // name, or a dotted path into nested objects ("customer.id"). Missing fields
 // are left out, so {} and {"x": null} differ only when "x" is chosen.
 func HashJSONFields(raw []byte, fields ...string) (string, error) {

@@ -24,7 +24,7 @@ const (
 	// OnFailureCache keeps the failure: retries get it back, replayed.
 	OnFailureCache
 	// OnFailureConflict keeps the failure: retries get a conflict with the
-	// failure attached (seed 000's 409 with previous failure context).
+	// failure attached (the workflow admin API's 409 with previous failure context).
 	OnFailureConflict
 )
 
@@ -94,14 +94,14 @@ type Policy struct {
 	OnUnknown OnUnknown
 	// Wait is how long a call waits for a running call with the same key
 	// to finish, and then replays its outcome. 0 (the default) answers
-	// ErrInProgress at once, as Stripe and seed 003 do. Waiters are woken
+	// ErrInProgress at once, as Stripe and the payments API do. Waiters are woken
 	// when the holder ends (see WithWaitPolling); an engine whose policy
 	// waits also announces the end of its calls through the store's
 	// Notifier, a round trip that policies without Wait do not pay, so
 	// give every replica of a route the same Wait.
 	Wait time.Duration
 	// CleanupInterval throttles background cleanup of expired records to
-	// once per interval per store (seed 000). 0 means 300 s; negative
+	// once per interval per store (the workflow admin API). 0 means 300 s; negative
 	// disables it (run `idem cleanup` from a scheduler instead).
 	CleanupInterval time.Duration
 }
