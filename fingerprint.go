@@ -14,6 +14,7 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Fingerprints identify what makes a request what it is. A key reused with a
@@ -43,42 +44,33 @@ func HashBytes(b []byte) string {
 // call, so that the fingerprint string is the only allocation; larger ones
 // go through a hash.Hash, written to part by part.
 func HashParts(parts ...[]byte) string {
-	var buf [256]byte
-	var sum [sha256.Size]byte
-	if n := framedLen(len(parts), func(i int) int { return len(parts[i]) }); n <= len(buf) {
-		n = 0
-		for _, p := range parts {
-			binary.BigEndian.PutUint64(buf[n:], uint64(len(p)))
-			n += 8 + copy(buf[n+8:], p)
-		}
-		sum = sha256.Sum256(buf[:n])
-		return fingerprintString(&sum)
-	}
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write(binary.BigEndian.AppendUint64(buf[:0], uint64(len(p))))
-		h.Write(p)
-	}
-	h.Sum(sum[:0])
-	return fingerprintString(&sum)
+	// A string view of each part, not a copy: the bytes are only read.
+	return hashFramed(len(parts), func(i int) string { return unsafe.String(unsafe.SliceData(parts[i]), len(parts[i])) })
 }
 
 // HashStrings is HashParts of string parts (HashStrings("a", "b") equals
 // HashParts([]byte("a"), []byte("b"))), without copying them.
 func HashStrings(parts ...string) string {
+	return hashFramed(len(parts), func(i int) string { return parts[i] })
+}
+
+// hashFramed hashes n parts, each framed by its length, as HashParts says.
+func hashFramed(n int, part func(i int) string) string {
 	var buf [256]byte
 	var sum [sha256.Size]byte
-	if n := framedLen(len(parts), func(i int) int { return len(parts[i]) }); n <= len(buf) {
-		n = 0
-		for _, p := range parts {
-			binary.BigEndian.PutUint64(buf[n:], uint64(len(p)))
-			n += 8 + copy(buf[n+8:], p)
+	if size := framedLen(n, func(i int) int { return len(part(i)) }); size <= len(buf) {
+		size = 0
+		for i := range n {
+			p := part(i)
+			binary.BigEndian.PutUint64(buf[size:], uint64(len(p)))
+			size += 8 + copy(buf[size+8:], p)
 		}
-		sum = sha256.Sum256(buf[:n])
+		sum = sha256.Sum256(buf[:size])
 		return fingerprintString(&sum)
 	}
 	h := sha256.New()
-	for _, p := range parts {
+	for i := range n {
+		p := part(i)
 		h.Write(binary.BigEndian.AppendUint64(buf[:0], uint64(len(p))))
 		io.WriteString(h, p)
 	}
