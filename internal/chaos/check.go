@@ -174,6 +174,12 @@ func (c *checker) reRuns(key string, es []*Execution) {
 			continue
 		}
 		prev := es[j]
+		if prev.RequestID == e.RequestID {
+			c.violate(ViolationReRun, key, e.Start,
+				"one client request (%s via %s) ran twice upstream: after execution %d ended with fault %q, the gateway sent it again",
+				e.RequestID, c.gateway(e), j+1, prev.Fault)
+			continue
+		}
 		c.violate(ViolationReRun, key, e.Start,
 			"execution %d (request %s via %s, fault %q) ran while the holder of execution %d (request %s via %s, fault %q, delivered %v) was neither killed nor paused past its %v lease and on_unknown is %s",
 			i+1, e.RequestID, c.gateway(e), e.Fault, j+1, prev.RequestID, c.gateway(prev), prev.Fault, prev.Delivered, c.h.Lease, c.onUnknown())
@@ -280,6 +286,8 @@ func (c *checker) answers(key string, as []*Attempt, es []*Execution) {
 	if first == nil {
 		return
 	}
+	// One violation per key, naming the first answer that differed.
+	var changed []*Attempt
 	for _, a := range as {
 		if a == first || !a.Answered() {
 			continue
@@ -290,11 +298,15 @@ func (c *checker) answers(key string, as []*Attempt, es []*Execution) {
 			continue
 		}
 		if a.Status != first.Status || !bytes.Equal(a.Body, first.Body) {
-			c.violate(ViolationChanged, key, a.Received,
-				"%s via %s (request %s) saw %d %q; later %s via %s (request %s) got %s %q",
-				first.Client, first.Gateway, first.RequestID, first.Status, clip(first.Body),
-				a.Client, a.Gateway, a.RequestID, statusName(*a), clip(a.Body))
+			changed = append(changed, a)
 		}
+	}
+	if len(changed) > 0 {
+		a := changed[0]
+		c.violate(ViolationChanged, key, a.Received,
+			"%s via %s (request %s) saw %d %q; later %s via %s (request %s) got %s %q (%d of the key's answers differ)",
+			first.Client, first.Gateway, first.RequestID, first.Status, clip(first.Body),
+			a.Client, a.Gateway, a.RequestID, statusName(*a), clip(a.Body), len(changed))
 	}
 }
 

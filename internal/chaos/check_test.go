@@ -87,6 +87,17 @@ func TestCheck(t *testing.T) {
 			want: ViolationReRun,
 		},
 		{
+			name: "the gateway's transport sends one request again after a reset",
+			h: History{
+				Attempts: []Attempt{attempt("r1", "g1", 0, 400, 201, b, "")},
+				Executions: []Execution{
+					execution("r1", 10, 100, a, "reset"),
+					execution("r1", 101, 300, b, ""),
+				},
+			},
+			want: ViolationReRun,
+		},
+		{
 			name: "the same cut under on_unknown release is at-least-once on purpose",
 			h: History{
 				OnUnknown: OnUnknownRelease,

@@ -96,7 +96,7 @@ type History struct {
 	// Released reports whether the routes release a key whose call was
 	// answered with status (on_failure: release). Nil means the default
 	// policy: 2xx and 409 are kept, anything else releases the key.
-	Released func(status int) bool
+	Released func(status int) bool `json:"-"`
 
 	Attempts   []Attempt
 	Executions []Execution
