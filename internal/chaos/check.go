@@ -56,6 +56,11 @@ type Report struct {
 	// released by policy).
 	ReRuns    int
 	Explained map[string]int
+	// Unexplained counts the re-runs that are violations by what the run
+	// before them ended with: "after slow", "after reset", "after cut",
+	// "after an answer", or "request sent twice" (the gateway itself sent
+	// one client request upstream again).
+	Unexplained map[string]int
 
 	// Blocked holds, for each key whose holder was killed while a client
 	// waited on it, the time from the kill to the key's first 2xx after
@@ -83,9 +88,10 @@ func Check(h History) Report {
 		h.Released = func(status int) bool { return !(status >= 200 && status < 300 || status == 409) }
 	}
 	r := Report{
-		Faults:    map[string]int{},
-		Statuses:  map[string]int{},
-		Explained: map[string]int{},
+		Faults:      map[string]int{},
+		Statuses:    map[string]int{},
+		Explained:   map[string]int{},
+		Unexplained: map[string]int{},
 	}
 	byID := map[string]*Attempt{}
 	attempts := map[string][]*Attempt{}
@@ -175,10 +181,16 @@ func (c *checker) reRuns(key string, es []*Execution) {
 		}
 		prev := es[j]
 		if prev.RequestID == e.RequestID {
+			c.r.Unexplained["request sent twice"]++
 			c.violate(ViolationReRun, key, e.Start,
 				"one client request (%s via %s) ran twice upstream: after execution %d ended with fault %q, the gateway sent it again",
 				e.RequestID, c.gateway(e), j+1, prev.Fault)
 			continue
+		}
+		if prev.Fault != "" {
+			c.r.Unexplained["after "+prev.Fault]++
+		} else {
+			c.r.Unexplained["after an answer"]++
 		}
 		c.violate(ViolationReRun, key, e.Start,
 			"execution %d (request %s via %s, fault %q) ran while the holder of execution %d (request %s via %s, fault %q, delivered %v) was neither killed nor paused past its %v lease and on_unknown is %s",
@@ -372,7 +384,8 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "keys %d (acknowledged %d, outcome_unknown %d, unresolved %d), attempts %d, executions %d\n",
 		r.Keys, r.Acknowledged, r.Unknown, r.Unresolved, r.Attempts, r.Executions)
 	fmt.Fprintf(&b, "upstream faults %v; answers %v\n", sortedMap(r.Faults), sortedMap(r.Statuses))
-	fmt.Fprintf(&b, "kills %d, pauses %d; re-runs %d, explained %v\n", r.Kills, r.Pauses, r.ReRuns, sortedMap(r.Explained))
+	fmt.Fprintf(&b, "kills %d, pauses %d; re-runs %d, explained %v, unexplained %v\n",
+		r.Kills, r.Pauses, r.ReRuns, sortedMap(r.Explained), sortedMap(r.Unexplained))
 	if n := len(r.Blocked); n > 0 {
 		fmt.Fprintf(&b, "blocked after a kill: %d keys, median %v, max %v; still blocked at the end %d\n",
 			n, r.Blocked[n/2].Round(time.Millisecond), r.Blocked[n-1].Round(time.Millisecond), r.StillBlocked)

@@ -310,6 +310,19 @@ func TestCheck(t *testing.T) {
 			if got := kinds(r); got != tc.want {
 				t.Errorf("violations %q, want %q\n%v", got, tc.want, r.Violations)
 			}
+			reRuns := 0
+			for _, v := range r.Violations {
+				if v.Kind == ViolationReRun {
+					reRuns++
+				}
+			}
+			n := 0
+			for _, c := range r.Unexplained {
+				n += c
+			}
+			if n != reRuns {
+				t.Errorf("unexplained %v, want %d in all", r.Unexplained, reRuns)
+			}
 			if tc.explained != "" && r.Explained[tc.explained] != 1 {
 				t.Errorf("explained %v, want one %q", r.Explained, tc.explained)
 			}
@@ -348,6 +361,9 @@ func TestCheckReport(t *testing.T) {
 	if r.Keys != 3 || r.Acknowledged != 1 || r.Unknown != 1 || r.Unresolved != 1 || r.Kills != 1 ||
 		r.ReRuns != 1 || r.Explained[explainedKill] != 1 || r.Faults["cut"] != 1 {
 		t.Errorf("report %+v", r)
+	}
+	if len(r.Unexplained) != 0 {
+		t.Errorf("unexplained %v", r.Unexplained)
 	}
 	if len(r.Blocked) != 1 || r.Blocked[0] != 1300*time.Millisecond || r.StillBlocked != 1 {
 		t.Errorf("blocked %v, still blocked %d; want [1.3s] and 1 (k3)", r.Blocked, r.StillBlocked)
