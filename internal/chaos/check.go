@@ -163,17 +163,17 @@ func (c *checker) reRuns(key string, es []*Execution) {
 	for i := 1; i < len(es); i++ {
 		e := es[i]
 		c.r.ReRuns++
-		// A holder that lost its lease while paused, before it sent its
-		// call, runs it late; its run never owned the record, so it
-		// explains nothing after it either.
-		if c.staleHolder(e) {
-			stale[i] = true
-			c.r.Explained[explainedStale]++
-			continue
-		}
 		j := i - 1
 		for j > 0 && stale[j] {
 			j--
+		}
+		// A holder that lost its lease while paused, before it sent its
+		// call, runs it late; its run never owned the record, so it
+		// explains nothing after it either.
+		if c.staleHolder(e, es[j]) {
+			stale[i] = true
+			c.r.Explained[explainedStale]++
+			continue
 		}
 		if why := c.explain(es[j], e); why != "" {
 			c.r.Explained[why]++
@@ -246,19 +246,17 @@ func (c *checker) explain(prev, e *Execution) string {
 	return ""
 }
 
-// staleHolder reports whether e's own gateway was paused past its lease
-// between taking the request and sending it upstream.
-func (c *checker) staleHolder(e *Execution) bool {
+// staleHolder reports whether e's own gateway took the key, was then paused
+// past its lease while prev's gateway took the key over (prev started
+// during the pause), and sent e once it was continued.
+func (c *checker) staleHolder(e, prev *Execution) bool {
 	a := c.byID[e.RequestID]
 	if a == nil {
 		return false
 	}
 	for _, ev := range c.events[a.Gateway] {
-		if ev.Kind != EventPause {
-			continue
-		}
-		from := later(a.Sent, ev.Start)
-		if ev.End.Sub(from) >= c.h.Lease-c.h.RenewSlack && !e.Start.Before(ev.End) {
+		if ev.Kind == EventPause && a.Sent.Before(ev.Start) && !prev.Start.Before(ev.Start) &&
+			ev.End.Sub(ev.Start) >= c.h.Lease-c.h.RenewSlack && !e.Start.Before(ev.End) {
 			return true
 		}
 	}

@@ -240,6 +240,22 @@ func TestCheck(t *testing.T) {
 			explained: explainedStale,
 		},
 		{
+			name: "a request that reached a gateway while it was paused explains nothing",
+			h: History{
+				Lease: time.Second,
+				Attempts: []Attempt{
+					attempt("r1", "g2", 0, 100, 0, nil, ""),
+					attempt("r2", "g1", 600, 2700, 201, b, ""),
+				},
+				Executions: []Execution{
+					execution("r1", 10, 90, a, "cut"),
+					execution("r2", 2550, 2600, b, ""),
+				},
+				Events: []Event{{Kind: EventPause, Gateway: "g1", Start: at(500), End: at(2500)}},
+			},
+			want: ViolationReRun,
+		},
+		{
 			name: "after a 2xx, a later retry gets outcome_unknown",
 			h: History{
 				Attempts: []Attempt{
