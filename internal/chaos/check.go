@@ -266,6 +266,10 @@ func (c *checker) staleHolder(e, prev *Execution) bool {
 // answers checks what the clients were told about one key: every 2xx comes
 // from an execution, and once a client saw one, every answer is that one.
 func (c *checker) answers(key string, as []*Attempt, es []*Execution) {
+	if len(as) == 0 {
+		c.r.Unresolved++ // runs no client asked for: nothing was answered
+		return
+	}
 	var first *Attempt
 	for _, a := range as {
 		if a.Acknowledged() && (first == nil || a.Received.Before(first.Received)) {

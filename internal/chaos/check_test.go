@@ -310,6 +310,12 @@ func TestCheck(t *testing.T) {
 			want: ViolationPhantom,
 		},
 		{
+			name: "an execution no client asked for is not an answer",
+			h: History{
+				Executions: []Execution{execution("r9", 10, 90, a, "")},
+			},
+		},
+		{
 			name: "outcome_unknown on every retry is not an acknowledgement",
 			h: History{
 				Attempts: []Attempt{
