@@ -170,7 +170,7 @@ func (c *chaosCluster) Nodes() []chaos.Node {
 	for i, s := range c.slots {
 		nodes[i].Name = fmt.Sprintf("%s%d#%d", c.name, i+1, s.gen)
 		if s.g != nil {
-			nodes[i].URL = s.g.URL
+			nodes[i].URL, nodes[i].Health = s.g.URL, s.g.Admin+"/healthz"
 		}
 	}
 	return nodes

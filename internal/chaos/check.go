@@ -36,6 +36,7 @@ func (v Violation) String() string { return fmt.Sprintf("%s: key %s: %s", v.Kind
 const (
 	explainedKill     = "holder killed"
 	explainedPause    = "holder paused past its lease"
+	explainedStall    = "holder stalled past its lease"
 	explainedStale    = "stale holder resumed after its lease"
 	explainedReleased = "released by policy"
 )
@@ -50,6 +51,7 @@ type Report struct {
 	Statuses     map[string]int // client answers: "201", "409 in_progress", "error"...
 	Kills        int
 	Pauses       int
+	Stalls       int // stalls the watchdog saw, not caused by a nemesis
 
 	// ReRuns counts executions after a key's first; Explained says why
 	// those that may happen did (holder killed, paused past its lease,
@@ -65,9 +67,12 @@ type Report struct {
 	// Blocked holds, for each key whose holder was killed while a client
 	// waited on it, the time from the kill to the key's first 2xx after
 	// it. StillBlocked counts those keys that got none before the run
-	// ended.
+	// ended (nor outcome_unknown).
 	Blocked      []time.Duration
 	StillBlocked int
+	// BlockedUnknown counts those keys that ended in outcome_unknown
+	// instead (their call's answer was lost before the kill).
+	BlockedUnknown int
 
 	// Unknown counts keys whose last answer was 409 outcome_unknown (kept
 	// by policy, waiting for an operator or their TTL); Unresolved counts
@@ -119,6 +124,8 @@ func Check(h History) Report {
 			r.Kills++
 		case EventPause:
 			r.Pauses++
+		case EventStall:
+			r.Stalls++
 		}
 	}
 	keys := make([]string, 0, len(attempts))
@@ -231,14 +238,22 @@ func (c *checker) explain(prev, e *Execution) string {
 			if !ev.Start.Before(a.Sent) && !ev.Start.After(e.Start) {
 				return explainedKill
 			}
-		case EventPause:
-			// Paused while it held the key (still paused when its call
-			// reached the upstream or later), long enough for its lease to
-			// run out, and the re-run came after that.
-			from := later(a.Sent, ev.Start)
-			expiry := from.Add(c.h.Lease - c.h.RenewSlack)
-			if !ev.End.Before(prev.Start) && ev.Start.Before(e.Start) &&
-				!ev.End.Before(expiry) && !e.Start.Before(expiry) {
+		case EventPause, EventStall:
+			// It held the key during the pause: it took the request before
+			// the pause began, or its call reached the upstream while it was
+			// paused; and the pause began before it could have recorded the
+			// outcome (at most RenewSlack after the upstream answered).
+			held := a.Sent.Before(ev.Start) || !prev.Start.After(ev.End)
+			if !held || ev.Start.After(prev.End.Add(c.h.RenewSlack)) {
+				continue
+			}
+			// Paused long enough for its lease to run out, and the re-run
+			// came after that.
+			expiry := later(a.Sent, ev.Start).Add(c.h.Lease - c.h.RenewSlack)
+			if !ev.End.Before(expiry) && !e.Start.Before(expiry) {
+				if ev.Kind == EventStall {
+					return explainedStall
+				}
 				return explainedPause
 			}
 		}
@@ -255,7 +270,7 @@ func (c *checker) staleHolder(e, prev *Execution) bool {
 		return false
 	}
 	for _, ev := range c.events[a.Gateway] {
-		if ev.Kind == EventPause && a.Sent.Before(ev.Start) && !prev.Start.Before(ev.Start) &&
+		if (ev.Kind == EventPause || ev.Kind == EventStall) && a.Sent.Before(ev.Start) && !prev.Start.Before(ev.Start) &&
 			ev.End.Sub(ev.Start) >= c.h.Lease-c.h.RenewSlack && !e.Start.Before(ev.End) {
 			return true
 		}
@@ -344,10 +359,14 @@ func (c *checker) blocked(attempts map[string][]*Attempt) {
 					after = a.Received.Sub(ev.Start)
 				}
 			}
-			if after < 0 {
-				c.r.StillBlocked++
-			} else {
+			as := attempts[key]
+			switch {
+			case after >= 0:
 				c.r.Blocked = append(c.r.Blocked, after)
+			case len(as) > 0 && as[len(as)-1].Problem == "outcome_unknown":
+				c.r.BlockedUnknown++
+			default:
+				c.r.StillBlocked++
 			}
 		}
 	}
@@ -386,13 +405,13 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "keys %d (acknowledged %d, outcome_unknown %d, unresolved %d), attempts %d, executions %d\n",
 		r.Keys, r.Acknowledged, r.Unknown, r.Unresolved, r.Attempts, r.Executions)
 	fmt.Fprintf(&b, "upstream faults %v; answers %v\n", sortedMap(r.Faults), sortedMap(r.Statuses))
-	fmt.Fprintf(&b, "kills %d, pauses %d; re-runs %d, explained %v, unexplained %v\n",
-		r.Kills, r.Pauses, r.ReRuns, sortedMap(r.Explained), sortedMap(r.Unexplained))
+	fmt.Fprintf(&b, "kills %d, pauses %d, stalls seen by the watchdog %d; re-runs %d, explained %v, unexplained %v\n",
+		r.Kills, r.Pauses, r.Stalls, r.ReRuns, sortedMap(r.Explained), sortedMap(r.Unexplained))
 	if n := len(r.Blocked); n > 0 {
-		fmt.Fprintf(&b, "blocked after a kill: %d keys, median %v, max %v; still blocked at the end %d\n",
-			n, r.Blocked[n/2].Round(time.Millisecond), r.Blocked[n-1].Round(time.Millisecond), r.StillBlocked)
+		fmt.Fprintf(&b, "blocked after a kill: %d keys, median %v, max %v; ended outcome_unknown %d, still blocked at the end %d\n",
+			n, r.Blocked[n/2].Round(time.Millisecond), r.Blocked[n-1].Round(time.Millisecond), r.BlockedUnknown, r.StillBlocked)
 	} else {
-		fmt.Fprintf(&b, "blocked after a kill: no key; still blocked at the end %d\n", r.StillBlocked)
+		fmt.Fprintf(&b, "blocked after a kill: no key; ended outcome_unknown %d, still blocked at the end %d\n", r.BlockedUnknown, r.StillBlocked)
 	}
 	byKind := map[string]int{}
 	for _, v := range r.Violations {

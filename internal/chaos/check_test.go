@@ -189,6 +189,54 @@ func TestCheck(t *testing.T) {
 			explained: explainedPause,
 		},
 		{
+			name: "a holder the machine starved past its lease, seen by the watchdog",
+			h: History{
+				Lease: time.Second,
+				Attempts: []Attempt{
+					attempt("r1", "g1", 0, 1300, 504, nil, "upstream_timeout"),
+					attempt("r2", "g2", 200, 1600, 201, b, ""),
+				},
+				Executions: []Execution{
+					execution("r1", 10, 300, a, ""),
+					execution("r2", 1250, 1580, b, ""),
+				},
+				Events: []Event{{Kind: EventStall, Gateway: "g1", Start: at(100), End: at(1270)}},
+			},
+			explained: explainedStall,
+		},
+		{
+			name: "a gateway paused just after it took the key runs it late, and a retry queued behind the pause takes it over",
+			h: History{
+				Lease: time.Second,
+				Attempts: []Attempt{
+					attempt("r1", "g1", 0, 2300, 409, nil, "in_progress"),
+					attempt("r2", "g1", 10, 2400, 201, b, ""),
+				},
+				Executions: []Execution{
+					execution("r1", 2080, 2200, a, ""),
+					execution("r2", 2090, 2300, b, ""),
+				},
+				Events: []Event{{Kind: EventPause, Gateway: "g1", Start: at(5), End: at(2050)}},
+			},
+			explained: explainedPause,
+		},
+		{
+			name: "a pause that began after the holder was done explains nothing",
+			h: History{
+				Lease: time.Second,
+				Attempts: []Attempt{
+					attempt("r1", "g1", 0, 300, 201, a, ""),
+					attempt("r2", "g2", 3000, 3200, 201, b, ""),
+				},
+				Executions: []Execution{
+					execution("r1", 10, 200, a, ""),
+					execution("r2", 3050, 3100, b, ""),
+				},
+				Events: []Event{{Kind: EventPause, Gateway: "g1", Start: at(1000), End: at(2900)}},
+			},
+			want: ViolationReRun + ", " + ViolationChanged,
+		},
+		{
 			name: "a pause shorter than the lease does not explain a re-run",
 			h: History{
 				Lease: time.Second,
@@ -391,7 +439,7 @@ func TestCheckReport(t *testing.T) {
 		t.Errorf("blocked %v, still blocked %d; want [1.3s] and 1 (k3)", r.Blocked, r.StillBlocked)
 	}
 	s := r.String()
-	for _, want := range []string{"keys 3 (acknowledged 1, outcome_unknown 1, unresolved 1)", "kills 1, pauses 0; re-runs 1", "median 1.3s", "violations 0"} {
+	for _, want := range []string{"keys 3 (acknowledged 1, outcome_unknown 1, unresolved 1)", "kills 1, pauses 0, stalls seen by the watchdog 0; re-runs 1", "median 1.3s", "violations 0"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}

@@ -18,6 +18,9 @@ import (
 type Node struct {
 	Name string
 	URL  string
+	// Health is a URL the watchdog polls to see the process stall (its
+	// /healthz); empty: not watched.
+	Health string
 }
 
 // Cluster is the gateways under test. The clients send to them, the nemesis

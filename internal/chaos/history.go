@@ -57,9 +57,10 @@ type Execution struct {
 	Delivered bool
 }
 
-// Event is something a nemesis did to a gateway process.
+// Event is something a nemesis did to a gateway process, or a stall the
+// watchdog saw.
 type Event struct {
-	Kind    string // EventKill or EventPause
+	Kind    string // EventKill, EventPause or EventStall
 	Gateway string // the process incarnation it hit
 	Start   time.Time
 	// End is when a paused process was continued (SIGCONT), or when a
@@ -67,10 +68,15 @@ type Event struct {
 	End time.Time
 }
 
-// The nemeses' events.
+// The nemeses' events, and the watchdog's.
 const (
 	EventKill  = "kill"
 	EventPause = "pause"
+	// EventStall: the gateway did not answer its health probe for a while
+	// though no nemesis paused it: the machine did (CPU starvation, a long
+	// GC). Like a pause, it may cost the gateway its leases; the checker
+	// treats it as one, and the report counts it apart.
+	EventStall = "stall"
 )
 
 // The policies a route may have for an outcome that is unknown (the call was

@@ -3,7 +3,9 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -38,6 +40,11 @@ type Config struct {
 	Down     time.Duration
 	PauseFor [2]time.Duration
 
+	// StallAfter is how late a gateway's health answer must be for the
+	// watchdog to record a stall (EventStall): a gateway that no nemesis
+	// paused but the machine starved. Zero means half the lease.
+	StallAfter time.Duration
+
 	// Logf, if set, is told what the nemesis does.
 	Logf func(format string, args ...any)
 }
@@ -50,13 +57,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if cfg.StallAfter == 0 {
+		cfg.StallAfter = cfg.Recorder.History().Lease / 2
+	}
 	cl := newClients(cfg.Cluster, cfg.Recorder)
 	stopAt := time.Now().Add(cfg.Duration)
 
 	nemesisErr := make(chan error, 1)
 	nctx, stopNemesis := context.WithDeadline(ctx, stopAt)
 	defer stopNemesis()
-	go func() { nemesisErr <- nemesis(nctx, cfg, cl) }()
+	paused := &pauses{}
+	go func() { nemesisErr <- nemesis(nctx, cfg, cl, paused) }()
+	wctx, stopWatchdog := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { watchdog(wctx, cfg, paused); close(watched) }()
+	defer func() { stopWatchdog(); <-watched }()
 
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, cfg.Keys)
@@ -97,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 // one that holds a key whose call is running upstream. A killed gateway is
 // restarted after cfg.Down, a paused one continued after cfg.PauseFor. It
 // returns when ctx is done, with every gateway up and running.
-func nemesis(ctx context.Context, cfg Config, cl *clients) error {
+func nemesis(ctx context.Context, cfg Config, cl *clients, paused *pauses) error {
 	if len(cfg.Nemeses) == 0 {
 		<-ctx.Done()
 		return nil
@@ -125,12 +140,14 @@ func nemesis(ctx context.Context, cfg Config, cl *clients) error {
 			}
 			cfg.Logf("nemesis: killed %s at %s, restarted as %s", node.Name, ev.Start.Format("15:04:05.000"), cfg.Cluster.Nodes()[slot].Name)
 		case EventPause:
+			paused.start(node.Name, ev.Start)
 			if err := cfg.Cluster.Pause(slot); err != nil {
 				return fmt.Errorf("pause %s: %w", node.Name, err)
 			}
 			time.Sleep(between(cfg.PauseFor))
 			err := cfg.Cluster.Resume(slot)
 			ev.End = time.Now()
+			paused.end(node.Name, ev.End)
 			cfg.Recorder.Event(ev)
 			if err != nil {
 				return fmt.Errorf("resume %s: %w", node.Name, err)
@@ -152,4 +169,81 @@ func victim(ctx context.Context, cfg Config, cl *clients) int {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return rand.IntN(len(cfg.Cluster.Nodes()))
+}
+
+// pauses are the nemesis's pauses, so that the watchdog does not count them
+// as stalls.
+type pauses struct {
+	mu sync.Mutex                // guards at
+	at map[string][][2]time.Time // by gateway; the end is zero while paused
+}
+
+func (p *pauses) start(name string, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at == nil {
+		p.at = map[string][][2]time.Time{}
+	}
+	p.at[name] = append(p.at[name], [2]time.Time{t})
+}
+
+func (p *pauses) end(name string, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.at[name]; len(l) > 0 {
+		l[len(l)-1][1] = t
+	}
+}
+
+// overlap reports whether name was paused at some time in [from, to].
+func (p *pauses) overlap(name string, from, to time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, iv := range p.at[name] {
+		if !iv[0].After(to) && (iv[1].IsZero() || !iv[1].Before(from)) {
+			return true
+		}
+	}
+	return false
+}
+
+// watchdog polls every gateway's health URL every 100 ms until ctx is done
+// and records, as EventStall, every answer that took cfg.StallAfter or
+// longer while no nemesis paused that gateway: the process was starved
+// (CPU, a long GC) and may have lost its leases like a paused one.
+func watchdog(ctx context.Context, cfg Config, paused *pauses) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for slot := range cfg.Cluster.Nodes() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				n := cfg.Cluster.Nodes()[slot]
+				if n.Health != "" && n.URL != "" {
+					start := time.Now()
+					req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.Health, nil)
+					if err != nil {
+						return
+					}
+					res, err := client.Do(req)
+					if err == nil {
+						io.Copy(io.Discard, res.Body)
+						res.Body.Close()
+					}
+					end := time.Now()
+					if err == nil && end.Sub(start) >= cfg.StallAfter && !paused.overlap(n.Name, start, end) {
+						cfg.Recorder.Event(Event{Kind: EventStall, Gateway: n.Name, Start: start, End: end})
+						cfg.Logf("watchdog: %s did not answer its health probe for %v", n.Name, end.Sub(start).Round(time.Millisecond))
+					}
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
