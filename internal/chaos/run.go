@@ -145,9 +145,12 @@ func nemesis(ctx context.Context, cfg Config, cl *clients, paused *pauses) error
 				return fmt.Errorf("pause %s: %w", node.Name, err)
 			}
 			time.Sleep(between(cfg.PauseFor))
-			err := cfg.Cluster.Resume(slot)
+			// The end is taken before SIGCONT: the gateway may send a call
+			// upstream the instant it runs again, and no call it sends may
+			// look as if it left before the pause ended.
 			ev.End = time.Now()
-			paused.end(node.Name, ev.End)
+			err := cfg.Cluster.Resume(slot)
+			paused.end(node.Name, time.Now())
 			cfg.Recorder.Event(ev)
 			if err != nil {
 				return fmt.Errorf("resume %s: %w", node.Name, err)
