@@ -15,10 +15,17 @@
 // A 504 upstream_timeout or a 409 outcome_unknown is not an acknowledgement:
 // it tells the client the call may have run, not what it answered.
 //
+// A key may run again when its holder died or its lease ran out: killed, or
+// paused (SIGSTOP) past its lease by a nemesis, or stalled past it by the
+// machine itself (CPU starvation, a long GC), which a watchdog sees as a
+// health probe answered late and records as a stall. The report counts
+// stalls apart from the nemesis's pauses, so that a run explained by the
+// machine rather than by the nemesis shows.
+//
 // The package holds the history model and its checker (history.go,
 // check.go), the counting upstream with its faults (upstream.go), the
-// retrying clients (client.go) and the nemesis (nemesis.go). The gateways
-// themselves are processes started by the caller behind the Cluster
-// interface; cmd/idem's chaos test runs them on PostgreSQL, Redis and the
-// file store.
+// retrying clients (client.go), and the nemesis and the watchdog (run.go).
+// The gateways themselves are processes started by the caller behind the
+// Cluster interface; cmd/idem's TestChaos runs them on PostgreSQL, Redis
+// and the file store.
 package chaos
