@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean chaos
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -46,6 +46,11 @@ fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 long: ## long scale runs (IDEM_LONG=1), not part of `make test`: cleanup of 1M expired among 1M live on PostgreSQL
 	IDEM_LONG=1 $(GO) test -count=1 -timeout 60m -v -run 'Long|Million' $(PKGS)
 
+.PHONY: chaos
+chaos: ## the fault suite, long version (IDEM_CHAOS=long): kill -9 and SIGSTOP of gateways on PostgreSQL, Redis and the file store, upstream faults, history checked
+	$(GO) test -race -count=1 ./internal/chaos
+	IDEM_CHAOS=long $(GO) test -race -count=1 -timeout 60m -v -run '^TestChaos$$' ./cmd/idem
+
 services: ## start PostgreSQL and Redis if they are not running
 	./scripts/services.sh
 
@@ -57,7 +62,3 @@ build: ## build bin/idem
 
 clean: ## remove build output and the demo's data
 	rm -rf bin idem-data
-
-chaos: ## the fault suite, long version (IDEM_CHAOS=long): kill -9 and SIGSTOP of gateways on PostgreSQL, Redis and the file store, upstream faults, history checked
-	$(GO) test -race -count=1 ./internal/chaos
-	IDEM_CHAOS=long $(GO) test -race -count=1 -timeout 60m -v -run '^TestChaos$$' ./cmd/idem
