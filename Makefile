@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean
+.PHONY: help test test-race test-short vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean bench-wake
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -62,3 +62,6 @@ build: ## build bin/idem
 
 clean: ## remove build output and the demo's data
 	rm -rf bin idem-data
+
+bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, PostgreSQL and Redis
+	$(GO) test -run '^TestWake$$' -count=1 -v ./store/memory ./store/postgres ./store/redis | grep -E 'replay after|^(ok|FAIL|---)'

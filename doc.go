@@ -26,6 +26,7 @@
 //	ErrFingerprintMismatch  same key, different request (422)
 //	ErrKeyReused            same key, another action or target (422)
 //	ErrPreviousFailure      the first call failed and the policy keeps it
+//	ErrOutcomeUnknown       the first call started and its outcome is unknown (409)
 //	ErrInvalidKey           empty, too long or non-printable key (400)
 //	ErrStoreUnavailable     the store failed; nothing ran (503)
 //
@@ -39,6 +40,37 @@
 // place where idem is at-least-once. Every write that ends a reservation is
 // fenced by the holder's token, so a holder that was taken over can never
 // overwrite the new holder's outcome.
+//
+// When a holder cannot record its outcome (it was paused past its lease
+// and taken over, or the store kept failing), Do still returns the value
+// its operation produced, with Result.NotRecorded set and an error matching
+// ErrLeaseLost or ErrStoreUnavailable: that value is not what retries will
+// get, and must not be shown as the key's outcome. Inside the operation,
+// TokenFromContext gives the token, which an upstream can use to reject a
+// holder that lost its lease.
+//
+// # Unknown outcomes
+//
+// An operation that started its work and cannot tell whether it took effect
+// (the payments API took the request and never answered, the connection was
+// cut halfway through the response) returns an error wrapping
+// ErrOutcomeUnknown; a panic in the operation counts as the same. Under
+// OnUnknownConflict (the default) the key is never released for it: retries
+// get ErrOutcomeUnknown, naming the first request, until the record expires
+// or an operator who checked what happened calls Engine.Release. Under
+// OnUnknownRelease the key is released and a retry runs the operation again.
+// An operation that failed before doing anything returns ErrNotExecuted and
+// its key is always released.
+//
+// # Waiting
+//
+// With Policy.Wait, a duplicate of a running call waits for its outcome
+// instead of answering ErrInProgress. A waiter is woken as soon as the
+// holder ends: by the holder itself, which hands its outcome over, when it
+// runs in the same process; through the store when it runs in another and
+// the store implements store.Notifier (PostgreSQL LISTEN/NOTIFY, Redis
+// pub/sub). Waiters poll as well, as a safety net, at most every
+// DefaultPollCap (WithWaitPolling changes it).
 //
 // Records expire after Policy.TTL. Expired records are treated as absent,
 // and a background cleanup, throttled to once per Policy.CleanupInterval,

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -63,10 +64,19 @@ type Result struct {
 	// protection because the store failed and the policy is
 	// OnStoreErrorFailOpen.
 	Unprotected bool
+	// NotRecorded is true when the operation ran and returned Value, but
+	// its outcome could not be stored: the call lost its lease to another
+	// (Do's error matches ErrLeaseLost) or the store kept failing
+	// (ErrStoreUnavailable). Retries will not get Value, so it must not be
+	// presented as the key's outcome; see Do.
+	NotRecorded bool
 }
 
 // Func is the operation behind a key. Its context is canceled, with cause
-// ErrLeaseLost, if another caller takes the key over.
+// ErrLeaseLost, if another caller takes the key over, and carries the
+// reservation's fencing token (TokenFromContext). An operation that started
+// its work and cannot tell whether it took effect returns an error wrapping
+// ErrOutcomeUnknown; one that failed before doing anything, ErrNotExecuted.
 type Func func(ctx context.Context) ([]byte, error)
 
 // Engine runs operations at most once per (scope, key). It is safe for
@@ -90,7 +100,24 @@ type shared struct {
 	cleaning  bool         // guarded by cleanMu
 	closed    bool         // guarded by cleanMu
 	cleanWG   sync.WaitGroup
+
+	// waiters holds the callers waiting for a key held by a call in this
+	// process (Policy.Wait), woken when it ends.
+	waiters wakeup.Hub
+	// pollCap bounds the interval between two reads of a waiter, and is
+	// the interval of the safety-net poll when the store notifies.
+	pollCap time.Duration
+	// pollStart is a waiter's first interval when the store does not
+	// notify; it doubles up to pollCap.
+	pollStart time.Duration
+	// notifier is the store's Notifier (store.NotifierOf), nil if none.
+	notifier store.Notifier
 }
+
+// DefaultPollCap bounds the interval between two reads of the record by a
+// caller waiting for a running call (Policy.Wait): the longest a waiter can
+// stay parked after the holder ended when no notification reaches it.
+const DefaultPollCap = 250 * time.Millisecond
 
 // Option configures an Engine.
 type Option func(*shared)
@@ -98,6 +125,24 @@ type Option func(*shared)
 // WithClock makes the engine read time from now instead of time.Now. Tests
 // use it to expire leases and records without sleeping.
 func WithClock(now func() time.Time) Option { return func(s *shared) { s.now = now } }
+
+// WithWaitPolling sets how often a caller waiting for a running call
+// (Policy.Wait) reads the record when nothing wakes it: first, doubling up
+// to max. The defaults are 5 ms and DefaultPollCap (250 ms). Waiters are
+// woken without polling by a holder in the same process, and by the
+// store's Notifier when it has one; then they read only every max, as a
+// safety net, and max is the longest a lost notification can delay them.
+// Non-positive values keep the defaults.
+func WithWaitPolling(first, max time.Duration) Option {
+	return func(s *shared) {
+		if first > 0 {
+			s.pollStart = first
+		}
+		if max > 0 {
+			s.pollCap = max
+		}
+	}
+}
 
 // WithLogger sets the logger for background work (cleanup, lease renewal).
 // The default is slog.Default().
@@ -111,10 +156,11 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 	if err := p.Validate(); err != nil {
 		panic(err)
 	}
-	sh := &shared{now: time.Now, logger: slog.Default(), completeTimeout: 30 * time.Second}
+	sh := &shared{now: time.Now, logger: slog.Default(), completeTimeout: 30 * time.Second, pollCap: DefaultPollCap, pollStart: 5 * time.Millisecond}
 	for _, o := range opts {
 		o(sh)
 	}
+	sh.notifier, _ = store.NotifierOf(s)
 	return &Engine{store: s, policy: p, shared: sh}
 }
 
@@ -149,12 +195,24 @@ func (e *Engine) Now() time.Time { return e.now() }
 //   - the first call failed: under OnFailureRelease fn runs again; otherwise
 //     ErrPreviousFailure, with the failure in Result.Value. A failure that
 //     wraps ErrNotExecuted is always released.
+//   - the first call's outcome is unknown (fn returned an error wrapping
+//     ErrOutcomeUnknown, or panicked): under OnUnknownConflict a
+//     *ConflictError matching ErrOutcomeUnknown, with the first call's
+//     record, until the record expires or Engine.Release; under
+//     OnUnknownRelease fn runs again.
 //   - invalid key: ErrInvalidKey. Store failure: ErrStoreUnavailable (or fn
 //     runs unprotected under OnStoreErrorFailOpen).
 //
-// When fn succeeded but its outcome could not be stored, Do returns the
-// outcome together with an error matching ErrStoreUnavailable or
-// ErrLeaseLost.
+// When fn ran but its outcome could not be stored, Do returns fn's value
+// with Result.NotRecorded set and an error matching ErrLeaseLost (another
+// call took the key over while this one was paused past its lease, and the
+// record holds that call's outcome) or ErrStoreUnavailable (the store kept
+// failing). That value is not the key's outcome: retries will not get it,
+// so it must not be shown to a client as the answer to its key. Read what
+// retries get with Lookup instead (the HTTP middleware does).
+//
+// A panic in fn is recorded as an unknown outcome (see OnUnknown), then
+// continues up the caller's stack.
 func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	key, err := ValidateKey(c.Key, e.policy.MaxKeyBytes)
 	if err != nil {
@@ -170,7 +228,11 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	if e.policy.Wait > 0 {
 		waitUntil = time.Now().Add(e.policy.Wait)
 	}
-	backoff := 5 * time.Millisecond
+	var w waiter
+	defer w.stop()
+	woken := false
+	var handed *store.Record // the outcome handed over by a holder in this process
+	backoff := e.pollStart
 	for {
 		now := e.now()
 		req := store.ReserveRequest{
@@ -191,7 +253,15 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			Now:           now,
 			TakeOverStale: e.policy.OnStale == OnStaleRetry,
 		}
-		res, err := e.store.Reserve(ctx, req)
+		var res store.Reservation
+		if handed != nil {
+			res.Existing, handed = *handed, nil
+		} else if cur, ok := e.ended(ctx, woken, c.Scope, keyHash, now); ok {
+			res.Existing = cur
+		} else {
+			res, err = e.store.Reserve(ctx, req)
+		}
+		woken = false
 		if err != nil {
 			if ctx.Err() != nil {
 				return Result{}, context.Cause(ctx)
@@ -211,6 +281,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			res.Acquired = true
 		}
 		if res.Acquired {
+			w.stop()
 			return e.run(ctx, req.Record, res.TookOver, fn)
 		}
 		switch {
@@ -221,6 +292,10 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		case ex.State == store.Succeeded:
 			return replay(ex), nil
 		case ex.State == store.Failed:
+			if failure, ok := OutcomeUnknown(ex); ok {
+				ex.Value = failure
+				return replay(ex), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: key, Record: ex}
+			}
 			return replay(ex), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: key, Record: ex}
 		}
 		// In progress. A stale record reaches here only under
@@ -230,18 +305,88 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		if waitUntil.IsZero() || stale || left <= 0 {
 			return Result{}, &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: key, Record: ex, Stale: stale}
 		}
-		// Poll: the stores are shared between processes, so there is no
-		// local signal to wait for. Jitter spreads the pollers of one key.
+		if !w.subscribed() {
+			// Subscribe, then read the record again: a holder that ended
+			// between the read above and the subscription woke nobody.
+			w.start(ctx, e, c.Scope, keyHash)
+			continue
+		}
+		// Wait to be woken: by the holder itself when it runs in this
+		// process, by the store's Notifier when it runs in another. Poll
+		// all the same, as a safety net for a notification that never
+		// comes (a holder that died, a listener that reconnected); with a
+		// notifier listening, at the poll cap at once. Jitter spreads the
+		// pollers of one key.
+		if w.remote != nil {
+			backoff = e.pollCap
+		}
 		d := min(backoff+rand.N(backoff/2+1), left)
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return Result{}, context.Cause(ctx)
+		case <-w.local:
+			t.Stop()
+			handed, _ = w.value().(*store.Record)
+			w.stop()
+			woken = true
+		case <-w.remote:
+			t.Stop()
+			w.stop()
+			woken = true
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 250*time.Millisecond)
+		backoff = min(backoff*2, e.pollCap)
 	}
+}
+
+// ended returns the record of keyHash when a woken waiter finds it
+// completed. A read answers it: on stores whose reservation writes even
+// when it finds a record (PostgreSQL's takes a row lock), a crowd of woken
+// duplicates would otherwise queue on the row the holder just released.
+// Anything else (released, still or again in progress, a store error) is
+// left to Reserve.
+func (e *Engine) ended(ctx context.Context, woken bool, scope, keyHash string, now time.Time) (store.Record, bool) {
+	if !woken {
+		return store.Record{}, false
+	}
+	cur, err := e.store.Get(ctx, scope, keyHash, now)
+	if err != nil || cur.State == store.InProgress {
+		return store.Record{}, false
+	}
+	return cur, true
+}
+
+// waiter is a caller's subscription to the end of the call that holds its
+// key: local is woken by a holder in this process, remote (nil when the
+// store is no Notifier or cannot listen now) by a holder anywhere.
+type waiter struct {
+	local, remote  <-chan struct{}
+	value          func() any
+	unsubL, unsubR func()
+}
+
+func (w *waiter) subscribed() bool { return w.local != nil }
+
+func (w *waiter) start(ctx context.Context, e *Engine, scope, keyHash string) {
+	w.local, w.value, w.unsubL = e.waiters.SubscribeValue(keyHash)
+	if n := e.notifier; n != nil {
+		ch, unsub, err := n.Subscribe(ctx, scope, keyHash)
+		if err == nil {
+			w.remote, w.unsubR = ch, unsub
+		}
+	}
+}
+
+func (w *waiter) stop() {
+	if w.unsubL != nil {
+		w.unsubL()
+	}
+	if w.unsubR != nil {
+		w.unsubR()
+	}
+	*w = waiter{}
 }
 
 func replay(r store.Record) Result {
@@ -266,50 +411,64 @@ func newToken() uint64 {
 	}
 }
 
+// tokenContext is the context fn runs with: the run's cancelable context,
+// plus the reservation's fencing token for TokenFromContext. A field of
+// hold rather than context.WithValue: no allocation of its own.
+type tokenContext struct {
+	context.Context
+	token uint64
+}
+
+type tokenKey struct{}
+
+func (c *tokenContext) Value(key any) any {
+	if key == (tokenKey{}) {
+		return c.token
+	}
+	return c.Context.Value(key)
+}
+
+// TokenFromContext returns, inside a Func, the fencing token of the
+// reservation it runs under: the token that holds the key's record. The
+// gateway forwards it upstream (the Idempotency-Token header) so that an
+// upstream can reject a holder that lost its lease to another. It reports
+// false outside a Func run by Do.
+func TokenFromContext(ctx context.Context) (uint64, bool) {
+	t, ok := ctx.Value(tokenKey{}).(uint64)
+	return t, ok && t != 0
+}
+
+// panicFailure is the failure recorded for an operation that panicked.
+const panicFailure = "idem: the operation panicked"
+
 // run executes fn for the reservation rec and records its outcome.
-func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (res Result, err error) {
+func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stopRenew := e.renew(runCtx, f, cancel)
+	h := e.newHold(ctx, f)
 	finished := false
 	defer func() {
-		stopRenew()
-		cancel(nil)
+		h.stop()
+		h.cancel(nil)
 		if !finished {
-			// fn panicked: free the key so that a retry can run, instead of
-			// leaving it blocked until the lease runs out.
-			e.endWrite(ctx, "release", func(c context.Context) error { return e.store.Release(c, f) })
+			// fn panicked (or called runtime.Goexit) after it started: it
+			// may have done its work, so the outcome is unknown. Record
+			// that without recovering, so that the panic goes on up the
+			// caller's stack unchanged once the record is written.
+			err := fmt.Errorf("%s: %w", panicFailure, ErrOutcomeUnknown)
+			if _, werr := e.finish(ctx, rec, f, nil, err); werr != nil {
+				e.logger.Error("idem: the outcome of a panicked operation was not recorded",
+					"scope", rec.Scope, "err", werr)
+			}
 		}
 	}()
 
-	v, ferr := fn(runCtx)
+	v, ferr := fn(h.ctx())
 	finished = true
-	stopRenew()
-	res = Result{Value: v, State: stateOf(ferr), RequestID: rec.RequestID, CreatedAt: rec.CreatedAt, TookOver: tookOver}
-
-	now := e.now()
-	var werr error
-	switch {
-	case ferr == nil:
-		werr = e.endWrite(ctx, "complete", func(c context.Context) error {
-			return e.store.Complete(c, store.Completion{Fence: f, State: store.Succeeded, Value: v, Now: now, ExpiresAt: now.Add(e.policy.TTL)})
-		})
-	case e.policy.OnFailure == OnFailureRelease || errors.Is(ferr, ErrNotExecuted):
-		werr = e.endWrite(ctx, "release", func(c context.Context) error { return e.store.Release(c, f) })
-	default:
-		fv := failureValue(ferr)
-		res.Value = fv
-		werr = e.endWrite(ctx, "complete", func(c context.Context) error {
-			return e.store.Complete(c, store.Completion{Fence: f, State: store.Failed, Value: fv, Now: now, ExpiresAt: now.Add(e.policy.TTL)})
-		})
-	}
-	if errors.Is(werr, store.ErrLeaseLost) && e.wroteIt(ctx, rec, ferr, res.Value) {
-		// A client that retries a write whose reply was lost (go-redis
-		// does, and so does endWrite) sees its own earlier success as a
-		// lost lease. The record says who really holds it.
-		werr = nil
-	}
+	h.stop()
+	res, werr := e.finish(ctx, rec, f, v, ferr)
+	res.TookOver = tookOver
 	if werr != nil {
+		res.NotRecorded = true
 		if ferr != nil {
 			return res, errors.Join(ferr, werr)
 		}
@@ -317,6 +476,91 @@ func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Fu
 	}
 	return res, ferr
 }
+
+// finish writes the end of the reservation rec for fn's outcome (v, ferr)
+// and wakes the callers waiting for it. werr is the write's error.
+func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v []byte, ferr error) (res Result, werr error) {
+	res = Result{Value: v, State: stateOf(ferr), RequestID: rec.RequestID, CreatedAt: rec.CreatedAt}
+	now := e.now()
+	release := false
+	switch {
+	case ferr == nil:
+	case errors.Is(ferr, ErrOutcomeUnknown):
+		// Before ErrNotExecuted: an error claiming both is taken at its
+		// worse, since releasing a key whose work took effect runs it
+		// twice.
+		release = e.policy.OnUnknown == OnUnknownRelease
+		res.Value = failureValue(ferr)
+	case e.policy.OnFailure == OnFailureRelease || errors.Is(ferr, ErrNotExecuted):
+		release = true
+	default:
+		res.Value = failureValue(ferr)
+	}
+	stored := res.Value
+	if ferr != nil && !release && errors.Is(ferr, ErrOutcomeUnknown) {
+		stored = markUnknown(res.Value)
+	}
+	if release {
+		werr = e.endWrite(ctx, "release", func(c context.Context) error { return e.store.Release(c, f) })
+	} else {
+		werr = e.endWrite(ctx, "complete", func(c context.Context) error {
+			return e.store.Complete(c, store.Completion{Fence: f, State: res.State, Value: stored, Now: now, ExpiresAt: now.Add(e.policy.TTL)})
+		})
+	}
+	if errors.Is(werr, store.ErrLeaseLost) && e.wroteIt(ctx, rec, release, res.State, stored) {
+		// A client that retries a write whose reply was lost (go-redis
+		// does, and so does endWrite) sees its own earlier success as a
+		// lost lease. The record says who really holds it.
+		werr = nil
+	}
+	if werr == nil {
+		var final *store.Record
+		if !release {
+			final = &rec
+			final.State, final.Value, final.UpdatedAt, final.ExpiresAt = res.State, stored, now, now.Add(e.policy.TTL)
+		}
+		e.announce(ctx, rec.Scope, rec.KeyHash, final)
+	}
+	return res, werr
+}
+
+// announce wakes the callers waiting for keyHash: those in this process at
+// once, handing them final, the record as stored (nil when the key was
+// released), so that they need not read it; those in other processes
+// through the store's Notifier. The remote
+// notification costs a round trip, so it is sent only by policies that
+// wait (Policy.Wait): replicas share their routes' policies, so a key
+// nobody waits for is never announced.
+func (e *Engine) announce(ctx context.Context, scope, keyHash string, final *store.Record) {
+	if final == nil {
+		e.waiters.Wake(keyHash)
+	} else {
+		e.waiters.WakeWith(keyHash, func() any {
+			// The caller of Do owns the value it returned and may reuse
+			// its buffer: the waiters get a copy.
+			r := *final
+			r.Value = bytes.Clone(final.Value)
+			return &r
+		})
+	}
+	if e.policy.Wait <= 0 {
+		return
+	}
+	n := e.notifier
+	if n == nil {
+		return
+	}
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyTimeout)
+	defer cancel()
+	if err := n.Notify(nctx, scope, keyHash); err != nil {
+		// Waiters elsewhere fall back on polling.
+		e.logger.Debug("idem: notify failed", "scope", scope, "err", err)
+	}
+}
+
+// notifyTimeout bounds a notification: it is a hint, and the call it ends
+// has already been recorded.
+const notifyTimeout = time.Second
 
 // endWrite performs a write that ends a reservation. It outlives the
 // caller's context (a client that hangs up must not leave the key blocked)
@@ -348,22 +592,20 @@ func (e *Engine) endWrite(ctx context.Context, op string, write func(context.Con
 }
 
 // wroteIt reports whether the record of rec already shows the end this
-// call tried to write: completed with its token and value, or released.
-func (e *Engine) wroteIt(ctx context.Context, rec store.Record, ferr error, value []byte) bool {
+// call tried to write: completed with its token, state and value, or
+// released.
+func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, state State, value []byte) bool {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.completeTimeout)
 	defer cancel()
 	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash, e.now())
-	released := ferr != nil && (e.policy.OnFailure == OnFailureRelease || errors.Is(ferr, ErrNotExecuted))
 	switch {
 	case released:
 		// Gone, or someone else's: either way this call's hold is over.
 		return errors.Is(err, store.ErrNotFound) || (err == nil && cur.Token != rec.Token)
 	case err != nil || cur.Token != rec.Token:
 		return false
-	case ferr == nil:
-		return cur.State == store.Succeeded && bytes.Equal(cur.Value, value)
 	default:
-		return cur.State == store.Failed && bytes.Equal(cur.Value, value)
+		return cur.State == state && bytes.Equal(cur.Value, value)
 	}
 }
 
@@ -375,62 +617,85 @@ func failureValue(err error) []byte {
 	return []byte(err.Error())
 }
 
-// renew extends the lease every third of its length until stop is called.
-// If the lease is lost, the operation's context is canceled with cause
-// ErrLeaseLost so it can stop early. It uses a timer rather than a goroutine
-// with a ticker: most operations end long before the first renewal, and a
-// timer that never fires costs almost nothing.
-func (e *Engine) renew(ctx context.Context, f store.Fence, cancel context.CancelCauseFunc) (stop func()) {
-	var (
-		mu      sync.Mutex
-		stopped bool // guarded by mu
-		running sync.WaitGroup
-		timer   *time.Timer
-	)
-	every := e.policy.Lease / 3
-	tick := func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		running.Add(1)
-		mu.Unlock()
-		defer running.Done()
-		err := e.store.Renew(ctx, f, e.now().Add(e.policy.Lease))
-		switch {
-		case errors.Is(err, store.ErrLeaseLost):
-			cancel(ErrLeaseLost)
-			return
-		case err != nil && ctx.Err() == nil:
-			e.logger.Warn("idem: lease renewal failed", "scope", f.Scope, "err", err)
-		case ctx.Err() != nil:
-			return
-		}
-		mu.Lock()
-		if !stopped {
-			timer.Reset(every)
-		}
-		mu.Unlock()
-	}
-	mu.Lock()
-	timer = time.AfterFunc(every, tick)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
-		running.Wait() // a renewal in flight finishes before the outcome is written
-	}
+// hold is one reservation while its operation runs: the context the
+// operation runs with (its cancelable context plus the fencing token), and
+// the renewal of its lease. One allocation holds it all; the lease is
+// renewed every third of its length until stop is called. If the lease is
+// lost, the operation's context is canceled with cause ErrLeaseLost so it
+// can stop early. A timer rather than a goroutine with a ticker: most
+// operations end long before the first renewal, and a timer that never
+// fires costs almost nothing.
+type hold struct {
+	tokenContext
+	e      *Engine
+	f      store.Fence
+	cancel context.CancelCauseFunc
+	every  time.Duration
+
+	mu      sync.Mutex
+	stopped bool        // guarded by mu
+	timer   *time.Timer // guarded by mu
+	running sync.WaitGroup
 }
 
-// Lookup returns the live record of key in scope, or an error matching
-// store.ErrNotFound. The key is validated as Do would.
+// newHold starts renewing f's lease; the operation runs with h.ctx().
+func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	h := &hold{tokenContext: tokenContext{Context: runCtx, token: f.Token}, e: e, f: f, cancel: cancel, every: e.policy.Lease / 3}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(h.every, h.tick)
+	h.mu.Unlock()
+	return h
+}
+
+// ctx is the context the operation runs with.
+func (h *hold) ctx() context.Context { return &h.tokenContext }
+
+func (h *hold) tick() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.running.Add(1)
+	h.mu.Unlock()
+	defer h.running.Done()
+	e, ctx := h.e, h.tokenContext.Context
+	err := e.store.Renew(ctx, h.f, e.now().Add(e.policy.Lease))
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		h.cancel(ErrLeaseLost)
+		return
+	case err != nil && ctx.Err() == nil:
+		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)
+	case ctx.Err() != nil:
+		return
+	}
+	h.mu.Lock()
+	if !h.stopped {
+		h.timer.Reset(h.every)
+	}
+	h.mu.Unlock()
+}
+
+// stop ends the renewals; a renewal in flight finishes before stop
+// returns, so that it never lands after the outcome is written.
+func (h *hold) stop() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	h.timer.Stop()
+	h.mu.Unlock()
+	h.running.Wait()
+}
+
+// Lookup returns the live record of key in scope, as stored, or an error
+// matching store.ErrNotFound. The key is validated as Do would. A failed
+// record whose outcome is unknown carries a marker in its Value:
+// OutcomeUnknown tells it from a plain failure and strips the marker.
 func (e *Engine) Lookup(ctx context.Context, scope, key string) (store.Record, error) {
 	key, err := ValidateKey(key, e.policy.MaxKeyBytes)
 	if err != nil {

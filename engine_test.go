@@ -454,22 +454,6 @@ func TestStoreErrors(t *testing.T) {
 	})
 }
 
-func TestPanicReleasesKey(t *testing.T) {
-	b := setup(t, idem.Policy{})
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("panic was swallowed")
-			}
-		}()
-		b.eng.Do(bg, call("k"), func(ctx context.Context) ([]byte, error) { panic("boom") })
-	}()
-	op := &counter{value: "v"}
-	if r, err := b.eng.Do(bg, call("k"), op.fn); err != nil || r.Replayed || op.n.Load() != 1 {
-		t.Fatalf("after panic: %+v %v", r, err)
-	}
-}
-
 func TestCanceledCallerStillCompletes(t *testing.T) {
 	b := setup(t, idem.Policy{})
 	ctx, cancel := context.WithCancel(bg)

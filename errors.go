@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idem-dev/idem/store"
 )
@@ -35,6 +36,15 @@ var (
 	// upstream: the key is released whatever Policy.OnFailure says, so a
 	// retry runs.
 	ErrNotExecuted = errors.New("idem: the operation did not run")
+	// ErrOutcomeUnknown is for operations to return (wrapped) when they
+	// started work but cannot tell whether it took effect: the request left
+	// and no complete answer came back (an upstream timeout, a connection
+	// reset, a body cut halfway). A panic in the operation counts as the
+	// same. The key is never released for it under the default
+	// OnUnknownConflict: retries get a *ConflictError of type
+	// ConflictOutcomeUnknown, which matches ErrOutcomeUnknown, until the
+	// record expires or an operator calls Engine.Release (HTTP 409).
+	ErrOutcomeUnknown = errors.New("idem: the operation started and its outcome is unknown")
 )
 
 // KeyError explains why a key is invalid. It matches ErrInvalidKey.
@@ -57,17 +67,22 @@ const (
 	ConflictPayloadMismatch ConflictType = "payload_mismatch"
 	ConflictKeyReused       ConflictType = "key_reused"
 	ConflictPreviousFailure ConflictType = "previous_failure"
+	// ConflictOutcomeUnknown: the first call started the operation and
+	// ended without knowing whether it took effect (ErrOutcomeUnknown).
+	ConflictOutcomeUnknown ConflictType = "outcome_unknown"
 )
 
 // ConflictError is returned when an existing record prevents the call from
 // running. It matches the sentinel of its Type: ErrInProgress,
-// ErrFingerprintMismatch, ErrKeyReused or ErrPreviousFailure.
+// ErrFingerprintMismatch, ErrKeyReused, ErrPreviousFailure or
+// ErrOutcomeUnknown.
 type ConflictError struct {
 	Type  ConflictType
 	Scope string
 	Key   string
-	// Record is the record that caused the conflict. For
-	// ConflictPreviousFailure its Value holds the stored failure.
+	// Record is the record that caused the conflict; its RequestID names
+	// the first request. For ConflictPreviousFailure and
+	// ConflictOutcomeUnknown its Value holds the stored failure.
 	Record store.Record
 	// Stale is set for ConflictInProgress when the holder's lease is over
 	// and the policy is OnStaleConflict.
@@ -88,6 +103,11 @@ func (e *ConflictError) Error() string {
 		what = fmt.Sprintf("%s (bound to %q)", ErrKeyReused, e.Record.Binding)
 	case ConflictPreviousFailure:
 		what = ErrPreviousFailure.Error()
+	case ConflictOutcomeUnknown:
+		what = ErrOutcomeUnknown.Error()
+		if e.Record.RequestID != "" {
+			what += fmt.Sprintf(" (first request %q)", e.Record.RequestID)
+		}
 	default:
 		what = "idem: conflict " + string(e.Type)
 	}
@@ -105,8 +125,27 @@ func (e *ConflictError) Is(target error) bool {
 		return target == ErrKeyReused
 	case ConflictPreviousFailure:
 		return target == ErrPreviousFailure
+	case ConflictOutcomeUnknown:
+		return target == ErrOutcomeUnknown
 	}
 	return false
+}
+
+// RetryAfter says when a caller that got this conflict should come back:
+// for ConflictInProgress, the rest of the holder's lease at now, rounded
+// up to whole seconds and at least 1 s (a holder that renews its lease
+// pushes it further, so this is when the caller may first find the key
+// free or stale); for every other type 0, since retrying does not change
+// the answer.
+func (e *ConflictError) RetryAfter(now time.Time) time.Duration {
+	if e.Type != ConflictInProgress {
+		return 0
+	}
+	d := e.Record.LeaseUntil.Sub(now)
+	if d <= time.Second {
+		return time.Second
+	}
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 // StoreError wraps a failure of the store. It matches ErrStoreUnavailable

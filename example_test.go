@@ -109,3 +109,56 @@ func ExampleValidateKey() {
 	// "550e8400-e29b-41d4-a716-446655440000" <nil>
 	// true idem: invalid idempotency key: key is empty
 }
+
+// The payments API took the charge and never answered: the operation says
+// its outcome is unknown. Retries neither run it again nor pretend nothing
+// happened; once someone has checked the charge, an operator releases the
+// key.
+func ExampleErrOutcomeUnknown() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	ctx := context.Background()
+	call := idem.Call{Scope: "charges", Key: "charge-ORD-7", RequestID: "req-1"}
+
+	_, err := eng.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+		return nil, fmt.Errorf("payments API: no answer within 5s: %w", idem.ErrOutcomeUnknown)
+	})
+	fmt.Println(errors.Is(err, idem.ErrOutcomeUnknown))
+
+	call.RequestID = "req-2"
+	_, err = eng.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+		panic("never runs")
+	})
+	var ce *idem.ConflictError
+	if errors.As(err, &ce) {
+		fmt.Println(ce.Type, "first request:", ce.Record.RequestID)
+	}
+
+	// The charge did not go through: free the key for the next retry.
+	fmt.Println(eng.Release(ctx, "charges", "charge-ORD-7"))
+	res, err := eng.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+		return []byte("ch_2"), nil
+	})
+	fmt.Println(string(res.Value), err)
+	// Output:
+	// true
+	// outcome_unknown first request: req-1
+	// <nil>
+	// ch_2 <nil>
+}
+
+// The fencing token of the reservation goes upstream with the call, so that
+// the payments API can refuse a holder that lost its lease to a retry.
+func ExampleTokenFromContext() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	_, _ = eng.Do(context.Background(), idem.Call{Scope: "charges", Key: "charge-ORD-8"},
+		func(ctx context.Context) ([]byte, error) {
+			tok, ok := idem.TokenFromContext(ctx)
+			// req.Header.Set("Idempotency-Token", strconv.FormatUint(tok, 10))
+			fmt.Println(ok, tok != 0)
+			return nil, nil
+		})
+	// Output:
+	// true true
+}

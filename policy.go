@@ -54,6 +54,23 @@ const (
 	OnStoreErrorFailOpen
 )
 
+// OnUnknown says what happens to a key whose first call started the
+// operation and ended without knowing whether it took effect (its Func
+// returned an error wrapping ErrOutcomeUnknown, or panicked).
+type OnUnknown int
+
+const (
+	// OnUnknownConflict keeps the key failed with conflict type
+	// outcome_unknown: retries get ErrOutcomeUnknown (HTTP 409, naming the
+	// first request) until the record expires or an operator releases it
+	// with Engine.Release. The default: a payment whose answer was lost
+	// must not be sent twice because a client retried.
+	OnUnknownConflict OnUnknown = iota
+	// OnUnknownRelease releases the key: a retry runs the operation again.
+	// At-least-once on purpose, for operations that are safe to repeat.
+	OnUnknownRelease
+)
+
 // Policy holds the knobs of one kind of call. The zero value is the default
 // policy; New applies WithDefaults.
 type Policy struct {
@@ -72,9 +89,16 @@ type Policy struct {
 	OnStale OnStale
 	// OnStoreError: fail closed (default) or open.
 	OnStoreError OnStoreError
+	// OnUnknown: conflict (default) or release, for calls whose outcome
+	// is unknown (ErrOutcomeUnknown, or a panic in the operation).
+	OnUnknown OnUnknown
 	// Wait is how long a call waits for a running call with the same key
 	// to finish, and then replays its outcome. 0 (the default) answers
-	// ErrInProgress at once, as Stripe and seed 003 do.
+	// ErrInProgress at once, as Stripe and seed 003 do. Waiters are woken
+	// when the holder ends (see WithWaitPolling); an engine whose policy
+	// waits also announces the end of its calls through the store's
+	// Notifier, a round trip that policies without Wait do not pay, so
+	// give every replica of a route the same Wait.
 	Wait time.Duration
 	// CleanupInterval throttles background cleanup of expired records to
 	// once per interval per store (seed 000). 0 means 300 s; negative
@@ -121,6 +145,9 @@ func (p Policy) Overlay(over Policy) Policy {
 	if over.OnStoreError != OnStoreErrorFailClosed {
 		p.OnStoreError = over.OnStoreError
 	}
+	if over.OnUnknown != OnUnknownConflict {
+		p.OnUnknown = over.OnUnknown
+	}
 	if over.Wait != 0 {
 		p.Wait = over.Wait
 	}
@@ -149,6 +176,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("idem: policy: unknown OnStale %d", p.OnStale)
 	case p.OnStoreError < OnStoreErrorFailClosed || p.OnStoreError > OnStoreErrorFailOpen:
 		return fmt.Errorf("idem: policy: unknown OnStoreError %d", p.OnStoreError)
+	case p.OnUnknown < OnUnknownConflict || p.OnUnknown > OnUnknownRelease:
+		return fmt.Errorf("idem: policy: unknown OnUnknown %d", p.OnUnknown)
 	case p.Wait < 0:
 		return errors.New("idem: policy: Wait is negative")
 	}
@@ -217,4 +246,24 @@ func ParseOnStoreError(s string) (OnStoreError, error) {
 		}
 	}
 	return 0, fmt.Errorf("idem: on_store_error %q: want fail_closed or fail_open", s)
+}
+
+func (o OnUnknown) String() string {
+	switch o {
+	case OnUnknownConflict:
+		return "conflict"
+	case OnUnknownRelease:
+		return "release"
+	}
+	return fmt.Sprintf("OnUnknown(%d)", int(o))
+}
+
+// ParseOnUnknown parses "conflict" or "release".
+func ParseOnUnknown(s string) (OnUnknown, error) {
+	for _, o := range []OnUnknown{OnUnknownConflict, OnUnknownRelease} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("idem: on_unknown %q: want conflict or release", s)
 }

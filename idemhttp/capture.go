@@ -3,9 +3,11 @@ package idemhttp
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"mime"
 	"net"
 	"net/http"
+	"sync"
 )
 
 // capture holds a handler's response back until its outcome is recorded, so
@@ -14,21 +16,32 @@ import (
 // without their body: bodies over the size limit, and streams
 // (text/event-stream, hijacked connections).
 //
+// The handler writes its headers into the capture's own map, copied to the
+// client's writer only when the response is sent: under Route.AnswerWithin
+// the client may get its 504 while the handler still runs.
+//
 // It keeps Flush, Hijack and Unwrap working, as chi's wrap_writer does;
 // http.ResponseController finds the underlying writer through Unwrap.
 type capture struct {
 	rw  http.ResponseWriter
 	max int
+	h   http.Header // the handler's header map, made on first use
+	rt  *route      // the route, for WriteProblem
 
+	mu          sync.Mutex // guards detached, and rw once the serving goroutine may detach
 	status      int
 	wroteHeader bool
-	header      http.Header // snapshot taken at WriteHeader
+	header      http.Header // the headers of the response, set at WriteHeader
 	body        bytes.Buffer
 	passing     bool // the response is going straight to rw
 	notStored   bool // the body is not (fully) kept
 	hijacked    bool
 	notExecuted bool // the handler says nothing ran (NotExecuted)
+	unknown     bool // the handler says the request left but no answer came (OutcomeUnknown)
+	detached    bool // the client was answered; rw is no longer the handler's
 }
+
+var errDetached = errors.New("idemhttp: the client was already answered")
 
 // NotExecuted tells the middleware that the handler writing to w did not
 // execute the operation (a proxy that could not reach its upstream, a
@@ -37,37 +50,62 @@ type capture struct {
 // that keep every status. It does nothing for a writer the middleware does
 // not wrap.
 func NotExecuted(w http.ResponseWriter) {
+	if c := findCapture(w); c != nil {
+		c.notExecuted = true
+	}
+}
+
+// OutcomeUnknown tells the middleware that the request the handler writing
+// to w sent on left, but no complete answer came back (a timeout, a reset,
+// a body cut off): the operation may have run. Whatever the handler
+// answers, the key is never released for a retry to run again; under the
+// engine's default Policy.OnUnknown retries get 409 outcome_unknown. It
+// does nothing for a writer the middleware does not wrap.
+func OutcomeUnknown(w http.ResponseWriter) {
+	if c := findCapture(w); c != nil {
+		c.unknown = true
+	}
+}
+
+func findCapture(w http.ResponseWriter) *capture {
 	for {
 		switch x := w.(type) {
 		case *capture:
-			x.notExecuted = true
-			return
+			return x
 		case interface{ Unwrap() http.ResponseWriter }:
 			w = x.Unwrap()
 		default:
-			return
+			return nil
 		}
 	}
 }
 
-func newCapture(rw http.ResponseWriter, max int) *capture {
-	return &capture{rw: rw, max: max, status: http.StatusOK}
+func (c *capture) Header() http.Header {
+	if c.h == nil {
+		c.h = http.Header{}
+	}
+	return c.h
 }
 
-func (c *capture) Header() http.Header { return c.rw.Header() }
-
 func (c *capture) WriteHeader(code int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.wroteHeader || c.hijacked {
 		return
 	}
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		// Informational responses (103 Early Hints) are not the outcome.
-		c.rw.WriteHeader(code)
+		if !c.detached {
+			copyHeader(c.rw.Header(), c.h)
+			c.rw.WriteHeader(code)
+		}
 		return
 	}
 	c.wroteHeader = true
 	c.status = code
-	c.header = c.rw.Header().Clone()
+	// The header map becomes the response's, as net/http's does at
+	// WriteHeader; it is not copied.
+	c.header = c.Header()
 	if isStream(c.header) || code == http.StatusSwitchingProtocols {
 		c.passThrough()
 	}
@@ -77,40 +115,73 @@ func (c *capture) Write(p []byte) (int, error) {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
-	if c.passing {
-		return c.rw.Write(p)
-	}
-	if c.body.Len()+len(p) > c.max {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.passing && c.body.Len()+len(p) > c.max {
 		c.passThrough()
+	}
+	switch {
+	case c.passing && c.detached:
+		return len(p), nil // nobody to send it to; the outcome is still recorded
+	case c.passing:
 		return c.rw.Write(p)
 	}
 	return c.body.Write(p)
 }
 
 // passThrough sends what is held and lets the rest of the response through.
+// c.mu is held.
 func (c *capture) passThrough() {
 	if c.passing {
 		return
 	}
 	c.passing = true
 	c.notStored = true
-	c.rw.WriteHeader(c.status)
-	if c.body.Len() > 0 {
-		_, _ = c.rw.Write(c.body.Bytes())
+	if !c.detached {
+		copyHeader(c.rw.Header(), c.header)
+		c.rw.WriteHeader(c.status)
+		if c.body.Len() > 0 {
+			_, _ = c.rw.Write(c.body.Bytes())
+		}
 	}
 	c.body = bytes.Buffer{}
+}
+
+// detach takes rw away from the handler, so that the caller can answer the
+// client itself, unless the response is already passing through.
+func (c *capture) detach() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.passing {
+		return false
+	}
+	c.detached = true
+	return true
+}
+
+func (c *capture) isDetached() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.detached
 }
 
 // Flush is a no-op while the response is held: ReverseProxy flushes every
 // chunked response, and holding it is the point. Streams pass through and
 // are flushed.
 func (c *capture) Flush() {
-	if c.passing {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.passing && !c.detached {
 		_ = http.NewResponseController(c.rw).Flush()
 	}
 }
 
 func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.detached {
+		return nil, nil, errDetached
+	}
 	conn, brw, err := http.NewResponseController(c.rw).Hijack()
 	if err == nil {
 		c.hijacked = true
@@ -142,6 +213,12 @@ func (c *capture) response(keep func(string) bool) *StoredResponse {
 		r.Body = c.body.Bytes()
 	}
 	return r
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = vs
+	}
 }
 
 func isStream(h http.Header) bool {

@@ -8,26 +8,40 @@
 //		Tenant: idemhttp.TenantHeader("X-User-ID"),
 //		Routes: []idemhttp.Route{
 //			{Pattern: "POST /charges", Key: idemhttp.KeyRequired},
+//			{Pattern: "POST /answers", Fingerprint: idemhttp.FingerprintFields("stepId")},
 //		},
 //	})(mux)
+//
+// Each route is compiled once; its decisions (Scope, Binding, Fingerprint,
+// WriteProblem) are function fields whose nil value means the profile's, so
+// that one can be replaced without touching the others.
 //
 // For a covered request, the middleware
 //
 //   - parses the Idempotency-Key field as the IETF draft's Structured Field
 //     string or as a bare token (Stripe); two fields are a 400;
-//   - validates the key (400), finds the tenant (401 when configured and
-//     missing), and fingerprints method, target and body;
-//   - runs the handler once, holding its response until the outcome is
+//   - validates the key (400), finds the tenant (by default a keyed hash of
+//     the caller's Authorization, so callers never share keys; 401 when a
+//     configured source is missing), reads the body under a deadline before
+//     anything is reserved (408), and fingerprints method, target and body;
+//   - runs the handler once, with the reservation's fencing token in
+//     Idempotency-Token, holding its response until the outcome is
 //     recorded, so that a client that saw a response can count on a retry
-//     replaying it;
+//     replaying it (when the outcome cannot be recorded, the client gets
+//     what a retry gets instead); past Route.AnswerWithin the client gets
+//     504 while the handler goes on and records its outcome;
+//   - never releases a key whose outcome is unknown (the handler called
+//     OutcomeUnknown, or panicked after it started): retries get 409
+//     outcome_unknown; a handler that calls NotExecuted frees the key;
 //   - replays stored responses byte for byte (status, body, an allow-list of
 //     headers) with Idempotent-Replayed: true and Original-Request-Id;
 //   - answers conflicts (409 in progress, 422 payload mismatch or key
 //     reused) and store failures (503 with Retry-After) with RFC 9457
 //     problem+json bodies carrying idempotency_key and conflict_type.
 //
-// Profiles bundle the choices of the seeds: IETF (default), Stripe, Mobile
-// and WorkflowAdmin. Safe methods (GET, HEAD, OPTIONS, TRACE) pass through
+// Profiles bundle the choices of four kinds of API: IETF (the draft, the
+// default), Stripe (the payments API), Mobile (the mobile app, its error
+// envelope a preset with texts to change) and WorkflowAdmin. Safe methods (GET, HEAD, OPTIONS, TRACE) pass through
 // untouched.
 //
 // Responses larger than MaxResponseBytes, event streams and hijacked

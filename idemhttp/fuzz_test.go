@@ -68,7 +68,7 @@ func FuzzMiddleware(f *testing.F) {
 		{Logger: quiet, Profile: idemhttp.Mobile(), Tenant: idemhttp.TenantHeader("X-User-ID")},
 		{Logger: quiet, Profile: idemhttp.WorkflowAdmin(), MaxRequestBytes: 16},
 		{Logger: quiet, Profile: idemhttp.Stripe(), Tenant: idemhttp.TenantAuthorization(), Routes: []idemhttp.Route{
-			{Pattern: "POST /charges", Key: idemhttp.KeyRequired, Fingerprint: idemhttp.FingerprintFields, Fields: []string{"a", "b.c"}},
+			{Pattern: "POST /charges", Key: idemhttp.KeyRequired, Fingerprint: idemhttp.FingerprintFields("a", "b.c")},
 			{Pattern: "/", Fingerprint: idemhttp.FingerprintNone},
 		}},
 	} {

@@ -25,6 +25,13 @@ const (
 	KindPreviousFailure   Kind = "previous_failure"    // 409
 	KindResponseNotStored Kind = "response_not_stored" // 409
 	KindStoreUnavailable  Kind = "store_unavailable"   // 503
+	KindBodyTimeout       Kind = "body_timeout"        // 408
+	// The first request with the key left, but no complete answer came
+	// back: it may have run, so the key is neither replayed nor run again.
+	KindOutcomeUnknown Kind = "outcome_unknown" // 409
+	// The handler ran but its outcome could not be recorded: the call may
+	// have run; a retry with the same key learns what happened.
+	KindOutcomeNotRecorded Kind = "outcome_not_recorded" // 503
 	// The gateway's own answers when its upstream fails.
 	KindUpstreamUnavailable Kind = "upstream_unavailable" // 502
 	KindUpstreamTimeout     Kind = "upstream_timeout"     // 504
@@ -33,7 +40,7 @@ const (
 // IsConflict reports whether k is about an existing record.
 func (k Kind) IsConflict() bool {
 	switch k {
-	case KindInProgress, KindPayloadMismatch, KindKeyReused, KindPreviousFailure, KindResponseNotStored:
+	case KindInProgress, KindPayloadMismatch, KindKeyReused, KindPreviousFailure, KindResponseNotStored, KindOutcomeUnknown:
 		return true
 	}
 	return false
@@ -56,6 +63,9 @@ var problemTitles = map[Kind]string{
 	KindPreviousFailure:     "The first request with this Idempotency-Key failed",
 	KindResponseNotStored:   "The response to this Idempotency-Key was not stored",
 	KindStoreUnavailable:    "Idempotency store unavailable",
+	KindBodyTimeout:         "Request body did not arrive in time",
+	KindOutcomeUnknown:      "The outcome of the first request with this Idempotency-Key is unknown",
+	KindOutcomeNotRecorded:  "The outcome of this request could not be recorded",
 	KindUpstreamUnavailable: "Upstream unavailable",
 	KindUpstreamTimeout:     "Upstream timed out",
 }
@@ -69,8 +79,11 @@ type Problem struct {
 	// Key is the idempotency key, when there is one.
 	Key string
 	// Previous is the stored failure for KindPreviousFailure under
-	// OnFailureConflict (seed 000's "previous failure context").
+	// OnFailureConflict (the workflow admin's "previous failure context").
 	Previous *PreviousFailure
+	// RequestID, when set, is the ID of the first request with the key
+	// (KindOutcomeUnknown), or of this request (KindOutcomeNotRecorded).
+	RequestID string
 	// RetryAfter, when positive, is sent as a Retry-After header.
 	RetryAfter time.Duration
 }
@@ -104,10 +117,35 @@ type problemJSON struct {
 	IdempotencyKey  string           `json:"idempotency_key,omitempty"`
 	ConflictType    Kind             `json:"conflict_type,omitempty"`
 	PreviousFailure *PreviousFailure `json:"previous_failure,omitempty"`
+	RequestID       string           `json:"request_id,omitempty"`
+}
+
+// routeKey is the context key of the route a request matched.
+type routeKey struct{}
+
+// WriteProblem writes p in the shape of the route that covers r (a route
+// under the mobile profile answers in the app's error shape), setting
+// p.Status from the route's profile when it is 0. A handler behind the
+// middleware uses it for answers of its own kinds (the gateway's 502 and
+// 504). Outside a route it writes problem+json with the default statuses.
+func WriteProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if c := findCapture(w); c != nil && c.rt != nil {
+		c.rt.WriteProblem(w, p)
+		return
+	}
+	if rt, ok := r.Context().Value(routeKey{}).(*route); ok {
+		rt.WriteProblem(w, p)
+		return
+	}
+	if p.Status == 0 {
+		p.Status = DefaultStatus[p.Kind]
+	}
+	WriteProblemJSON(w, p)
 }
 
 // WriteProblemJSON writes p as application/problem+json (RFC 9457) with the
-// members type, title, status, detail, idempotency_key and conflict_type.
+// members type, title, status, detail, idempotency_key, conflict_type
+// and request_id.
 func WriteProblemJSON(w http.ResponseWriter, p *Problem) {
 	body := problemJSON{
 		Type:            ProblemTypeBase + string(p.Kind),
@@ -116,6 +154,7 @@ func WriteProblemJSON(w http.ResponseWriter, p *Problem) {
 		Detail:          p.Detail,
 		IdempotencyKey:  p.Key,
 		PreviousFailure: p.Previous,
+		RequestID:       p.RequestID,
 	}
 	if p.Kind.IsConflict() {
 		body.ConflictType = p.Kind

@@ -16,17 +16,39 @@ type Scope int
 
 const (
 	// ScopeTenant: one key space per tenant. A key reused on another
-	// endpoint is a key_reused conflict (the IETF draft, seed 000).
+	// endpoint is a key_reused conflict (the IETF draft, the workflow
+	// admin).
 	ScopeTenant Scope = iota
 	// ScopeTenantEndpoint: one key space per tenant and endpoint (method and
-	// path): the same key may be used on two endpoints (Stripe-style
-	// seed 003, seed 001).
+	// path): the same key may be used on two endpoints (the payments API in
+	// Stripe's style, the mobile app).
 	ScopeTenantEndpoint
 )
 
+// Format returns the scope of a key: the tenant, with "%" and "|" escaped
+// so that no tenant can pose as another scope, and for ScopeTenantEndpoint
+// "|METHOD /path" after it ("alice|POST /charges"). It is the one place
+// that knows the format; the admin API and `idem inspect` find scopes
+// through it.
+func (s Scope) Format(tenant, method, path string) string {
+	t := escapeTenant(tenant)
+	if s == ScopeTenantEndpoint {
+		return t + "|" + method + " " + path
+	}
+	return t
+}
+
+func escapeTenant(t string) string {
+	if !strings.ContainsAny(t, "%|") {
+		return t
+	}
+	return strings.NewReplacer("%", "%25", "|", "%7C").Replace(t)
+}
+
 // Profile is a named bundle of behaviour: which policy, which responses are
 // outcomes, which headers mark a replay, and the shape of errors. Routes
-// pick one; the built-in ones reproduce the seeds.
+// pick one; the built-in ones are those of the IETF draft, the payments API
+// in Stripe's style, the mobile app and the workflow admin.
 type Profile struct {
 	Name string
 	// Policy is the engine policy of routes using the profile (TTL,
@@ -42,11 +64,11 @@ type Profile struct {
 	// OriginalRequestIDHeader, when set, carries the first request's ID on
 	// replays (Original-Request-Id).
 	OriginalRequestIDHeader string
-	// CachedHeader, when set, is sent as "true" on replays only
-	// (seed 001's X-Idempotency-Cached).
+	// CachedHeader, when set, is sent as "true" on replays only (the mobile
+	// app's X-Idempotency-Cached).
 	CachedHeader string
 	// BodyFlag, when set, is added to JSON object bodies as a boolean:
-	// false on the first response, true on replays (seed 000's
+	// false on the first response, true on replays (the workflow admin's
 	// "idempotency_replayed").
 	BodyFlag string
 	// Status maps a kind of problem to its HTTP status; kinds not in the
@@ -70,6 +92,9 @@ var DefaultStatus = map[Kind]int{
 	KindPreviousFailure:     http.StatusConflict,
 	KindResponseNotStored:   http.StatusConflict,
 	KindStoreUnavailable:    http.StatusServiceUnavailable,
+	KindBodyTimeout:         http.StatusRequestTimeout,
+	KindOutcomeUnknown:      http.StatusConflict,
+	KindOutcomeNotRecorded:  http.StatusServiceUnavailable,
 	KindUpstreamUnavailable: http.StatusBadGateway,
 	KindUpstreamTimeout:     http.StatusGatewayTimeout,
 }
@@ -79,15 +104,6 @@ func (p *Profile) status(k Kind) int {
 		return s
 	}
 	return DefaultStatus[k]
-}
-
-func (p *Profile) writeProblem(w http.ResponseWriter, pr *Problem) {
-	pr.Status = p.status(pr.Kind)
-	if p.WriteProblem != nil {
-		p.WriteProblem(w, pr)
-		return
-	}
-	WriteProblemJSON(w, pr)
 }
 
 // IETF is the default profile: the IETF draft's 400, 409 and 422 with
@@ -101,7 +117,7 @@ func IETF() *Profile {
 	}
 }
 
-// Stripe is seed 003's profile: keys scoped by organization and endpoint,
+// Stripe is the payments API's profile, in the style of Stripe's API: keys scoped by organization and endpoint,
 // 409 while the first request runs (no waiting), Idempotent-Replayed and
 // Original-Request-Id, 422 when the body differs. As in Stripe's API, every
 // response the handler produced is an outcome, even a 500, except 429 (the
@@ -114,10 +130,12 @@ func Stripe() *Profile {
 	return p
 }
 
-// Mobile is seed 001's profile: keys scoped by user and endpoint, 2xx and
-// 409 responses cached for 24 h, X-Idempotency-Cached: true on replays, and
-// errors in the app's {"success": false, "error": {...}} shape with 409
-// DUPLICATE_OPERATION on a payload mismatch.
+// Mobile is the mobile app's profile: keys scoped by user and endpoint,
+// 2xx and 409 responses cached for 24 h, X-Idempotency-Cached: true on
+// replays, and errors in the app's {"success": false, "error": {...}}
+// envelope with 409 DUPLICATE_OPERATION on a payload mismatch. Its texts
+// are the preset MobileTexts (the app's German wording); for other texts,
+// set WriteProblem to Envelope(yourTexts).
 func Mobile() *Profile {
 	return &Profile{
 		Name:         "mobile",
@@ -129,11 +147,11 @@ func Mobile() *Profile {
 			KindPayloadMismatch: http.StatusConflict,
 			KindKeyReused:       http.StatusConflict,
 		},
-		WriteProblem: writeMobileProblem,
+		WriteProblem: Envelope(MobileTexts()),
 	}
 }
 
-// WorkflowAdmin is seed 000's profile: keys of at most 200 bytes, bound to
+// WorkflowAdmin is the workflow admin's profile: keys of at most 200 bytes, bound to
 // their action and target (a key reused on another endpoint or workflow is
 // a conflict), every conflict a 409, a failed first call kept and reported
 // with its failure on retries, "idempotency_replayed" in JSON bodies, and
@@ -165,55 +183,11 @@ func Profiles() map[string]*Profile {
 	return m
 }
 
-var mobileCodes = map[Kind]struct{ code, message string }{
-	KindMissingKey:          {"IDEMPOTENCY_KEY_REQUIRED", "Idempotency-Key fehlt."},
-	KindInvalidKey:          {"INVALID_IDEMPOTENCY_KEY", "Idempotency-Key ist ungültig."},
-	KindMultipleKeys:        {"INVALID_IDEMPOTENCY_KEY", "Mehr als ein Idempotency-Key."},
-	KindTenantRequired:      {"UNAUTHORIZED", "Nicht angemeldet."},
-	KindRequestTooLarge:     {"PAYLOAD_TOO_LARGE", "Anfrage ist zu groß."},
-	KindUnreadableBody:      {"BAD_REQUEST", "Anfrage konnte nicht gelesen werden."},
-	KindInProgress:          {"OPERATION_IN_PROGRESS", "Eine Anfrage mit diesem Idempotency-Key wird noch verarbeitet."},
-	KindPayloadMismatch:     {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits mit unterschiedlichen Daten verwendet."},
-	KindKeyReused:           {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits für eine andere Aktion verwendet."},
-	KindPreviousFailure:     {"PREVIOUS_OPERATION_FAILED", "Die erste Anfrage mit diesem Idempotency-Key ist fehlgeschlagen."},
-	KindResponseNotStored:   {"RESPONSE_NOT_STORED", "Die Antwort auf diesen Idempotency-Key wurde nicht gespeichert."},
-	KindStoreUnavailable:    {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
-	KindUpstreamUnavailable: {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
-	KindUpstreamTimeout:     {"GATEWAY_TIMEOUT", "Der Dienst hat nicht rechtzeitig geantwortet."},
-}
-
-// writeMobileProblem writes seed 001's error shape:
-//
-//	{"success":false,"error":{"code":"DUPLICATE_OPERATION","message":"...",
-//	 "details":{"idempotencyKey":"...","conflictType":"payload_mismatch"}}}
-func writeMobileProblem(w http.ResponseWriter, p *Problem) {
-	c := mobileCodes[p.Kind]
-	details := map[string]any{}
-	if p.Key != "" {
-		details["idempotencyKey"] = p.Key
-	}
-	if p.Kind.IsConflict() {
-		details["conflictType"] = p.Kind
-	}
-	if p.Previous != nil {
-		details["previousFailure"] = p.Previous
-	}
-	body := map[string]any{
-		"success": false,
-		"error": map[string]any{
-			"code":    c.code,
-			"message": c.message,
-			"details": details,
-		},
-	}
-	writeJSON(w, p, "application/json", body)
-}
-
 // StatusSet is a set of HTTP statuses, as closed ranges.
 type StatusSet [][2]int
 
 // DefaultCache is the default set of outcomes: 2xx, and 409, a
-// deterministic answer (seed 001).
+// deterministic answer (the mobile app's caching table).
 var DefaultCache = StatusSet{{200, 299}, {409, 409}}
 
 // Contains reports whether status is in s.

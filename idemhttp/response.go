@@ -64,36 +64,47 @@ func (r *StoredResponse) encode() []byte {
 // DecodeResponse decodes a response the middleware stored as a record's
 // value (for inspection tools).
 func DecodeResponse(b []byte) (*StoredResponse, error) {
-	if len(b) < 6 || b[0] != encodingVersion {
-		return nil, ErrBadEncoding
+	r := &StoredResponse{Header: make(http.Header)}
+	var err error
+	r.Status, r.NotStored, r.Body, err = decodeInto(b, r.Header)
+	if err != nil {
+		return nil, err
 	}
-	r := &StoredResponse{
-		NotStored: b[1]&flagNotStored != 0,
-		Status:    int(binary.BigEndian.Uint16(b[2:])),
-		Header:    make(http.Header),
+	return r, nil
+}
+
+// decodeInto decodes a stored response, adding its headers to h: a replay
+// writes them straight into the client's header map. A nil h only checks
+// the encoding.
+func decodeInto(b []byte, h http.Header) (status int, notStored bool, body []byte, err error) {
+	if len(b) < 6 || b[0] != encodingVersion {
+		return 0, false, nil, ErrBadEncoding
+	}
+	notStored = b[1]&flagNotStored != 0
+	status = int(binary.BigEndian.Uint16(b[2:]))
+	if status < 100 || status > 999 {
+		return 0, false, nil, ErrBadEncoding
 	}
 	count := int(binary.BigEndian.Uint16(b[4:]))
 	b = b[6:]
-	str := func() (string, bool) {
+	field := func() ([]byte, bool) {
 		n, w := binary.Uvarint(b)
 		if w <= 0 || n > uint64(len(b)-w) {
-			return "", false
+			return nil, false
 		}
-		s := string(b[w : w+int(n)])
+		f := b[w : w+int(n)]
 		b = b[w+int(n):]
-		return s, true
+		return f, true
 	}
 	for range count {
-		k, ok1 := str()
-		v, ok2 := str()
+		k, ok1 := field()
+		v, ok2 := field()
 		if !ok1 || !ok2 {
-			return nil, ErrBadEncoding
+			return 0, false, nil, ErrBadEncoding
 		}
-		r.Header[k] = append(r.Header[k], v)
+		if h != nil {
+			h[string(k)] = append(h[string(k)], string(v))
+		}
 	}
-	if r.Status < 100 || r.Status > 999 {
-		return nil, ErrBadEncoding
-	}
-	r.Body = b
-	return r, nil
+	return status, notStored, b, nil
 }

@@ -15,11 +15,19 @@
 //	in_progress (T) --Renew(T)--> in_progress (T), lease extended
 //	in_progress (T) --Complete(T)--> succeeded | failed
 //	in_progress (T) --Release(T)--> absent
+//	failed (T) --Release(T)--> absent (an operator frees an unknown outcome)
 //	expired --Cleanup--> absent
 //
 // Every transition out of in_progress is fenced by the token of the holder
 // that reserved it: a holder whose lease was taken over gets ErrLeaseLost
 // and cannot overwrite the new holder's record.
+//
+// A succeeded record is never released: an outcome a client may have seen
+// stays until it expires.
+//
+// A store may also implement Notifier, an optional capability: it carries
+// word that a record left in_progress to waiters in other processes, so
+// that they need not poll.
 //
 // Every store runs the conformance suite in package storetest.
 package store

@@ -160,9 +160,12 @@ type Store interface {
 	// with c.Value. It returns ErrLeaseLost when c.Token does not hold it.
 	Complete(ctx context.Context, c Completion) error
 
-	// Release deletes the in_progress record held by f.Token, so that the
-	// key can be used again. It returns ErrLeaseLost when f.Token does not
-	// hold it.
+	// Release deletes the in_progress or failed record held by f.Token,
+	// so that the key can be used again: the holder gives its key back, or
+	// an operator frees a key that failed with an unknown outcome. A
+	// succeeded record is never released: an outcome a client may have
+	// seen stays until it expires. It returns ErrLeaseLost when f.Token
+	// does not hold the record or the record succeeded.
 	Release(ctx context.Context, f Fence) error
 
 	// Cleanup deletes at most limit records (all when limit <= 0) whose

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/inspect"
 	"github.com/idem-dev/idem/store"
 )
@@ -19,8 +22,11 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.flagSet("inspect", "inspect --store DSN [--scope S] --key K")
 	storeFlag := fs.String("store", "", "store `DSN` (default $IDEM_STORE, the config's store, or file:./idem-data)")
 	configPath := fs.String("config", "", "read the store DSN from this config `file`")
-	scope := fs.String("scope", "", "the key's `scope`: \"\" without tenants; the tenant (X-User-ID's value, or auth:HASH)\n"+
-		"for tenant scopes; TENANT|METHOD /path for the stripe and mobile profiles")
+	scope := fs.String("scope", "", "the key's `scope`: the tenant (\"\" for the anonymous scope, X-User-ID's value, or cred:HASH);\n"+
+		"TENANT|METHOD /path for the stripe and mobile profiles. --path finds it instead")
+	method := fs.String("method", "POST", "with --path: the request's `method`")
+	path := fs.String("path", "", "find the scope as the gateway's routes (--config) do for this request `path`")
+	tenant := fs.String("tenant", "", "with --path: the caller's `tenant` (as the gateway logs it; \"\" is anonymous)")
 	key := fs.String("key", "", "the idempotency `key`")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -38,6 +44,11 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer opened.Close()
+	if *path != "" {
+		if *scope, err = routeScope(opened.Store, *configPath, *method, *path, *tenant); err != nil {
+			return err
+		}
+	}
 	now := time.Now()
 	rec, err := opened.Get(ctx, *scope, store.HashKey(*scope, k), now)
 	if errors.Is(err, store.ErrNotFound) {
@@ -52,4 +63,30 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 	}
 	_, err = c.m.Stdout.Write(b)
 	return err
+}
+
+// routeScope finds the scope of a request as the gateway's routes do.
+func routeScope(s store.Store, configPath, method, path, tenant string) (string, error) {
+	if configPath == "" {
+		return "", errors.New("inspect: --path needs --config, whose routes decide the scope")
+	}
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return "", err
+	}
+	built, err := cfg.Build()
+	if err != nil {
+		return "", err
+	}
+	eng := idem.New(s, built.Policy)
+	defer eng.Close()
+	routes, err := idemhttp.Compile(eng, built.Options)
+	if err != nil {
+		return "", err
+	}
+	scope, ok := routes.Scope(method, path, tenant)
+	if !ok {
+		return "", fmt.Errorf("inspect: no route of %s covers %s %s", configPath, method, path)
+	}
+	return scope, nil
 }

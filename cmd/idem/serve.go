@@ -187,12 +187,13 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
-		Upstream:        upstream,
-		Engine:          s.eng,
-		Middleware:      built.Options,
-		Transport:       gateway.NewTransport(time.Duration(cfg.UpstreamTimeout)),
-		Logger:          log,
-		OnUpstreamError: met.UpstreamError,
+		Upstream:         upstream,
+		Engine:           s.eng,
+		Middleware:       built.Options,
+		Transport:        gateway.NewTransport(time.Duration(cfg.UpstreamDeadline)),
+		UpstreamDeadline: time.Duration(cfg.UpstreamDeadline),
+		Logger:           log,
+		OnUpstreamError:  met.UpstreamError,
 	})
 	if err != nil {
 		return nil, err
@@ -210,6 +211,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			Token:    cfg.AdminToken,
 			Draining: &s.draining,
 			Logger:   log,
+			Scope:    s.proxy.Routes().Scope,
 		}), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			return nil, fmt.Errorf("admin_listen: %w", err)
@@ -222,6 +224,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		attrs = append(attrs, "admin_addr", s.adminLn.Addr().String())
 	}
 	log.Info("idem gateway listening", attrs...)
+	log.Info("idem: tenants", "source", built.TenantSource)
 	return s, nil
 }
 
@@ -277,6 +280,13 @@ func (s *server) shutdown() error {
 	if err != nil {
 		s.log.Warn("idem: in-flight requests did not finish in time; closing connections", "err", err)
 		s.http.Close()
+	}
+	if s.proxy.Wait(ctx) != nil {
+		// Upstream calls still running past shutdown_timeout (some detached
+		// from clients answered 504) are cut off: their keys are recorded
+		// as outcome unknown before the store closes, never left in
+		// progress for another gateway to run again.
+		s.proxy.Abort()
 	}
 	// Keyed requests run detached from their connections: give them a
 	// little more time to record their outcomes.

@@ -20,6 +20,17 @@ type Built struct {
 	// Policy is the defaults' policy: the engine's own, used by commands
 	// that run outside a route (cleanup).
 	Policy idem.Policy
+	// TenantSource says, for the start-up log, where tenants come from.
+	TenantSource string
+}
+
+// credentialMAC keys credential hashes with Options.CredentialMAC as it is
+// when a request comes (the command sets it from the secret after Build).
+func (b *Built) credentialMAC(x []byte) string {
+	if b.Options.CredentialMAC != nil {
+		return b.Options.CredentialMAC(x)
+	}
+	return idemhttp.HashCredential(x)
 }
 
 // Build turns the policy parts of c into middleware options. Every route
@@ -47,20 +58,15 @@ func (c *Config) Build() (*Built, error) {
 
 	b := &Built{Policy: base}
 	b.Options = idemhttp.Options{
-		Profile:          defProf,
-		MaxRequestBytes:  int64(c.MaxRequestBytes),
-		MaxResponseBytes: int(c.MaxResponseBytes),
-		KeepHeaders:      c.KeepHeaders,
-		RequestIDHeader:  c.RequestIDHeader,
+		Profile:                defProf,
+		MaxRequestBytes:        int64(c.MaxRequestBytes),
+		BodyReadTimeout:        time.Duration(c.BodyReadTimeout),
+		MaxResponseBytes:       int(c.MaxResponseBytes),
+		KeepHeaders:            c.KeepHeaders,
+		AllowCredentialHeaders: c.AllowCredentialHeaders,
+		RequestIDHeader:        c.RequestIDHeader,
 	}
-	if c.Tenant != nil {
-		switch {
-		case c.Tenant.Header != "":
-			b.Options.Tenant = idemhttp.TenantHeader(c.Tenant.Header)
-		case c.Tenant.Authorization == "hash":
-			b.Options.Tenant = idemhttp.TenantAuthorization()
-		}
-	}
+	b.Options.Tenant, b.TenantSource = c.Tenant.build(b.credentialMAC)
 
 	routes := c.Routes
 	if len(routes) == 0 {
@@ -82,6 +88,9 @@ func (c *Config) Build() (*Built, error) {
 			continue
 		}
 		rt, err := c.route(r, defProf, base)
+		if err == nil {
+			rt.AnswerWithin, err = c.answerWithin(r)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 			continue
@@ -126,6 +135,10 @@ func (c *Config) route(r Route, defProf *idemhttp.Profile, base idem.Policy) (id
 		return rt, err
 	}
 
+	if err := c.errorTexts(&rt, r, defProf); err != nil {
+		return rt, err
+	}
+
 	key := firstOf(r.Key, c.Defaults.Key, "optional")
 	switch key {
 	case "optional":
@@ -147,10 +160,62 @@ func (c *Config) route(r Route, defProf *idemhttp.Profile, base idem.Policy) (id
 		case "none":
 			rt.Fingerprint = idemhttp.FingerprintNone
 		case "fields":
-			rt.Fingerprint, rt.Fields = idemhttp.FingerprintFields, fp.Fields
+			rt.Fingerprint = idemhttp.FingerprintFields(fp.Fields...)
 		}
 	}
 	return rt, nil
+}
+
+// errorTexts gives the route a copy of its profile whose answers use the
+// error envelope with the texts of defaults and route laid over the
+// profile's preset (the mobile app's), when either sets any.
+func (c *Config) errorTexts(rt *idemhttp.Route, r Route, defProf *idemhttp.Profile) error {
+	if len(c.Defaults.ErrorTexts) == 0 && len(r.ErrorTexts) == 0 {
+		return nil
+	}
+	prof := rt.Profile
+	if prof == nil {
+		prof = defProf
+	}
+	texts := map[idemhttp.Kind]idemhttp.Text{}
+	if prof.Name == "mobile" {
+		texts = idemhttp.MobileTexts()
+	}
+	for _, layer := range []map[string]ErrorText{c.Defaults.ErrorTexts, r.ErrorTexts} {
+		for k, v := range layer {
+			kind := idemhttp.Kind(k)
+			if _, ok := idemhttp.DefaultStatus[kind]; !ok {
+				return fmt.Errorf("error_texts: unknown kind %q (see docs/problems.md)", k)
+			}
+			t := texts[kind]
+			if v.Code != "" {
+				t.Code = v.Code
+			}
+			if v.Message != "" {
+				t.Message = v.Message
+			}
+			texts[kind] = t
+		}
+	}
+	p := *prof
+	p.WriteProblem = idemhttp.Envelope(texts)
+	rt.Profile = &p
+	return nil
+}
+
+// answerWithin is the route's upstream_timeout, else the top-level one.
+func (c *Config) answerWithin(r Route) (time.Duration, error) {
+	if r.UpstreamTimeout == nil {
+		return time.Duration(c.UpstreamTimeout), nil
+	}
+	d := time.Duration(*r.UpstreamTimeout)
+	if d < 0 {
+		return 0, errors.New("upstream_timeout must not be negative")
+	}
+	if c.UpstreamDeadline > 0 && d > time.Duration(c.UpstreamDeadline) {
+		return 0, fmt.Errorf("upstream_timeout %s is longer than upstream_deadline %s", d, time.Duration(c.UpstreamDeadline))
+	}
+	return d, nil
 }
 
 func statusSet(l StringList) (idemhttp.StatusSet, error) {
@@ -193,6 +258,11 @@ func (p *Policy) apply(pol *idem.Policy) error {
 		v, err := idem.ParseOnStoreError(p.OnStoreError)
 		errs = append(errs, trim(err))
 		pol.OnStoreError = v
+	}
+	if p.OnUnknown != "" {
+		v, err := idem.ParseOnUnknown(p.OnUnknown)
+		errs = append(errs, trim(err))
+		pol.OnUnknown = v
 	}
 	for _, d := range []struct {
 		name string

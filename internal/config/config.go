@@ -14,15 +14,18 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-dev/idem/idemhttp"
 )
 
 // Defaults of the gateway's basic settings.
 const (
-	DefaultListen          = "127.0.0.1:8080"
-	DefaultAdminListen     = "127.0.0.1:9090"
-	DefaultStore           = "file:./idem-data"
-	DefaultShutdownTimeout = 30 * time.Second
-	DefaultUpstreamTimeout = 60 * time.Second
+	DefaultListen           = "127.0.0.1:8080"
+	DefaultAdminListen      = "127.0.0.1:9090"
+	DefaultStore            = "file:./idem-data"
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultUpstreamTimeout  = 60 * time.Second
+	DefaultUpstreamDeadline = 5 * time.Minute
 )
 
 // Config is the gateway's configuration file. Pointer and zero fields mean
@@ -32,8 +35,14 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Upstream is the URL of the API behind the gateway. Required.
 	Upstream string `yaml:"upstream"`
-	// UpstreamTimeout bounds the wait for the upstream's response headers.
+	// UpstreamTimeout bounds a client's wait for the first execution of a
+	// keyed request (Route.AnswerWithin): past it the client gets 504 and
+	// the upstream call goes on in the background, its outcome recorded
+	// and replayed to retries. A route may set its own.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
+	// UpstreamDeadline bounds an upstream call itself (the transport); a
+	// call cut off by it has an unknown outcome. Default 5m.
+	UpstreamDeadline Duration `yaml:"upstream_deadline"`
 	// Store is the store DSN: memory:, file:PATH, postgres://..., redis://...
 	Store string `yaml:"store"`
 	// Migrate runs the PostgreSQL migrations at start-up (default true).
@@ -52,10 +61,18 @@ type Config struct {
 	// pass through unprotected. Empty means one route for every request.
 	Routes []Route `yaml:"routes"`
 
-	MaxRequestBytes  ByteSize   `yaml:"max_request_bytes"`
+	MaxRequestBytes ByteSize `yaml:"max_request_bytes"`
+	// BodyReadTimeout bounds the read of a keyed request's body, which is
+	// read before anything is reserved; a client that stalls gets 408 and
+	// its connection is closed. Default 30s; off disables it.
+	BodyReadTimeout  Duration   `yaml:"body_read_timeout"`
 	MaxResponseBytes ByteSize   `yaml:"max_response_bytes"`
 	KeepHeaders      StringList `yaml:"keep_headers"`
-	RequestIDHeader  string     `yaml:"request_id_header"`
+	// AllowCredentialHeaders lets keep_headers name Set-Cookie,
+	// Authorization or Proxy-Authorization, which replays then hand to
+	// anyone holding the key. Refused without it.
+	AllowCredentialHeaders bool   `yaml:"allow_credential_headers"`
+	RequestIDHeader        string `yaml:"request_id_header"`
 	// CleanupInterval throttles background cleanup; "off" disables it.
 	CleanupInterval *Duration `yaml:"cleanup_interval"`
 	// ShutdownTimeout bounds the wait for in-flight requests at shutdown.
@@ -63,13 +80,6 @@ type Config struct {
 
 	LogFormat string `yaml:"log_format"` // text (default) or json
 	LogLevel  string `yaml:"log_level"`  // debug, info (default), warn, error
-}
-
-// Tenant names the source of the caller's identity: a header set by an
-// authenticating proxy, or a hash of the Authorization header.
-type Tenant struct {
-	Header        string `yaml:"header"`
-	Authorization string `yaml:"authorization"` // "hash"
 }
 
 // Policy holds the per-route knobs; Defaults and every Route carry one.
@@ -81,10 +91,22 @@ type Policy struct {
 	OnFailure     string       `yaml:"on_failure"`     // release, cache, conflict
 	OnStale       string       `yaml:"on_stale"`       // retry, conflict
 	OnStoreError  string       `yaml:"on_store_error"` // fail_closed, fail_open
+	OnUnknown     string       `yaml:"on_unknown"`     // conflict, release
 	CacheStatuses StringList   `yaml:"cache_statuses"` // "2xx, 409", "all"
 	MaxKeyBytes   int          `yaml:"max_key_bytes"`
 	Key           string       `yaml:"key"` // required, optional
 	Fingerprint   *Fingerprint `yaml:"fingerprint"`
+	// ErrorTexts rewords idem's own answers in an application's error
+	// envelope ({"success":false,"error":{"code","message"}}), by kind
+	// (in_progress, payload_mismatch, ...): over the mobile profile's
+	// preset texts, or, for another profile, in place of problem+json.
+	ErrorTexts map[string]ErrorText `yaml:"error_texts"`
+}
+
+// ErrorText is the code and message of one kind of answer.
+type ErrorText struct {
+	Code    string `yaml:"code"`
+	Message string `yaml:"message"`
 }
 
 // Route is one entry of routes.
@@ -92,6 +114,8 @@ type Route struct {
 	// Match is a Go ServeMux pattern: "POST /charges", "/api/{id}/save".
 	Match  string `yaml:"match"`
 	Policy `yaml:",inline"`
+	// UpstreamTimeout overrides the top-level upstream_timeout.
+	UpstreamTimeout *Duration `yaml:"upstream_timeout"`
 }
 
 // Load reads and parses the file at path. It does not validate.
@@ -178,6 +202,9 @@ func (c *Config) WithDefaults() {
 	if c.UpstreamTimeout == 0 {
 		c.UpstreamTimeout = Duration(DefaultUpstreamTimeout)
 	}
+	if c.UpstreamDeadline == 0 {
+		c.UpstreamDeadline = Duration(max(DefaultUpstreamDeadline, time.Duration(c.UpstreamTimeout)))
+	}
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
@@ -232,21 +259,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Tenant != nil {
-		t := c.Tenant
-		switch {
-		case t.Header != "" && t.Authorization != "":
-			add("tenant: set header or authorization, not both")
-		case t.Header == "" && t.Authorization == "":
-			add("tenant: set header (e.g. X-User-ID) or authorization: hash")
-		case t.Authorization != "" && t.Authorization != "hash":
-			add("tenant.authorization %q: the only supported value is hash", t.Authorization)
-		case t.Header != "" && !validHeaderName(t.Header):
-			add("tenant.header %q is not a valid header name", t.Header)
-		}
+		errs = append(errs, c.Tenant.validate())
 	}
 	for _, h := range c.KeepHeaders {
 		if !validHeaderName(h) {
 			add("keep_headers: %q is not a valid header name", h)
+		}
+		for _, cred := range idemhttp.CredentialHeaders {
+			if http.CanonicalHeaderKey(h) == cred && !c.AllowCredentialHeaders {
+				add("keep_headers: %s is a credential header: every retry with the key would receive the first caller's; set allow_credential_headers: true to force it", cred)
+			}
 		}
 	}
 	if c.RequestIDHeader != "" && !validHeaderName(c.RequestIDHeader) {
@@ -263,6 +285,12 @@ func (c *Config) Validate() error {
 	}
 	if c.UpstreamTimeout < 0 {
 		add("upstream_timeout: negative")
+	}
+	if c.BodyReadTimeout < 0 && c.BodyReadTimeout != -1 {
+		add("body_read_timeout: negative; write off to disable it")
+	}
+	if c.UpstreamDeadline < c.UpstreamTimeout {
+		add("upstream_deadline (%s) is shorter than upstream_timeout (%s)", time.Duration(c.UpstreamDeadline), time.Duration(c.UpstreamTimeout))
 	}
 	switch c.LogFormat {
 	case "text", "json":

@@ -63,8 +63,8 @@ func TestSpecExample(t *testing.T) {
 	if rt.Profile == nil || rt.Profile.Name != "mobile" {
 		t.Errorf("route profile = %v", rt.Profile)
 	}
-	if rt.Key != idemhttp.KeyOptional || rt.Fingerprint != idemhttp.FingerprintBody {
-		t.Errorf("route key/fingerprint = %v/%v", rt.Key, rt.Fingerprint)
+	if rt.Key != idemhttp.KeyOptional || !sameFingerprint(rt.Fingerprint, idemhttp.FingerprintBody) {
+		t.Errorf("route key = %v, or its fingerprint is not the body's", rt.Key)
 	}
 	if rt.Policy == nil || rt.Policy.TTL != 24*time.Hour {
 		t.Errorf("route policy = %+v", rt.Policy)
@@ -89,8 +89,13 @@ func TestDefaults(t *testing.T) {
 	if len(b.Options.Routes) != 1 || b.Options.Routes[0].Pattern != "/" {
 		t.Fatalf("want one catch-all route, got %+v", b.Options.Routes)
 	}
-	if b.Options.Tenant != nil {
-		t.Error("tenant set without tenant config")
+	// Without tenant config, callers are scoped by a hash of their
+	// credentials, and callers without credentials share one scope.
+	anon, _ := b.Options.Tenant(httptest.NewRequest("POST", "/", nil))
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("Authorization", "Bearer x")
+	if id, ok := b.Options.Tenant(r); !ok || id == anon || strings.Contains(id, "x") && !strings.HasPrefix(id, "cred:") {
+		t.Errorf("default tenant = %q, %v (anonymous %q)", id, ok, anon)
 	}
 	p := b.Options.Routes[0].Policy.WithDefaults()
 	if p.TTL != idem.DefaultTTL || p.OnFailure != idem.OnFailureRelease || p.Wait != 0 {
@@ -153,7 +158,7 @@ routes:
 	check("a.profile", a.Profile == nil, true)
 	check("a.cache", a.Cache.Contains(201) && !a.Cache.Contains(409), true)
 	check("a.key", a.Key, idemhttp.KeyRequired)
-	check("a.fingerprint", a.Fingerprint, idemhttp.FingerprintNone)
+	check("a.fingerprint", sameFingerprint(a.Fingerprint, idemhttp.FingerprintNone), true)
 
 	check("b.ttl", bb.Policy.TTL, 7*24*time.Hour)
 	check("b.max_key", bb.Policy.MaxKeyBytes, 200)
@@ -167,8 +172,7 @@ routes:
 	check("c.on_failure", c.Policy.OnFailure, idem.OnFailureRelease)
 	check("c.cache", c.Cache.Contains(201) && c.Cache.Contains(409) && !c.Cache.Contains(200), true)
 	check("c.key", c.Key, idemhttp.KeyOptional)
-	check("c.fingerprint", c.Fingerprint, idemhttp.FingerprintFields)
-	check("c.fields", strings.Join(c.Fields, ","), "stepId,customer.id")
+	check("c.fingerprint", sameFingerprint(c.Fingerprint, idemhttp.FingerprintFields("stepId", "customer.id")), true)
 
 	if b.Options.Profile.Name != "stripe" {
 		t.Errorf("default profile = %s", b.Options.Profile.Name)
@@ -273,6 +277,13 @@ func TestErrors(t *testing.T) {
 		{"bad log level", "upstream: http://u:1\nlog_level: loud\n", "log_level"},
 		{"negative max key", "upstream: http://u:1\ndefaults: {max_key_bytes: -1}\n", "max_key_bytes"},
 		{"wrong type", "upstream: [a, b]\n", "line 1"},
+		{"bad error_texts", "upstream: http://u:1\ndefaults: {error_texts: {in_progres: {code: X}}}\n", `unknown kind "in_progres"`},
+		{"bad on_unknown", "upstream: http://u:1\ndefaults: {on_unknown: retry}\n", "on_unknown"},
+		{"keep set-cookie", "upstream: http://u:1\nkeep_headers: [X-A, set-cookie]\n", "Set-Cookie is a credential header"},
+		{"tenant word", "upstream: http://u:1\ntenant: all\n", "want none"},
+		{"tenant list bad", "upstream: http://u:1\ntenant: [{header: X-A}, {authorization: raw}]\n", "only supported value is hash"},
+		{"deadline under timeout", "upstream: http://u:1\nupstream_timeout: 10m\nupstream_deadline: 1m\n", "upstream_deadline"},
+		{"route timeout over deadline", "upstream: http://u:1\nroutes: [{match: /a, upstream_timeout: 10m}]\n", "longer than upstream_deadline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.src))
@@ -344,5 +355,104 @@ func TestLoad(t *testing.T) {
 	}
 	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("Load error %v should name the file and the line", err)
+	}
+}
+
+// sameFingerprint reports whether two fingerprint functions agree on a few
+// requests that tell body, fields and none apart.
+func sameFingerprint(a, b idemhttp.FingerprintFunc) bool {
+	for _, body := range []string{`{"stepId":1,"customer":{"id":2},"x":1}`, `{"stepId":1,"customer":{"id":2},"x":2}`, `{"stepId":3}`} {
+		r := httptest.NewRequest("POST", "/a", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		if a == nil || b == nil || a(r, []byte(body)) != b(r, []byte(body)) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestEdgeSettings: the route-level settings of outcome-unknown handling
+// and the tenant forms.
+func TestEdgeSettings(t *testing.T) {
+	_, b := mustValid(t, `
+upstream: http://127.0.0.1:3000
+upstream_timeout: 2s
+body_read_timeout: 5s
+keep_headers: [Set-Cookie]
+allow_credential_headers: true
+tenant: [{authorization: hash}, {header: Stripe-Account}]
+defaults: {on_unknown: release}
+routes:
+  - match: POST /a
+  - match: POST /b
+    on_unknown: conflict
+    upstream_timeout: 500ms
+`)
+	a, bb := b.Options.Routes[0], b.Options.Routes[1]
+	if a.Policy.OnUnknown != idem.OnUnknownRelease || bb.Policy.OnUnknown != idem.OnUnknownConflict {
+		t.Errorf("on_unknown = %v, %v", a.Policy.OnUnknown, bb.Policy.OnUnknown)
+	}
+	if a.AnswerWithin != 2*time.Second || bb.AnswerWithin != 500*time.Millisecond {
+		t.Errorf("answer within = %v, %v", a.AnswerWithin, bb.AnswerWithin)
+	}
+	if b.Options.BodyReadTimeout != 5*time.Second {
+		t.Errorf("body_read_timeout = %v", b.Options.BodyReadTimeout)
+	}
+	if !b.Options.AllowCredentialHeaders {
+		t.Error("allow_credential_headers ignored")
+	}
+	tenant := func(h ...string) string {
+		r := httptest.NewRequest("POST", "/a", nil)
+		for i := 0; i+1 < len(h); i += 2 {
+			r.Header.Set(h[i], h[i+1])
+		}
+		id, ok := b.Options.Tenant(r)
+		if !ok {
+			t.Fatalf("no tenant for %v", h)
+		}
+		return id
+	}
+	x := tenant("Authorization", "Bearer T", "Stripe-Account", "acct_1")
+	if x != tenant("Authorization", "bearer  T", "Stripe-Account", "acct_1") || x == tenant("Authorization", "Bearer T", "Stripe-Account", "acct_2") {
+		t.Error("tenant list: the scheme's case matters, or Stripe-Account does not")
+	}
+	// The secret keys the hash, set after Build as the command does.
+	b.Options.CredentialMAC = func(b []byte) string { return "mac" }
+	if tenant("Authorization", "Bearer T") != "cred:mac" {
+		t.Error("CredentialMAC set after Build is not used")
+	}
+	if !strings.Contains(b.TenantSource, "Authorization + Stripe-Account") {
+		t.Errorf("tenant source %q", b.TenantSource)
+	}
+	_, n := mustValid(t, "upstream: http://u:1\ntenant: none\n")
+	if id, ok := n.Options.Tenant(httptest.NewRequest("POST", "/", nil)); !ok || id != "" || !strings.HasPrefix(n.TenantSource, "none") {
+		t.Errorf("tenant none: %q %v %q", id, ok, n.TenantSource)
+	}
+}
+
+// TestErrorTexts: the mobile app's texts are a preset that configuration
+// rewords, kind by kind.
+func TestErrorTexts(t *testing.T) {
+	_, b := mustValid(t, `
+upstream: http://127.0.0.1:3000
+routes:
+  - match: POST /app/
+    profile: mobile
+    error_texts:
+      in_progress: { message: "Bitte warten." }
+`)
+	rt := b.Options.Routes[0]
+	rec := httptest.NewRecorder()
+	rt.Profile.WriteProblem(rec, &idemhttp.Problem{Kind: idemhttp.KindInProgress, Status: 409})
+	if !strings.Contains(rec.Body.String(), `"message":"Bitte warten."`) || !strings.Contains(rec.Body.String(), `"code":"OPERATION_IN_PROGRESS"`) {
+		t.Errorf("reworded: %s", rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	rt.Profile.WriteProblem(rec, &idemhttp.Problem{Kind: idemhttp.KindPayloadMismatch, Status: 409})
+	if !strings.Contains(rec.Body.String(), "DUPLICATE_OPERATION") {
+		t.Errorf("preset text lost: %s", rec.Body)
+	}
+	if idemhttp.MobileTexts()[idemhttp.KindInProgress].Message == "Bitte warten." {
+		t.Error("the preset itself changed")
 	}
 }

@@ -31,6 +31,9 @@ type AdminOptions struct {
 	// HealthTimeout bounds the store probe; 0 means 2 s.
 	HealthTimeout time.Duration
 	Logger        *slog.Logger
+	// Scope, when set, lets /keys take method, path and tenant instead of
+	// scope, and find the scope as the proxy's routes do.
+	Scope func(method, target, tenant string) (string, bool)
 }
 
 // healthScope and healthKey name the record /healthz looks up. It never
@@ -86,6 +89,13 @@ func Admin(o AdminOptions) http.Handler {
 		}
 		q := r.URL.Query()
 		scope, key := q.Get("scope"), strings.TrimSpace(q.Get("key"))
+		if q.Has("path") && o.Scope != nil {
+			var covered bool
+			if scope, covered = o.Scope(q.Get("method"), q.Get("path"), q.Get("tenant")); !covered {
+				writeJSON(w, http.StatusNotFound, map[string]string{"error": "no route covers this method and path"})
+				return
+			}
+		}
 		if key == "" {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "key is required (scope too, when tenants or endpoint scopes are used)"})
 			return

@@ -23,8 +23,11 @@ type Options struct {
 	Engine *idem.Engine
 	// Middleware are the idemhttp options (routes, tenant, limits).
 	Middleware idemhttp.Options
-	// Transport reaches the upstream; nil means NewTransport(60 s).
+	// Transport reaches the upstream; nil means NewTransport(UpstreamDeadline).
 	Transport http.RoundTripper
+	// UpstreamDeadline bounds every upstream call, the body included: a
+	// keyed call cut off by it has an unknown outcome. 0 means 5 minutes.
+	UpstreamDeadline time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// OnUpstreamError, when set, is told of every failed upstream call:
@@ -36,9 +39,20 @@ type Options struct {
 type Proxy struct {
 	handler     http.Handler
 	reqIDHeader string
+	deadline    time.Duration
 	log         *slog.Logger
-	inflight    sync.WaitGroup
+	inflight    sync.WaitGroup // requests being served, and upstream calls going on after their client was answered
+	stop        context.Context
+	abort       context.CancelCauseFunc
+	routes      *idemhttp.Routes
 }
+
+// Routes is the compiled route table, for the admin API: it finds a key's
+// scope as the middleware does.
+func (p *Proxy) Routes() *idemhttp.Routes { return p.routes }
+
+// ErrShutdown is the cause of upstream calls cut off by Abort.
+var ErrShutdown = errors.New("gateway: shut down before the upstream answered")
 
 // NewTransport returns the upstream transport: http.DefaultTransport's
 // settings with enough idle connections per host for a gateway (the default
@@ -61,10 +75,14 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Transport == nil {
-		opts.Transport = NewTransport(60 * time.Second)
+	if opts.UpstreamDeadline <= 0 {
+		opts.UpstreamDeadline = 5 * time.Minute
 	}
-	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger}
+	if opts.Transport == nil {
+		opts.Transport = NewTransport(opts.UpstreamDeadline)
+	}
+	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger, deadline: opts.UpstreamDeadline}
+	p.stop, p.abort = context.WithCancelCause(context.Background())
 	if p.reqIDHeader == "" {
 		p.reqIDHeader = "X-Request-Id"
 	}
@@ -81,7 +99,8 @@ func New(opts Options) (*Proxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
-			// Idempotency-Key and X-Request-Id travel on as they are.
+			// Idempotency-Key, Idempotency-Token (the reservation's fencing
+			// token, set by the middleware) and X-Request-Id travel on.
 		},
 		Transport: opts.Transport,
 		// Without a pool, every request allocates a 32 KiB copy buffer:
@@ -96,40 +115,93 @@ func New(opts Options) (*Proxy, error) {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var op *net.OpError
-			if errors.As(err, &op) && op.Op == "dial" {
-				onErr("unreachable")
-				p.log.Warn("idem: upstream unreachable", "url", upstream.Redacted(), "err", err)
-				// Nothing reached the upstream: free the key, so a retry
-				// runs once it is back, even under profiles that keep
-				// every status (stripe).
-				idemhttp.NotExecuted(w)
-				writeUpstreamProblem(w, http.StatusBadGateway, r.Header.Get(idemhttp.HeaderName),
-					"the upstream could not be reached; nothing was executed")
-				return
-			}
-			status, kind := http.StatusBadGateway, "error"
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				status, kind = http.StatusGatewayTimeout, "timeout"
-			}
-			onErr(kind)
-			p.log.Warn("idem: upstream failed", "url", upstream.Redacted(), "path", r.URL.Path,
-				"request_id", r.Header.Get(p.reqIDHeader), "err", err)
-			detail := "the upstream failed to answer"
-			if status == http.StatusGatewayTimeout {
-				detail = "the upstream did not answer in time"
-			}
-			writeUpstreamProblem(w, status, r.Header.Get(idemhttp.HeaderName), detail)
+			p.upstreamFailed(w, r, err, onErr, upstream)
 		},
 	}
-	mw, err := idemhttp.New(opts.Engine, opts.Middleware)
+	routes, err := idemhttp.Compile(opts.Engine, opts.Middleware)
 	if err != nil {
 		return nil, err
 	}
-	p.handler = mw(rp)
+	p.routes = routes
+	p.handler = routes.Wrap(p.bounded(rp))
 	return p, nil
 }
+
+// upstreamFailed answers an upstream call that got no complete answer, in
+// the shape of the route's profile, and tells the middleware whether the
+// call was sent.
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error, onErr func(string), upstream *url.URL) {
+	e := classify(err, r.Context())
+	onErr(e.metric)
+	p.log.Warn("idem: upstream failed", "url", upstream.Redacted(), "path", r.URL.Path,
+		"request_id", r.Header.Get(p.reqIDHeader), "sent", e.sent, "err", err)
+	if e.sent {
+		idemhttp.OutcomeUnknown(w)
+	} else {
+		idemhttp.NotExecuted(w)
+	}
+	pr := &idemhttp.Problem{Kind: e.kind, Detail: e.detail}
+	if k, ok, perr := idemhttp.ParseKey(r.Header.Values(idemhttp.HeaderName)); ok && perr == nil {
+		pr.Key = k
+	}
+	idemhttp.WriteProblem(w, r, pr)
+}
+
+// upstreamError is how an upstream call failed.
+type upstreamError struct {
+	sent   bool // the request may have reached the upstream
+	kind   idemhttp.Kind
+	metric string
+	detail string
+}
+
+// classify says how an upstream call that got no complete answer ended, in
+// the one place that decides it: not sent (the dial failed: nothing reached
+// the upstream, the key is released and a retry runs), or sent without a
+// complete answer (a timeout, a reset, a shutdown: the outcome is unknown
+// and the key is never released). A body cut off after the headers does
+// not come here: ReverseProxy panics with http.ErrAbortHandler, which the
+// middleware records as an unknown outcome.
+func classify(err error, ctx context.Context) upstreamError {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return upstreamError{kind: idemhttp.KindUpstreamUnavailable, metric: "unreachable",
+			detail: "the upstream could not be reached; nothing was executed"}
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(context.Cause(ctx), ErrShutdown):
+		return upstreamError{sent: true, kind: idemhttp.KindUpstreamUnavailable, metric: "error",
+			detail: "the gateway shut down before the upstream answered: the call may have run, so its outcome is unknown"}
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return upstreamError{sent: true, kind: idemhttp.KindUpstreamTimeout, metric: "timeout",
+			detail: "the upstream did not answer in time: the call may have run, so its outcome is unknown"}
+	}
+	return upstreamError{sent: true, kind: idemhttp.KindUpstreamUnavailable, metric: "error",
+		detail: "the upstream failed to answer: the call may have run, so its outcome is unknown"}
+}
+
+// bounded runs an upstream call under the upstream deadline and Abort, and
+// counts it in flight: under Route.AnswerWithin it may go on after its
+// client was answered.
+func (p *Proxy) bounded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.inflight.Add(1)
+		defer p.inflight.Done()
+		ctx, cancel := context.WithTimeout(r.Context(), p.deadline)
+		defer cancel()
+		ctx, cancelCause := context.WithCancelCause(ctx)
+		defer cancelCause(nil)
+		stop := context.AfterFunc(p.stop, func() { cancelCause(context.Cause(p.stop)) })
+		defer stop()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// Abort cuts off the upstream calls still running, so that their keys are
+// recorded as outcome unknown rather than left in progress: for shutdown,
+// once in-flight requests had their time.
+func (p *Proxy) Abort() { p.abort(ErrShutdown) }
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.inflight.Add(1)
@@ -179,21 +251,6 @@ func saneID(id string) bool {
 		}
 	}
 	return true
-}
-
-// writeUpstreamProblem answers an upstream failure as RFC 9457
-// problem+json, in the shape of idem's own problems.
-func writeUpstreamProblem(w http.ResponseWriter, status int, key, detail string) {
-	p := &idemhttp.Problem{Kind: idemhttp.KindUpstreamUnavailable, Status: status, Detail: detail}
-	if status == http.StatusGatewayTimeout {
-		p.Kind = idemhttp.KindUpstreamTimeout
-	}
-	if key != "" {
-		if k, ok, perr := idemhttp.ParseKey([]string{key}); ok && perr == nil {
-			p.Key = k
-		}
-	}
-	idemhttp.WriteProblemJSON(w, p)
 }
 
 // bufferPool recycles ReverseProxy's copy buffers.

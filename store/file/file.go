@@ -279,7 +279,11 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur 
 		if err != nil {
 			return err
 		}
-		if cur == nil || cur.State != store.InProgress || cur.Token != f.Token {
+		// Release also frees a failed record (an operator's way out of an
+		// unknown outcome); every other write needs an in_progress one.
+		held := cur != nil && cur.Token == f.Token &&
+			(cur.State == store.InProgress || op == "release" && cur.State == store.Failed)
+		if !held {
 			return store.ErrLeaseLost
 		}
 		return fn(cur)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -21,6 +22,9 @@ type Store struct {
 	records map[string]*store.Record // guarded by mu; keyed by KeyHash
 	expiry  expiryHeap               // guarded by mu
 	closed  bool                     // guarded by mu
+
+	// hub wakes the waiters of the engines sharing this store (notify.go).
+	hub wakeup.Hub
 }
 
 var _ store.Store = (*Store)(nil)
@@ -125,8 +129,9 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	if _, err := s.held(f); err != nil {
-		return err
+	cur, ok := s.records[f.KeyHash]
+	if !ok || cur.Token != f.Token || cur.State == store.Succeeded {
+		return store.ErrLeaseLost
 	}
 	delete(s.records, f.KeyHash)
 	return nil
@@ -181,6 +186,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.records = nil
 	s.expiry = nil
+	s.hub.WakeAll() // waiters poll, and find the store closed
 	return nil
 }
 

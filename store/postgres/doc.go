@@ -61,6 +61,17 @@
 // background cleanup or `idem cleanup`; PostgreSQL's autovacuum then
 // reclaims the space.
 //
+// # Waking waiters
+//
+// The store implements store.Notifier: an engine whose policy waits
+// (idem.Policy.Wait) sends pg_notify on a channel named after the table
+// when it ends a call, and each Store keeps one connection of its own
+// (made with the pool's settings, not taken from it) that LISTENs on it,
+// started by the first waiter and reconnected with backoff. Waiters in
+// other processes are woken within a millisecond or so instead of polling.
+// A pooler in transaction mode does not carry LISTEN: point the pool's
+// configuration at the server, or let waiters poll.
+//
 // # Connection poolers
 //
 // pgx caches named prepared statements per connection (its default), so

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -77,6 +79,11 @@ type Store struct {
 	opts   Options
 	sql    statements
 	closed atomic.Bool
+
+	// notify is the listening connection of Subscribe, made once by
+	// notifyOnce (notify.go).
+	notifyOnce sync.Once
+	notify     *wakeup.Listener
 
 	// retries counts re-runs of the reserve statement (tests read it).
 	retries atomic.Int64
@@ -161,7 +168,9 @@ SELECT false, false, ` + columns + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)
 	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
 		complete: `UPDATE ` + table + ` SET state = $3, value = $4, updated_at = $5, expires_at = $6
 	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
-		release: `DELETE FROM ` + table + ` WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
+		// Release frees an in_progress or a failed row, never a
+		// succeeded one (store.Store's Release).
+		release: `DELETE FROM ` + table + ` WHERE key_hash = $1 AND token = $2 AND state <> 'succeeded'`,
 
 		// One batch: walk the expires_at index, lock what it finds (skipping
 		// rows another transaction holds, such as a Reserve replacing an
@@ -332,6 +341,7 @@ func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
 // pool stays open, as it belongs to the caller.
 func (s *Store) Close() error {
 	s.closed.Store(true)
+	s.closeNotify()
 	return nil
 }
 

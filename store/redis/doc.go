@@ -48,6 +48,15 @@
 // a replica that has not seen the latest Complete yet. The scripts always
 // run on the primary.
 //
+// # Waking waiters
+//
+// The store implements store.Notifier: an engine whose policy waits
+// (idem.Policy.Wait) PUBLISHes the key hash on Prefix + "notify" when it
+// ends a call, and each Store keeps one subscribed connection (go-redis
+// gives a PubSub its own), started by the first waiter and resubscribed
+// when it breaks. Redis keeps no message for a subscriber that is away, so
+// waiters are all woken after a reconnection, and poll as a safety net.
+//
 // # Contexts and failures
 //
 // Give the client ContextTimeoutEnabled: true, so that go-redis bounds its

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -51,6 +53,11 @@ type Store struct {
 	// (ContextTimeoutEnabled), so a call with a deadline needs no watchdog.
 	deadlines bool
 	closed    atomic.Bool
+
+	// notify is the subscribed connection of Subscribe, made once by
+	// notifyOnce (notify.go).
+	notifyOnce sync.Once
+	notify     *wakeup.Listener
 }
 
 var _ store.Store = (*Store)(nil)
@@ -242,6 +249,7 @@ func (s *Store) CountExpired(ctx context.Context, _ time.Time) (int, error) {
 // not close the client the store was given.
 func (s *Store) Close() error {
 	s.closed.Store(true)
+	s.closeNotify()
 	return nil
 }
 

@@ -77,12 +77,12 @@ redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return 1
 `)
 
-// releaseScript deletes the in_progress record held by a token.
+// releaseScript deletes the in_progress or failed record held by a token.
 //
 //	ARGV: tok; returns 1, or 0 when the token does not hold the record
 var releaseScript = redis.NewScript(`
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then
+if (cur[1] ~= 'in_progress' and cur[1] ~= 'failed') or cur[2] ~= ARGV[1] then
 	return 0
 end
 redis.call('DEL', KEYS[1])

@@ -317,9 +317,11 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 				return fmt.Errorf("s3store: %s %s: %w (no record)", op, key, store.ErrLeaseLost)
 			case err != nil:
 				return s.wrap(ctx, op, key, err)
-			case cur.Token != f.Token || cur.State != store.InProgress:
+			case cur.Token != f.Token || cur.State == store.Succeeded:
+				// A failed record is released too: an operator frees a key
+				// whose outcome is unknown. A succeeded one never is.
 				s.forget(key)
-				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or finished)", op, key, store.ErrLeaseLost, cur.State)
+				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or succeeded)", op, key, store.ErrLeaseLost, cur.State)
 			}
 			h = heldObject{rec: cur, etag: curETag}
 		}

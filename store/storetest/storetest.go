@@ -74,6 +74,7 @@ func Run(t *testing.T, h Harness) {
 		{"Complete", testComplete},
 		{"Fail", testFail},
 		{"Release", testRelease},
+		{"ReleaseFailed", testReleaseFailed},
 		{"Renew", testRenew},
 		{"StaleTakeover", testStaleTakeover},
 		{"StaleTakeoverRace", testStaleTakeoverRace},
@@ -87,6 +88,9 @@ func Run(t *testing.T, h Harness) {
 		{"KeyNotIndexed", testKeyNotIndexed},
 		{"Isolation", testIsolation},
 		{"Close", testClose},
+		{"Notifier", testNotifier},
+		{"EnginePausedHolder", testPausedHolder},
+		{"EngineOutcomeUnknown", testOutcomeUnknown},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -406,6 +410,46 @@ func testFail(t *testing.T, h Harness) {
 	}
 	if res.Acquired || res.Existing.State != store.Failed {
 		t.Fatalf("reserve over a failed record: %+v", res)
+	}
+}
+
+// testReleaseFailed: a failed record is released by its token (an operator
+// frees a key whose outcome is unknown); a succeeded one never is.
+func testReleaseFailed(t *testing.T, h Harness) {
+	s := newStore(t, h)
+	ctx := context.Background()
+	done := T0.Add(time.Second)
+	req := request(uniqueKey(t), T0)
+	mustReserve(t, s, req)
+	if err := s.Complete(ctx, complete(req, store.Failed, []byte("upstream timeout"), done)); err != nil {
+		t.Fatal(err)
+	}
+	wrong := fence(req)
+	wrong.Token++
+	if err := s.Release(ctx, wrong); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("Release of a failed record with a wrong token: %v, want ErrLeaseLost", err)
+	}
+	if err := s.Renew(ctx, fence(req), done.Add(time.Minute)); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("Renew of a failed record: %v, want ErrLeaseLost", err)
+	}
+	mustGet(t, s, req, done)
+	if err := s.Release(ctx, fence(req)); err != nil {
+		t.Fatalf("Release of a failed record: %v", err)
+	}
+	wantNotFound(t, s, req, done)
+	mustReserve(t, s, request(req.Record.Key, done))
+
+	ok := request(uniqueKey(t), T0)
+	mustReserve(t, s, ok)
+	c := complete(ok, store.Succeeded, []byte(`{"id":"ch_1"}`), done)
+	if err := s.Complete(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, fence(ok)); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("Release of a succeeded record: %v, want ErrLeaseLost", err)
+	}
+	if got := mustGet(t, s, ok, done); got.State != store.Succeeded {
+		t.Fatalf("succeeded record after Release: %s", got.State)
 	}
 }
 

@@ -1,8 +1,8 @@
 package idemhttp_test
 
-// Seed 001: "Idempotency for Mobile Offline/Retry Readiness (E6.2.4)", its
-// three test cases, its caching table, its endpoint table and its limits,
-// replayed against the mobile profile.
+// The mobile app's offline and retry readiness: its three test cases, its
+// caching table, its endpoint table and its limits, replayed against the
+// mobile profile.
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 	"github.com/idem-dev/idem/idemhttp"
 )
 
-// funnelsAPI is the seed's API: the four write endpoints of its table.
+// funnelsAPI is the mobile app's API: the four write endpoints of its table.
 func funnelsAPI(s *server, mux *http.ServeMux) {
 	var ids atomic.Int32
 	answer := func(ok int) http.HandlerFunc {
@@ -45,7 +45,7 @@ func orNull(b []byte) string {
 	return string(b)
 }
 
-// mobileRoutes is the seed's table: payload check on answers/save only.
+// mobileServer is the app's endpoint table: payload check on answers/save only.
 func mobileServer(t *testing.T) *server {
 	return newServer(t, idemhttp.Options{
 		Profile: idemhttp.Mobile(),
@@ -71,7 +71,7 @@ func (s *server) saveAnswer(stepID, questionID string, value int, key string) *r
 }
 
 // Test Case 1: Duplicate Request Returns Same Response.
-func TestSeed001DuplicateRequestReturnsSameResponse(t *testing.T) {
+func TestMobileDuplicateRequestReturnsSameResponse(t *testing.T) {
 	s := mobileServer(t)
 	key := uuid.NewString()
 	response1 := s.saveAnswer("s1", "q1", 3, key)
@@ -89,7 +89,7 @@ func TestSeed001DuplicateRequestReturnsSameResponse(t *testing.T) {
 }
 
 // Test Case 2: Conflict Detection.
-func TestSeed001ConflictDetection(t *testing.T) {
+func TestMobileConflictDetection(t *testing.T) {
 	s := mobileServer(t)
 	key := uuid.NewString()
 	s.saveAnswer("s1", "q1", 1, key)
@@ -108,7 +108,7 @@ func TestSeed001ConflictDetection(t *testing.T) {
 }
 
 // Test Case 3: Different Keys Create Different Records.
-func TestSeed001DifferentKeysCreateDifferentRecords(t *testing.T) {
+func TestMobileDifferentKeysCreateDifferentRecords(t *testing.T) {
 	s := mobileServer(t)
 	response1 := s.saveAnswer("s1", "q1", 3, uuid.NewString())
 	response2 := s.saveAnswer("s1", "q1", 3, uuid.NewString())
@@ -120,7 +120,7 @@ func TestSeed001DifferentKeysCreateDifferentRecords(t *testing.T) {
 }
 
 // The caching policy table: 2xx and 409 cached; other 4xx and 5xx not.
-func TestSeed001CachingPolicy(t *testing.T) {
+func TestMobileCachingPolicy(t *testing.T) {
 	s := mobileServer(t)
 	for _, c := range []struct {
 		status int
@@ -152,7 +152,7 @@ func TestSeed001CachingPolicy(t *testing.T) {
 
 // The endpoint table: payload check on answers/save only; "Payload Check
 // Only on Some Endpoints" (limitation 3).
-func TestSeed001PayloadCheckPerEndpoint(t *testing.T) {
+func TestMobilePayloadCheckPerEndpoint(t *testing.T) {
 	s := mobileServer(t)
 	for _, path := range []string{
 		"/api/funnels/stress/assessments",
@@ -170,7 +170,7 @@ func TestSeed001PayloadCheckPerEndpoint(t *testing.T) {
 }
 
 // "Scope Keys Per User" and "No Cross-Endpoint Keys".
-func TestSeed001Scopes(t *testing.T) {
+func TestMobileScopes(t *testing.T) {
 	s := mobileServer(t)
 	key := uuid.NewString()
 	a := s.do("POST", saveAnswer, `{"answerValue":1}`, "Idempotency-Key", key, "X-User-ID", user)
@@ -190,7 +190,7 @@ func TestSeed001Scopes(t *testing.T) {
 }
 
 // "24 Hour Window: Keys expire after 24 hours".
-func TestSeed001Expiry(t *testing.T) {
+func TestMobileExpiry(t *testing.T) {
 	s := mobileServer(t)
 	key := uuid.NewString()
 	s.saveAnswer("s1", "q1", 3, key)
@@ -208,7 +208,7 @@ func TestSeed001Expiry(t *testing.T) {
 }
 
 // A request without a key is processed normally.
-func TestSeed001NoKey(t *testing.T) {
+func TestMobileNoKey(t *testing.T) {
 	s := mobileServer(t)
 	s.do("POST", saveAnswer, `{}`, "X-User-ID", user)
 	s.do("POST", saveAnswer, `{}`, "X-User-ID", user)

@@ -1,6 +1,6 @@
 package idemhttp_test
 
-// Seed 000: ex_dbos's idempotency for cancel_workflow, resume_workflow and
+// The workflow admin: idempotent cancel_workflow, resume_workflow and
 // fork_workflow, replayed against the workflow-admin profile on a small
 // example API.
 
@@ -79,7 +79,7 @@ func (s *server) admin(action, wf, key string) *response {
 	return s.do("POST", "/workflows/"+wf+"/"+action, `{}`, "Idempotency-Key", key, "X-Admin", "ops")
 }
 
-func TestSeed000KeyValidation(t *testing.T) {
+func TestWorkflowAdminKeyValidation(t *testing.T) {
 	s := adminServer(t, nil)
 	for _, key := range []string{"", "   ", strings.Repeat("k", 201)} {
 		r := s.admin("cancel", "wf-1", key)
@@ -91,7 +91,7 @@ func TestSeed000KeyValidation(t *testing.T) {
 	}
 }
 
-func TestSeed000ReplayFlag(t *testing.T) {
+func TestWorkflowAdminReplayFlag(t *testing.T) {
 	s := adminServer(t, nil)
 	first := s.admin("fork", "wf-1", "fork-1")
 	if first.Status != 201 {
@@ -111,7 +111,7 @@ func TestSeed000ReplayFlag(t *testing.T) {
 	}
 }
 
-func TestSeed000InProgressConflict(t *testing.T) {
+func TestWorkflowAdminInProgressConflict(t *testing.T) {
 	block := make(chan struct{})
 	s := adminServer(t, block)
 	done := make(chan *response)
@@ -130,7 +130,7 @@ func TestSeed000InProgressConflict(t *testing.T) {
 	}
 }
 
-func TestSeed000FailedConflictWithPreviousFailure(t *testing.T) {
+func TestWorkflowAdminFailedConflictWithPreviousFailure(t *testing.T) {
 	s := adminServer(t, nil)
 	first := s.admin("resume", "wf-2", "r-1") // wf-2 is running: resume fails
 	if first.Status != 422 {
@@ -155,7 +155,7 @@ func TestSeed000FailedConflictWithPreviousFailure(t *testing.T) {
 	}
 }
 
-func TestSeed000KeyBoundToActionAndWorkflow(t *testing.T) {
+func TestWorkflowAdminKeyBoundToActionAndWorkflow(t *testing.T) {
 	s := adminServer(t, nil)
 	s.admin("cancel", "wf-1", "k")
 	for _, c := range []struct{ action, wf string }{{"resume", "wf-1"}, {"cancel", "wf-2"}, {"fork", "wf-2"}} {
@@ -170,7 +170,7 @@ func TestSeed000KeyBoundToActionAndWorkflow(t *testing.T) {
 	}
 }
 
-func TestSeed000HealthIsNotIdempotencyBacked(t *testing.T) {
+func TestWorkflowAdminHealthIsNotIdempotencyBacked(t *testing.T) {
 	s := adminServer(t, nil)
 	s.do("GET", "/health", "", "Idempotency-Key", "h")
 	s.do("GET", "/health", "", "Idempotency-Key", "h")
@@ -180,7 +180,7 @@ func TestSeed000HealthIsNotIdempotencyBacked(t *testing.T) {
 }
 
 // TTL 7 days, cleanup by age, throttled to once per 300 s.
-func TestSeed000TTLAndCleanup(t *testing.T) {
+func TestWorkflowAdminTTLAndCleanup(t *testing.T) {
 	s := adminServer(t, nil)
 	s.admin("fork", "wf-1", "f")
 	s.clock.Add(7*24*time.Hour - time.Minute)

@@ -1,7 +1,7 @@
 package idemhttp_test
 
-// Seed 003: "ADR-2025-11-27: Idempotency Keys for API Validation Requests",
-// its decision list replayed against the stripe profile.
+// The payments API's validation requests (its decision record on
+// idempotency keys), replayed against the stripe profile.
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/idem-dev/idem/idemhttp"
 )
 
-// validationAPI is the seed's only mutating endpoint, which launches a
+// validationAPI is the API's only mutating endpoint, which launches a
 // validation run.
 func validationAPI(block <-chan struct{}) func(s *server, mux *http.ServeMux) {
 	return func(s *server, mux *http.ServeMux) {
@@ -57,7 +57,7 @@ func stripeServer(t *testing.T, block <-chan struct{}, ttl time.Duration) *serve
 
 const startPath = "/api/workflows/wf-7/start/"
 
-func TestSeed003ReplayHeaders(t *testing.T) {
+func TestPaymentsReplayHeaders(t *testing.T) {
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	first := s.do("POST", startPath, `{"files":["a.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1", "X-Request-Id", "req-1")
@@ -71,7 +71,7 @@ func TestSeed003ReplayHeaders(t *testing.T) {
 	}
 }
 
-func TestSeed003ScopeOrganizationAndEndpoint(t *testing.T) {
+func TestPaymentsScopeOrganizationAndEndpoint(t *testing.T) {
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	a := s.do("POST", startPath, `{}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")
@@ -86,7 +86,7 @@ func TestSeed003ScopeOrganizationAndEndpoint(t *testing.T) {
 	}
 }
 
-func TestSeed003KeysAreOptional(t *testing.T) {
+func TestPaymentsKeysAreOptional(t *testing.T) {
 	s := stripeServer(t, nil, 24*time.Hour)
 	s.do("POST", startPath, `{}`, "X-Organization-ID", "org-1")
 	s.do("POST", startPath, `{}`, "X-Organization-ID", "org-1")
@@ -95,7 +95,7 @@ func TestSeed003KeysAreOptional(t *testing.T) {
 	}
 }
 
-func TestSeed003InFlightConflictWithoutWaiting(t *testing.T) {
+func TestPaymentsInFlightConflictWithoutWaiting(t *testing.T) {
 	block := make(chan struct{})
 	s := stripeServer(t, block, 24*time.Hour)
 	key := uuid.NewString()
@@ -126,14 +126,14 @@ func TestSeed003InFlightConflictWithoutWaiting(t *testing.T) {
 	}
 }
 
-func TestSeed003HashGuard(t *testing.T) {
+func TestPaymentsHashGuard(t *testing.T) {
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	s.do("POST", startPath, `{"files":["a.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")
 	problem(t, s.do("POST", startPath, `{"files":["b.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1"), 422, idemhttp.KindPayloadMismatch)
 }
 
-func TestSeed003KeyLength(t *testing.T) {
+func TestPaymentsKeyLength(t *testing.T) {
 	s := stripeServer(t, nil, 24*time.Hour)
 	if r := s.do("POST", startPath, `{}`, "Idempotency-Key", strings.Repeat("a", 255), "X-Organization-ID", "org-1"); r.Status != 201 {
 		t.Fatalf("255 chars: %d", r.Status)
@@ -143,7 +143,7 @@ func TestSeed003KeyLength(t *testing.T) {
 
 // TTL & cleanup: keys expire after the configured hours; the cleanup command
 // (engine.Cleanup, run by `idem cleanup`) removes them.
-func TestSeed003TTLAndCleanup(t *testing.T) {
+func TestPaymentsTTLAndCleanup(t *testing.T) {
 	s := stripeServer(t, nil, 48*time.Hour) // IDEMPOTENCY_KEY_TTL_HOURS=48
 	key := uuid.NewString()
 	s.do("POST", startPath, `{}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")
@@ -167,7 +167,7 @@ func TestSeed003TTLAndCleanup(t *testing.T) {
 
 // Like Stripe, the profile keeps what the endpoint answered once it ran,
 // even a 500.
-func TestSeed003ServerErrorIsKept(t *testing.T) {
+func TestPaymentsServerErrorIsKept(t *testing.T) {
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	a := s.do("POST", startPath+"?fail=1", `{}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")

@@ -1,0 +1,82 @@
+package idemhttp
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Text is the code and message of one kind of problem in an application's
+// error envelope.
+type Text struct {
+	Code    string
+	Message string
+}
+
+// Envelope returns a Profile.WriteProblem that writes idem's answers in the
+// envelope many JSON APIs use instead of problem+json:
+//
+//	{"success":false,"error":{"code":"DUPLICATE_OPERATION","message":"...",
+//	 "details":{"idempotencyKey":"...","conflictType":"payload_mismatch"}}}
+//
+// texts gives each kind its code and message; a kind missing from it gets
+// its name in capitals as the code and the problem's title as the message.
+func Envelope(texts map[Kind]Text) func(w http.ResponseWriter, p *Problem) {
+	texts = copyTexts(texts)
+	return func(w http.ResponseWriter, p *Problem) {
+		t, ok := texts[p.Kind]
+		if !ok {
+			t = Text{Code: strings.ToUpper(string(p.Kind)), Message: p.Title()}
+		}
+		details := map[string]any{}
+		if p.Key != "" {
+			details["idempotencyKey"] = p.Key
+		}
+		if p.Kind.IsConflict() {
+			details["conflictType"] = p.Kind
+		}
+		if p.Previous != nil {
+			details["previousFailure"] = p.Previous
+		}
+		if p.RequestID != "" {
+			details["requestId"] = p.RequestID
+		}
+		body := map[string]any{
+			"success": false,
+			"error":   map[string]any{"code": t.Code, "message": t.Message, "details": details},
+		}
+		writeJSON(w, p, "application/json", body)
+	}
+}
+
+func copyTexts(m map[Kind]Text) map[Kind]Text {
+	c := make(map[Kind]Text, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// MobileTexts returns the mobile app's texts (its German wording), a preset
+// of the Mobile profile; change entries of the returned map and pass it to
+// Envelope to reword them.
+func MobileTexts() map[Kind]Text {
+	return map[Kind]Text{
+		KindMissingKey:          {"IDEMPOTENCY_KEY_REQUIRED", "Idempotency-Key fehlt."},
+		KindInvalidKey:          {"INVALID_IDEMPOTENCY_KEY", "Idempotency-Key ist ungültig."},
+		KindMultipleKeys:        {"INVALID_IDEMPOTENCY_KEY", "Mehr als ein Idempotency-Key."},
+		KindTenantRequired:      {"UNAUTHORIZED", "Nicht angemeldet."},
+		KindRequestTooLarge:     {"PAYLOAD_TOO_LARGE", "Anfrage ist zu groß."},
+		KindUnreadableBody:      {"BAD_REQUEST", "Anfrage konnte nicht gelesen werden."},
+		KindBodyTimeout:         {"REQUEST_TIMEOUT", "Die Anfrage kam nicht rechtzeitig an."},
+		KindInProgress:          {"OPERATION_IN_PROGRESS", "Eine Anfrage mit diesem Idempotency-Key wird noch verarbeitet."},
+		KindPayloadMismatch:     {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits mit unterschiedlichen Daten verwendet."},
+		KindKeyReused:           {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits für eine andere Aktion verwendet."},
+		KindPreviousFailure:     {"PREVIOUS_OPERATION_FAILED", "Die erste Anfrage mit diesem Idempotency-Key ist fehlgeschlagen."},
+		KindResponseNotStored:   {"RESPONSE_NOT_STORED", "Die Antwort auf diesen Idempotency-Key wurde nicht gespeichert."},
+		KindOutcomeUnknown:      {"OUTCOME_UNKNOWN", "Das Ergebnis der ersten Anfrage mit diesem Idempotency-Key ist unbekannt."},
+		KindOutcomeNotRecorded:  {"OUTCOME_NOT_RECORDED", "Das Ergebnis konnte nicht gespeichert werden; bitte mit demselben Idempotency-Key wiederholen."},
+		KindStoreUnavailable:    {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
+		KindUpstreamUnavailable: {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
+		KindUpstreamTimeout:     {"GATEWAY_TIMEOUT", "Der Dienst hat nicht rechtzeitig geantwortet."},
+	}
+}

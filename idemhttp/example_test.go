@@ -1,0 +1,101 @@
+package idemhttp_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+// post sends a POST through h and prints status, replay header and body.
+func post(h http.Handler, path, key, body string, header ...string) {
+	req := httptest.NewRequest("POST", path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	fmt.Println(rec.Code, rec.Header().Get("Idempotent-Replayed"), strings.TrimSpace(rec.Body.String()))
+}
+
+// charges is a payments API that numbers the charges it creates.
+func charges() http.Handler {
+	n := 0
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":"ch_%d"}`, n)
+	})
+}
+
+// The middleware with its defaults: every POST, PUT, PATCH and DELETE with
+// an Idempotency-Key runs once; retries get the first response back.
+func Example() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	h := idemhttp.Middleware(eng, idemhttp.Options{})(charges())
+
+	post(h, "/charges", "order-42", `{"amount":1000}`)
+	post(h, "/charges", "order-42", `{"amount":1000}`)
+	post(h, "/charges", "order-42", `{"amount":2000}`)
+	// Output:
+	// 201 false {"charge":"ch_1"}
+	// 201 true {"charge":"ch_1"}
+	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"order-42","conflict_type":"payload_mismatch"}
+}
+
+// A route overrides one decision, its scope, with a function field: keys
+// are shared by everyone in an organization (X-Org-ID, set by the
+// authenticating proxy) instead of per caller. Everything else is the
+// profile's.
+func ExampleRoute_scope() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	h := idemhttp.Middleware(eng, idemhttp.Options{
+		Routes: []idemhttp.Route{{
+			Pattern: "POST /charges",
+			Scope: func(r *http.Request, tenant string) string {
+				return idemhttp.ScopeTenant.Format("org:"+r.Header.Get("X-Org-ID"), r.Method, r.URL.Path)
+			},
+		}},
+	})(charges())
+
+	post(h, "/charges", "k1", `{}`, "X-Org-ID", "acme", "Authorization", "Bearer alice")
+	post(h, "/charges", "k1", `{}`, "X-Org-ID", "acme", "Authorization", "Bearer bob")
+	rec, _ := eng.Lookup(context.Background(), "org:acme", "k1")
+	fmt.Println(rec.State)
+	// Output:
+	// 201 false {"charge":"ch_1"}
+	// 201 true {"charge":"ch_1"}
+	// succeeded
+}
+
+// A route whose fingerprint is two JSON fields: a retry that changes other
+// fields (a client-side timestamp) still replays; one that changes the
+// answer is a conflict.
+func ExampleFingerprintFields() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	h := idemhttp.Middleware(eng, idemhttp.Options{
+		Routes: []idemhttp.Route{{
+			Pattern:     "POST /answers",
+			Fingerprint: idemhttp.FingerprintFields("stepId", "answer.value"),
+		}},
+	})(charges())
+
+	post(h, "/answers", "a1", `{"stepId":"s1","answer":{"value":3},"sentAt":"09:00"}`)
+	post(h, "/answers", "a1", `{"stepId":"s1","answer":{"value":3},"sentAt":"09:05"}`)
+	post(h, "/answers", "a1", `{"stepId":"s1","answer":{"value":4},"sentAt":"09:06"}`)
+	// Output:
+	// 201 false {"charge":"ch_1"}
+	// 201 true {"charge":"ch_1"}
+	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"a1","conflict_type":"payload_mismatch"}
+}

@@ -1,0 +1,127 @@
+package idemhttp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// KeyMode says whether a route demands a key.
+type KeyMode int
+
+const (
+	// KeyOptional: a request without a key passes through unprotected
+	// (the payments API keeps keys optional so old clients keep working).
+	KeyOptional KeyMode = iota
+	// KeyRequired: a request without a key gets 400.
+	KeyRequired
+)
+
+// Outcome classifies what the middleware did with a request.
+type Outcome string
+
+// The outcomes reported to Options.Observe.
+const (
+	OutcomePassThrough Outcome = "pass_through" // not covered: safe method, no route, or no key
+	OutcomeExecuted    Outcome = "executed"     // the handler ran for a key
+	OutcomeReplayed    Outcome = "replayed"     // a stored response was replayed
+	OutcomeRejected    Outcome = "rejected"     // idem answered itself; Event.Kind says why
+	OutcomeUnprotected Outcome = "unprotected"  // the store failed and the policy is fail open
+)
+
+// Event describes one request, for metrics.
+type Event struct {
+	Route   string
+	Outcome Outcome
+	Kind    Kind // set for OutcomeRejected
+	Status  int
+}
+
+// Options configures the middleware. The zero value of every field but the
+// engine has a documented default.
+type Options struct {
+	// Routes are tried in ServeMux order (most specific pattern first).
+	// Requests matching none pass through. nil means one route matching
+	// every request, with the defaults.
+	Routes []Route
+	// Profile is the profile of routes that name none; nil means IETF().
+	Profile *Profile
+	// Tenant identifies the caller. nil means a keyed hash of the caller's
+	// credentials (the Authorization header, its scheme's case and white
+	// space normalised; CredentialMAC keys the hash), so that two callers
+	// never share a key; a request without credentials is in the anonymous
+	// scope. TenantNone shares every key between all callers on purpose.
+	// A TenantFunc that reports no tenant makes a keyed request a 401.
+	Tenant TenantFunc
+	// CredentialMAC keys the hash of credentials of the default tenant (nil
+	// Tenant) and of TenantFromHeadersMAC. nil means SHA-256 with a domain
+	// prefix; the gateway passes the HMAC of its secret, so that a dump of
+	// the store does not let anyone test guessed credentials.
+	CredentialMAC func(b []byte) string
+	// MaxRequestBytes bounds the body read before reserving a key; a larger
+	// body gets 413. 0 means 10 MiB.
+	MaxRequestBytes int64
+	// BodyReadTimeout bounds the time to read a keyed request's body, which
+	// is read before anything is reserved: a client that announces a body
+	// and stalls gets 408 and its connection is closed, holding nothing.
+	// 0 means 30 s; negative means no bound.
+	BodyReadTimeout time.Duration
+	// MaxResponseBytes bounds the body kept for replay; larger responses
+	// pass through and a replay answers 409 response_not_stored. 0 means
+	// 4 MiB.
+	MaxResponseBytes int
+	// KeepHeaders are kept for replay besides DefaultKeepHeaders. The
+	// credential headers (CredentialHeaders) are refused, since a replay
+	// would hand them to anyone holding the key, unless
+	// AllowCredentialHeaders is set.
+	KeepHeaders []string
+	// AllowCredentialHeaders lets KeepHeaders name Set-Cookie,
+	// Authorization or Proxy-Authorization: every retry with the key then
+	// receives the first caller's session or credentials.
+	AllowCredentialHeaders bool
+	// RequestIDHeader carries the request ID; a request without one gets
+	// a new one, which the handler sees. "" means X-Request-Id.
+	RequestIDHeader string
+	// Logger logs replays, conflicts and store errors. nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Observe, when set, is called once per request that reached the
+	// middleware with what it did.
+	Observe func(r *http.Request, e Event)
+}
+
+// DefaultKeepHeaders are the response headers a replay repeats. Set-Cookie,
+// Date and rate-limit headers are not among them: a replay must not hand
+// out a session or stale limits.
+var DefaultKeepHeaders = []string{
+	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+	"Content-Location", "Content-Type", "ETag", "Expires", "Last-Modified", "Link",
+	"Location", "Vary",
+}
+
+// CredentialHeaders are the headers Options.KeepHeaders refuses unless
+// Options.AllowCredentialHeaders is set.
+var CredentialHeaders = []string{"Set-Cookie", "Authorization", "Proxy-Authorization"}
+
+// ErrCredentialHeader: Options.KeepHeaders names a credential header.
+var ErrCredentialHeader = errors.New("idemhttp: keep_headers names a credential header; a replay would hand it to anyone holding the key (set AllowCredentialHeaders to force it)")
+
+// keepSet returns the set of headers kept for replay.
+func (o *Options) keepSet() (map[string]bool, error) {
+	keep := map[string]bool{}
+	for _, h := range DefaultKeepHeaders {
+		keep[http.CanonicalHeaderKey(h)] = true
+	}
+	for _, h := range o.KeepHeaders {
+		c := http.CanonicalHeaderKey(h)
+		for _, cred := range CredentialHeaders {
+			if c == cred && !o.AllowCredentialHeaders {
+				return nil, fmt.Errorf("%w: %s", ErrCredentialHeader, c)
+			}
+		}
+		keep[c] = true
+	}
+	return keep, nil
+}

@@ -1,0 +1,220 @@
+package idemhttp
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/idem-dev/idem"
+)
+
+// Route is the policy of the requests matching Pattern. Its decisions are
+// plain function fields, as httputil.ReverseProxy's hooks are: nil means
+// the route's profile decides, so that a route can change one decision
+// (say, its scope) and keep every other.
+type Route struct {
+	// Pattern is a net/http ServeMux pattern ("POST /charges",
+	// "POST /api/funnels/{slug}/assessments/{id}/answers/save"). Empty
+	// matches every request.
+	Pattern string
+	Key     KeyMode
+	// Profile is the route's profile; nil means Options.Profile.
+	Profile *Profile
+	// Policy, when not nil, is the route's whole policy. When nil, the
+	// route takes the engine's policy with the profile's non-zero fields
+	// laid over it.
+	Policy *idem.Policy
+	// Cache, when not nil, replaces the profile's set of outcome statuses.
+	Cache StatusSet
+	// AnswerWithin, when positive, bounds the client's wait for the first
+	// execution: past it the client gets 504 upstream_timeout ("the call
+	// may still complete; retry with the same key") while the handler goes
+	// on in the background, its lease renewed, until it finishes; retries
+	// meanwhile get 409 in_progress, then the recorded outcome. The
+	// handler's own bound (the gateway's upstream_deadline) stops it.
+	AnswerWithin time.Duration
+
+	// Scope returns the namespace of the request's key given its tenant
+	// (see Scope.Format). nil means the profile's Scope.
+	Scope func(r *http.Request, tenant string) string
+	// Binding returns the action and target a key is bound to; a key
+	// reused with another binding is a key_reused conflict. nil means
+	// "METHOD /path".
+	Binding func(r *http.Request) string
+	// Fingerprint returns what makes two requests with one key the same
+	// (FingerprintBody, FingerprintNone, FingerprintFields); "" means no
+	// check. nil means FingerprintBody.
+	Fingerprint FingerprintFunc
+	// WriteProblem writes idem's own answers on this route; the problem's
+	// Status is already set from the profile. nil means the profile's.
+	WriteProblem func(w http.ResponseWriter, p *Problem)
+}
+
+// FingerprintFunc returns a request's fingerprint from the request and its
+// body, which the middleware has read.
+type FingerprintFunc func(r *http.Request, body []byte) string
+
+// FingerprintBody is the default fingerprint: method, target and body;
+// JSON bodies canonicalized so that member order and white space do not
+// matter.
+func FingerprintBody(r *http.Request, body []byte) string {
+	var digest string
+	var err error
+	if isJSON(r.Header.Get("Content-Type"), body) {
+		digest, err = idem.HashJSONBytes(body)
+	}
+	if digest == "" || err != nil {
+		// Not canonicalizable: the raw bytes decide, which can only turn a
+		// replay into a conflict.
+		digest = idem.HashBytes(body)
+	}
+	return idem.HashParts([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(digest))
+}
+
+// FingerprintNone makes no check: any request with the key replays the
+// first outcome (the mobile app's endpoints without a payload check).
+func FingerprintNone(*http.Request, []byte) string { return "" }
+
+// FingerprintFields fingerprints method, target and the chosen JSON fields
+// ("stepId", "customer.id"). A body that is not JSON is taken as a whole.
+func FingerprintFields(fields ...string) FingerprintFunc {
+	fields = append([]string(nil), fields...)
+	return func(r *http.Request, body []byte) string {
+		digest, err := idem.HashJSONFields(body, fields...)
+		if err != nil {
+			digest = idem.HashBytes(body)
+		}
+		return idem.HashParts([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(digest))
+	}
+}
+
+// route is a Route compiled once: every decision filled in, the policy and
+// the set of outcome statuses resolved.
+type route struct {
+	Route
+	profile *Profile
+	eng     *idem.Engine
+	outcome StatusSet // the statuses recorded as outcomes: Route.Cache, else the profile's, else DefaultCache
+}
+
+func compileRoute(eng *idem.Engine, rt Route, def *Profile) (*route, error) {
+	r := &route{Route: rt, profile: rt.Profile}
+	if r.profile == nil {
+		r.profile = def
+	}
+	if r.Pattern == "" {
+		r.Pattern = "/"
+	}
+	switch {
+	case rt.Cache != nil:
+		r.outcome = rt.Cache
+	case r.profile.Cache != nil:
+		r.outcome = r.profile.Cache
+	default:
+		r.outcome = DefaultCache
+	}
+	pol := eng.Policy().Overlay(r.profile.Policy)
+	if rt.Policy != nil {
+		pol = *rt.Policy
+	}
+	if err := pol.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	if rt.AnswerWithin < 0 {
+		return nil, errors.New("AnswerWithin is negative")
+	}
+	r.eng = eng.WithPolicy(pol)
+	prof := r.profile
+	if r.Route.Scope == nil {
+		r.Route.Scope = func(req *http.Request, tenant string) string {
+			return prof.Scope.Format(tenant, req.Method, req.URL.Path)
+		}
+	}
+	if r.Binding == nil {
+		r.Binding = func(req *http.Request) string { return req.Method + " " + req.URL.Path }
+	}
+	if r.Fingerprint == nil {
+		r.Fingerprint = FingerprintBody
+	}
+	write := rt.WriteProblem
+	if write == nil {
+		write = prof.WriteProblem
+	}
+	if write == nil {
+		write = WriteProblemJSON
+	}
+	r.WriteProblem = func(w http.ResponseWriter, p *Problem) {
+		if p.Status == 0 {
+			p.Status = prof.status(p.Kind)
+		}
+		write(w, p)
+	}
+	return r, nil
+}
+
+// routeMarker is registered in the ServeMux only to learn which route a
+// request matches: matching uses the standard library's pattern rules.
+type routeMarker int
+
+func (routeMarker) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// match returns the route covering r, or nil: safe methods and requests
+// matching no pattern are not covered.
+func (m *middleware) match(r *http.Request) *route {
+	if SafeMethod(r.Method) {
+		return nil
+	}
+	if m.catchAll {
+		return m.routes[0] // the default: one route for every request
+	}
+	// Match the cleaned path: ServeMux answers an unclean one with a
+	// redirect handler, and "/api//charges" must not slip past a route.
+	mr := r
+	if p := cleanPath(r.URL.Path); p != r.URL.Path {
+		mr = r.Clone(r.Context())
+		mr.URL.Path = p
+		mr.URL.RawPath = ""
+	}
+	h, _ := m.mux.Handler(mr)
+	if i, ok := h.(routeMarker); ok {
+		return m.routes[i]
+	}
+	return nil
+}
+
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	if c[0] != '/' {
+		c = "/" + c
+	}
+	return c
+}
+
+// SafeMethod reports whether method is one the middleware passes through
+// untouched (GET, HEAD, OPTIONS, TRACE): the methods that need no key.
+func SafeMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,64 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idem-dev/idem/store"
+)
+
+// ErrNotReleasable: Engine.Release was asked to free a key whose record
+// must stay: it succeeded, it failed with a known outcome that the policy
+// keeps, or its holder is alive and renewing its lease (HTTP 409).
+var ErrNotReleasable = errors.New("idem: the key's record cannot be released")
+
+// Release frees key in scope for an operator, so that the next call runs
+// the operation: the way out of a key failed with an unknown outcome
+// (ConflictOutcomeUnknown) once someone has checked what became of the
+// first call, or of an in_progress key whose holder stopped renewing its
+// lease. It returns an error matching store.ErrNotFound when there is no
+// live record, ErrNotReleasable for any other record (a succeeded record
+// is never released), ErrLeaseLost when the record changed while it was
+// being released (read it again), ErrInvalidKey and ErrStoreUnavailable as
+// Do does. Waiters for the key are woken.
+func (e *Engine) Release(ctx context.Context, scope, key string) error {
+	key, err := ValidateKey(key, e.policy.MaxKeyBytes)
+	if err != nil {
+		return err
+	}
+	keyHash := store.HashKey(scope, key)
+	now := e.now()
+	rec, err := e.store.Get(ctx, scope, keyHash, now)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("idem: release: key %q: %w", key, err)
+	case err != nil:
+		return &StoreError{Op: "get", Err: err}
+	}
+	_, unknown := OutcomeUnknown(rec)
+	if !unknown && !rec.Stale(now) {
+		what := string(rec.State)
+		switch {
+		case rec.State == store.InProgress:
+			what = "in_progress, its holder renewing its lease"
+		case rec.State == store.Failed:
+			what = "failed with a known outcome"
+		}
+		return fmt.Errorf("%w: key %q is %s", ErrNotReleasable, key, what)
+	}
+	// The token fences the release: if the stale holder completes, or the
+	// key is taken over, in between, the token no longer holds the record
+	// and nothing is deleted. Stores never release a succeeded record.
+	err = e.store.Release(ctx, store.Fence{KeyHash: keyHash, Scope: scope, Token: rec.Token})
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		return fmt.Errorf("idem: release: key %q changed while releasing: %w", key, ErrLeaseLost)
+	case err != nil:
+		return &StoreError{Op: "release", Err: err}
+	}
+	e.logger.Info("idem: key released by an operator", "scope", scope,
+		"state", string(rec.State), "outcome_unknown", unknown, "request_id", rec.RequestID)
+	e.announce(ctx, scope, keyHash, nil)
+	return nil
+}

@@ -1,0 +1,47 @@
+package store
+
+import "context"
+
+// Notifier is an optional capability of a Store: it carries word that a
+// record left in_progress (it was completed or released) to callers waiting
+// for it in other processes, so that they need not poll. The engine
+// subscribes a caller that waits (Policy.Wait) for a running call with the
+// same key, and notifies after it ended a call on such a policy.
+//
+// Notifications are a hint, never the truth: a waiter woken re-reads the
+// record, and a notification may be lost (a broken connection, a listener
+// that was still connecting), so waiters keep polling, less often, as a
+// safety net. A Notifier must therefore never block a writer for long and
+// may drop a notification rather than queue it without bound.
+type Notifier interface {
+	// Notify tells the subscribers of keyHash in scope, in every process
+	// sharing the backend, that its record left in_progress.
+	Notify(ctx context.Context, scope, keyHash string) error
+
+	// Subscribe returns a channel that is closed when a Notify for keyHash
+	// made after Subscribe returned reaches this process, and a function
+	// that ends the subscription (call it once, whether or not the channel
+	// was closed). It returns an error, and no subscription, when the store
+	// cannot deliver notifications now (its listener is not connected);
+	// the caller then polls.
+	Subscribe(ctx context.Context, scope, keyHash string) (<-chan struct{}, func(), error)
+}
+
+// NotifierOf returns s's Notifier: s itself, or the Notifier of the store
+// it wraps, found through an Unwrap() Store method, so that a wrapper (one
+// that encrypts records, say) need not pass the capability on by hand.
+// Going round a wrapper is safe for notifications: they carry only the key
+// hash the engine chose, and both ends go round it alike.
+func NotifierOf(s Store) (Notifier, bool) {
+	for s != nil {
+		if n, ok := s.(Notifier); ok {
+			return n, true
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+	return nil, false
+}
