@@ -52,6 +52,11 @@ fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 long: ## long scale runs (IDEM_LONG=1), not part of `make test`: cleanup of 1M expired among 1M live on PostgreSQL
 	IDEM_LONG=1 $(GO) test -count=1 -timeout 60m -v -run 'Long|Million' $(PKGS)
 
+.PHONY: chaos
+chaos: ## the fault suite, long version (IDEM_CHAOS=long): kill -9 and SIGSTOP of gateways on PostgreSQL, Redis and the file store, upstream faults, history checked
+	$(GO) test -race -count=1 ./internal/chaos
+	IDEM_CHAOS=long $(GO) test -race -count=1 -timeout 60m -v -run '^TestChaos$$' ./cmd/idem
+
 services: ## start PostgreSQL and Redis if they are not running
 	./scripts/services.sh
 

@@ -5,9 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
-
-	"github.com/idem-dev/idem/idemhttp"
 )
 
 // logBodyErrors wraps an upstream response's body so that a failure while
@@ -36,7 +35,7 @@ func (b *loggedBody) Read(p []byte) (int, error) {
 			r := b.res.Request
 			b.log.Warn("idem: the upstream's response body failed half way; the client gets a cut response",
 				"method", r.Method, "path", r.URL.Path, "status", b.res.StatusCode,
-				"key", r.Header.Get(idemhttp.HeaderName), "request_id", r.Header.Get(b.reqIDHeader), "err", err)
+				"key", strings.Join(keyValues(r.Header), ","), "request_id", r.Header.Get(b.reqIDHeader), "err", err)
 		})
 	}
 	return n, err

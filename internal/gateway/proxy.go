@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,6 +102,7 @@ func New(opts Options) (*Proxy, error) {
 			pr.SetXForwarded()
 			// Idempotency-Key, Idempotency-Token (the reservation's fencing
 			// token, set by the middleware) and X-Request-Id travel on.
+			neverResend(pr.Out)
 		},
 		Transport: opts.Transport,
 		// ReverseProxy's own messages would go to the standard logger;
@@ -146,7 +148,7 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		idemhttp.NotExecuted(w)
 	}
 	pr := &idemhttp.Problem{Kind: e.kind, Detail: e.detail}
-	if k, ok, perr := idemhttp.ParseKey(r.Header.Values(idemhttp.HeaderName)); ok && perr == nil {
+	if k, ok, perr := idemhttp.ParseKey(keyValues(r.Header)); ok && perr == nil {
 		pr.Key = k
 	}
 	idemhttp.WriteProblem(w, r, pr)
@@ -265,3 +267,31 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// neverResend stops http.Transport from sending the upstream request a
+// second time. The transport counts a request that carries Idempotency-Key
+// (or X-Idempotency-Key) as safe to replay, and replays it when a reused
+// connection breaks after the request was written (a reset while it waits
+// for the answer): the upstream then runs one client request twice, which
+// is exactly what the gateway exists to prevent (the fault suite saw it on
+// every store). Keeping the headers under their lower-case names hides
+// them from that check and not from the upstream: header names are
+// case-insensitive on the wire, and HTTP/2 sends them lower-case anyway.
+// The transport still retries a request it has not written at all.
+func neverResend(out *http.Request) {
+	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if v, ok := out.Header[name]; ok {
+			delete(out.Header, name)
+			out.Header[strings.ToLower(name)] = v
+		}
+	}
+}
+
+// keyValues returns the Idempotency-Key values of an upstream request,
+// which neverResend keeps under the lower-case name.
+func keyValues(h http.Header) []string {
+	if v, ok := h[strings.ToLower(idemhttp.HeaderName)]; ok {
+		return v
+	}
+	return h.Values(idemhttp.HeaderName)
+}
