@@ -244,7 +244,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 				Fingerprint: c.Fingerprint,
 				Binding:     c.Binding,
 				State:       store.InProgress,
-				Token:       newToken(),
+				Token:       newToken(now),
 				RequestID:   c.RequestID,
 				CreatedAt:   now,
 				UpdatedAt:   now,
@@ -401,12 +401,18 @@ func stateOf(err error) State {
 	return store.Succeeded
 }
 
-// newToken returns a fencing token. Tokens are random rather than counted
-// so that a key whose record expired and was recreated never hands an old
-// holder's token to a new one.
-func newToken() uint64 {
+// newToken returns a fencing token: the reservation's time in milliseconds
+// in the high 44 bits, 20 random bits below. A holder that takes a key over
+// reserves at least a lease after the one it replaces, so on clocks that
+// agree within the lease its token is the larger, and an upstream can
+// refuse a write whose token is lower than the last it accepted for the key
+// (a paused holder waking up), not just a different one. The random bits
+// keep two reservations in one millisecond apart, and a key recreated after
+// expiry never gets an old holder's token back.
+func newToken(now time.Time) uint64 {
+	ms := uint64(max(now.UnixMilli(), 0)) & (1<<44 - 1)
 	for {
-		if t := rand.Uint64(); t != 0 {
+		if t := ms<<20 | rand.Uint64N(1<<20); t != 0 {
 			return t
 		}
 	}

@@ -309,3 +309,35 @@ func TestPolicyOnUnknown(t *testing.T) {
 		t.Fatal("Validate accepted OnUnknown 7")
 	}
 }
+
+// TestTokensGrowAcrossTakeovers: a holder that takes a key over from one
+// stalled past its lease gets a larger fencing token than the one it
+// replaced, so an upstream can refuse the older holder by order, not just by
+// difference.
+func TestTokensGrowAcrossTakeovers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idem.Policy{Lease: time.Second})
+	finish := make(chan struct{})
+	defer close(finish)
+	var last uint64
+	for i := range 5 {
+		started := make(chan uint64, 1)
+		go b.eng.Do(bg, call("k"), func(ctx context.Context) ([]byte, error) {
+			tok, _ := idem.TokenFromContext(ctx)
+			started <- tok
+			<-finish // every holder stalls
+			return nil, nil
+		})
+		var tok uint64
+		select {
+		case tok = <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("holder %d never ran", i)
+		}
+		if tok <= last {
+			t.Fatalf("holder %d: token %d not above its predecessor's %d", i, tok, last)
+		}
+		last = tok
+		b.clock.Add(2 * time.Second) // past the holder's lease: the next takes over
+	}
+}
