@@ -27,6 +27,7 @@ import (
 // route with the defaults and to one whose keys are shared per organization;
 // they answer alike, byte for byte, and only where records live differs.
 func TestOverrideScope(t *testing.T) {
+	t.Parallel()
 	orgScope := func(r *http.Request, tenant string) string {
 		return idemhttp.ScopeTenantEndpoint.Format("org:"+r.Header.Get("X-Org-ID"), r.Method, r.URL.Path)
 	}
@@ -79,6 +80,7 @@ func TestOverrideScope(t *testing.T) {
 // other's response; the scheme's case and white space do not make a new
 // caller; callers without credentials share the anonymous scope.
 func TestDefaultTenantIsTheCaller(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{}, chargesAPI)
 	a := s.do("POST", "/charges", `{}`, "Idempotency-Key", "same", "Authorization", "Bearer token-a")
 	b := s.do("POST", "/charges", `{}`, "Idempotency-Key", "same", "Authorization", "Bearer token-b")
@@ -110,6 +112,7 @@ func TestDefaultTenantIsTheCaller(t *testing.T) {
 }
 
 func TestKeepHeadersRefusesCredentials(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	for _, h := range []string{"Set-Cookie", "authorization", "Proxy-Authorization"} {
 		_, err := idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{"X-Charge-Id", h}})
@@ -125,7 +128,8 @@ func TestKeepHeadersRefusesCredentials(t *testing.T) {
 // TestSlowBodyReservesNothing: clients that announce a large body and send
 // five bytes are cut off after the body deadline with 408, nothing is
 // reserved (even where the fingerprint ignores the body), and their
-// connections and goroutines come back.
+// connections and goroutines come back. Not parallel: it counts the
+// process's descriptors and goroutines, which other tests would move.
 func TestSlowBodyReservesNothing(t *testing.T) {
 	s := newServer(t, idemhttp.Options{BodyReadTimeout: 300 * time.Millisecond,
 		Routes: []idemhttp.Route{{Pattern: "POST /charges", Fingerprint: idemhttp.FingerprintNone}}}, chargesAPI)
@@ -194,6 +198,7 @@ func openFDs() int {
 // 409 in_progress with a Retry-After from how long the holder has run,
 // capped by its lease, then the recorded outcome.
 func TestAnswerWithin(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "POST /slow", AnswerWithin: 100 * time.Millisecond}}},
 		func(s *server, mux *http.ServeMux) {
@@ -241,6 +246,7 @@ func TestAnswerWithin(t *testing.T) {
 // holder finishes, its outcome cannot be recorded, and its client must not
 // be told that outcome: it gets what every retry gets, the new holder's.
 func TestLeaseLostResponseNotSent(t *testing.T) {
+	t.Parallel()
 	pause := make(chan struct{})
 	var n atomic.Int32
 	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
@@ -282,6 +288,7 @@ func TestLeaseLostResponseNotSent(t *testing.T) {
 // under the payments profile that keeps every status. Under OnUnknownRelease
 // the key is released on purpose.
 func TestOutcomeUnknownIsNeverReleased(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		profile *idemhttp.Profile
@@ -339,6 +346,7 @@ func TestOutcomeUnknownIsNeverReleased(t *testing.T) {
 // TestTokenForwarded: the handler sees the reservation's fencing token in
 // Idempotency-Token, never one the client sent.
 func TestTokenForwarded(t *testing.T) {
+	t.Parallel()
 	seen := make(chan string, 2)
 	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
@@ -364,6 +372,7 @@ func (failComplete) Complete(context.Context, store.Completion) error { return s
 // it): the client gets 503 outcome_not_recorded, saying the call may have
 // run and to retry with the same key.
 func TestUnrecordedOutcomeNotSent(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(failComplete{memory.New()}, idem.Policy{CleanupInterval: -1}, quietOpt)
 	defer eng.Close()
 	mw, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet})
@@ -388,6 +397,7 @@ func TestUnrecordedOutcomeNotSent(t *testing.T) {
 // chunked body does not end as if it were whole, and the key answers
 // outcome_unknown.
 func TestCutPassingBodyAborts(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{MaxResponseBytes: 16}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /export", s.counting(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(200)
