@@ -41,6 +41,7 @@ func charge(runs *atomic.Int32, v string) idem.Func {
 // A rotation goes old -> old,new -> new,old -> new. At every step a key
 // charged before replays, and runs no second time.
 func TestRotationReplaysOldRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	inner := memory.New()
 	c := newClock()
@@ -88,6 +89,7 @@ func TestRotationReplaysOldRecords(t *testing.T) {
 // interleave, it runs at most once: over the memory store, and over
 // PostgreSQL with a connection pool per gateway.
 func TestRotationRaceRunsOnce(t *testing.T) {
+	t.Parallel()
 	t.Run("memory", func(t *testing.T) {
 		inner := memory.New()
 		rotationRace(t, inner, inner, 200)
@@ -142,6 +144,7 @@ func rotationRace(t *testing.T, innerA, innerB store.Store, keys int) {
 // the old secret's identity. Rolled back to a ring without the new secret,
 // that record fails with ErrUnknownKey, naming the key, and nothing runs.
 func TestUnknownKeyFailsClearly(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	inner := memory.New()
 	c := newClock()

@@ -45,6 +45,7 @@ var crashStart = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
 // dead submitter wrote, and every retry must get its ID. Before tasks were
 // named by the record's identity, each of these crashes made a second task.
 func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
+	t.Parallel()
 	crashRounds := 20 // submitters killed between their task and their record
 	if os.Getenv("IDEM_LONG") != "" {
 		crashRounds = 100

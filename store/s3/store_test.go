@@ -92,6 +92,7 @@ func rawObject(t *testing.T, srv *server, key string) (*s3.GetObjectOutput, []by
 // TestObjectLayout checks the stored object itself: its name, its JSON
 // (seed 004's field names), and the expiry metadata that Cleanup reads.
 func TestObjectLayout(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	s := newStore(t, srv, nil)
 	req := request(t0)
@@ -148,6 +149,7 @@ func TestObjectLayout(t *testing.T) {
 }
 
 func TestScopeSegment(t *testing.T) {
+	t.Parallel()
 	for scope, want := range map[string]string{
 		"charge_customer":        "charge_customer",
 		"queue.default-2":        "queue.default-2",
@@ -194,6 +196,7 @@ func TestScopeSegment(t *testing.T) {
 // first try wrote: 412 for a conditional PUT. Each call must recognise its
 // own write rather than report a conflict.
 func TestLostResponses(t *testing.T) {
+	t.Parallel()
 	for _, srv := range []*server{realServer(t), fakeServer(t)} {
 		t.Run(srv.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -263,6 +266,7 @@ func TestLostResponses(t *testing.T) {
 // two conditional writes at once), 412, and 404 NoSuchKey on a retried
 // delete. Each must lead to a re-read, not to an error.
 func TestConflictAnswers(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
 	f := &faults{}
@@ -306,6 +310,7 @@ func TestConflictAnswers(t *testing.T) {
 // for a reservation, so that a completion needs no read. That memory may be
 // stale (another client renewed, or took over): If-Match must catch it.
 func TestHolderMemory(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
 	f := &faults{}
@@ -371,6 +376,7 @@ func TestHolderMemory(t *testing.T) {
 // gofakes3 ignores If-Match on DELETE and fails this (see the package
 // documentation), so it runs on the real server only.
 func TestReleaseFencedByServer(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
 	f := &faults{}
@@ -402,6 +408,7 @@ func TestReleaseFencedByServer(t *testing.T) {
 // arrives the key is reserved anew. The delete carries If-Match, so the new
 // reservation survives and is not counted.
 func TestCleanupRace(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
 	f := &faults{}
@@ -435,6 +442,7 @@ func TestCleanupRace(t *testing.T) {
 // TestCleanupLeavesOtherObjects: Cleanup deletes records only, and reads
 // in full a record whose expiry metadata is missing.
 func TestCleanupLeavesOtherObjects(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
 	c := srv.client(nil)
@@ -482,6 +490,7 @@ func TestCleanupLeavesOtherObjects(t *testing.T) {
 // TestContextDeadlineInFlight: a deadline that passes while a request is
 // on the wire is reported as such.
 func TestContextDeadlineInFlight(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	f := &faults{}
 	s := newStore(t, srv, srv.faultClient(f))
@@ -495,6 +504,7 @@ func TestContextDeadlineInFlight(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
+	t.Parallel()
 	srv := fakeServer(t)
 	s := newStore(t, srv, nil)
 	if err := s.Close(); err != nil {
@@ -517,6 +527,7 @@ func TestClosed(t *testing.T) {
 }
 
 func TestInvalidInput(t *testing.T) {
+	t.Parallel()
 	srv := fakeServer(t)
 	if _, err := s3store.New(nil, s3store.Options{Bucket: "b"}); err == nil {
 		t.Error("New with a nil client")
@@ -553,6 +564,7 @@ func TestInvalidInput(t *testing.T) {
 }
 
 func TestOptionsPrefix(t *testing.T) {
+	t.Parallel()
 	srv := fakeServer(t)
 	for in, want := range map[string]string{"": "", "billing": "billing/", "a/b/": "a/b/"} {
 		s, err := s3store.New(srv.client(nil), s3store.Options{Bucket: "b", Prefix: in})
@@ -568,6 +580,7 @@ func TestOptionsPrefix(t *testing.T) {
 // TestCleanupReadsOnlyExpired: Cleanup judges live records by a HEAD (the
 // expiry metadata) and downloads only the expired ones.
 func TestCleanupReadsOnlyExpired(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	f := &faults{}
 	s := newStore(t, srv, srv.faultClient(f))
