@@ -71,6 +71,7 @@ func openAccounts(t *testing.T, svc *Service) {
 // all, and the money adds up. Then every key is retried, and none makes a
 // second transfer. 50 rounds; IDEM_LONG=1 runs 300.
 func TestCrash(t *testing.T) {
+	t.Parallel()
 	rounds := 50
 	if os.Getenv("IDEM_LONG") != "" {
 		rounds = 300

@@ -27,6 +27,7 @@ const (
 // (every goroutine every key, in its own random order): each transfer
 // exists once, and every caller got the same transfer back for a key.
 func TestRace(t *testing.T) {
+	t.Parallel()
 	pool, dsn := newPool(t, 24)
 	svc := newService(t, pool, idem.Policy{})
 	openAccounts(t, svc)
