@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/internal/demoapi"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 // idemBin is the binary built by TestMain.
@@ -44,9 +45,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testkit.VerifyTestMainAfter(m, func() { os.RemoveAll(dir) })
 }
 
 // childEnv is the environment of the processes the tests start: none of
