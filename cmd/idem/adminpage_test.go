@@ -109,7 +109,7 @@ func TestAdminPageBrowser(t *testing.T) {
 	cmd.Dir = adminPageDir
 	cmd.Env = append(os.Environ(), "ADMIN_URL="+g.Admin, "ADMIN_TOKEN="+token, "STUCK_KEY=stuck-1",
 		"SHOTS="+shots, "CHROMIUM="+chromium)
-	dieWithParent(cmd)
+	testkit.DieWithParent(cmd)
 	out, err := cmd.Output()
 	stop()
 	wg.Wait()

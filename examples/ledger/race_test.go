@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 const (
@@ -32,24 +33,24 @@ func TestRace(t *testing.T) {
 	svc := newService(t, pool, idem.Policy{})
 	openAccounts(t, svc)
 	cfg := childConfig{DSN: dsn, Schema: svc.Ledger.Schema, Keys: raceKeys, Goroutines: raceGoroutines}
-	var children []child
+	var children []*testkit.Child
 	for range raceProcs - 1 {
 		children = append(children, startChild(t, "race", cfg))
 	}
 	for i, c := range children {
-		if !waitFor(c.lines, "ready", 30*time.Second) {
+		if !c.WaitLine("ready", 30*time.Second) {
 			t.Fatalf("child %d never got ready", i)
 		}
 	}
 	for _, c := range children {
-		_, _ = fmt.Fprintln(c.stdin, "go")
+		_, _ = fmt.Fprintln(c.Stdin, "go")
 	}
 	lines := race(bg, pool, cfg)
 	for i, c := range children {
-		for l := range c.lines {
+		for l := range c.Lines {
 			lines = append(lines, l)
 		}
-		if err := c.cmd.Wait(); err != nil {
+		if err := c.Cmd.Wait(); err != nil {
 			t.Fatalf("child %d: %v", i, err)
 		}
 	}

@@ -1,11 +1,13 @@
 package testkit_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +15,47 @@ import (
 	"github.com/idem-dev/idem/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+// childEnv makes the test binary a child of TestStartChild.
+const childEnv = "IDEM_TESTKIT_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		// The child: ready, then echo one line from the parent, then hang
+		// until killed.
+		fmt.Println("ready")
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Print("echo " + line)
+		select {}
+	}
+	testkit.VerifyTestMain(m)
+}
+
+// TestStartChild: the child runs TestMain's child part, talks over stdin
+// and stdout, and is gone when the test ends.
+func TestStartChild(t *testing.T) {
+	t.Parallel()
+	var c *testkit.Child
+	t.Run("talk", func(t *testing.T) {
+		c = testkit.StartChild(t, childEnv+"=1")
+		if !c.WaitLine("ready", 30*time.Second) {
+			t.Fatal("no ready line")
+		}
+		fmt.Fprintln(c.Stdin, "payment-42")
+		if !c.WaitLine("echo payment-42", 30*time.Second) {
+			t.Fatal("no echo")
+		}
+		if c.WaitLine("never", 50*time.Millisecond) {
+			t.Fatal("a line that was never written")
+		}
+	})
+	// The subtest's cleanup killed and reaped the child.
+	if c.Cmd.ProcessState == nil || c.Cmd.ProcessState.Success() {
+		t.Fatalf("child not killed: %v", c.Cmd.ProcessState)
+	}
+	if c.WaitLine("ready", time.Second) {
+		t.Fatal("lines after the child died")
+	}
+}
 
 func TestClock(t *testing.T) {
 	t.Parallel()
