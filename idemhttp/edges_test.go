@@ -1,23 +1,21 @@
 package idemhttp_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
@@ -136,37 +134,20 @@ func TestSlowBodyReservesNothing(t *testing.T) {
 	addr := strings.TrimPrefix(s.url, "http://")
 	fdsBefore, goBefore := openFDs(), runtime.NumGoroutine()
 	const n = 100
-	var wg sync.WaitGroup
 	var cut atomic.Int32
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			fmt.Fprintf(c, "POST /charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow-%d\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"a\":", i)
-			res, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Errorf("no answer before the client's own deadline: %v", err)
-				return
-			}
-			io.Copy(io.Discard, res.Body)
-			if res.StatusCode != http.StatusRequestTimeout {
-				t.Errorf("status %d", res.StatusCode)
-			}
-			// The server closes the connection.
-			if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-				t.Errorf("connection still open: %v", err)
-			}
+	testkit.FanOut(n, func(i int) {
+		status, closed, err := testkit.SlowBody(addr, "/charges", fmt.Sprint("slow-", i), `{"a":`)
+		switch {
+		case err != nil:
+			t.Error(err)
+		case status != http.StatusRequestTimeout:
+			t.Errorf("status %d", status)
+		case !closed:
+			t.Error("connection still open")
+		default:
 			cut.Add(1)
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	if cut.Load() != n {
 		t.Fatalf("%d of %d slow clients cut off", cut.Load(), n)
 	}

@@ -1,13 +1,11 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -265,22 +263,14 @@ func TestSlowBodyClients(t *testing.T) {
 		Routes: []idemhttp.Route{{Pattern: "/", Fingerprint: idemhttp.FingerprintNone}}}}, created)
 	addr := strings.TrimPrefix(e.gw.URL, "http://")
 	testkit.FanOut(50, func(i int) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "POST /c HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow-%d\r\nContent-Length: 1000000\r\n\r\n12345", i)
-		res, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
+		status, closed, err := testkit.SlowBody(addr, "/c", fmt.Sprint("slow-", i), "12345")
+		switch {
+		case err != nil:
 			t.Errorf("held past the body deadline: %v", err)
-			return
-		}
-		res.Body.Close()
-		if res.StatusCode != 408 {
-			t.Errorf("status %d", res.StatusCode)
+		case status != http.StatusRequestTimeout:
+			t.Errorf("status %d", status)
+		case !closed:
+			t.Error("connection still open")
 		}
 	})
 	if n := e.calls.Load(); n != 0 {

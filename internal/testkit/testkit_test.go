@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -152,6 +153,45 @@ func TestSameKey(t *testing.T) {
 	for _, r := range got {
 		if r.Err == nil {
 			t.Fatalf("unreachable URL answered %d", r.Status)
+		}
+	}
+}
+
+// TestSlowBody: a server that answers 408 and closes is seen to close; one
+// that sends more on the connection is not.
+func TestSlowBody(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make(chan string, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				head <- err.Error()
+				return
+			}
+			defer c.Close()
+			req, err := http.ReadRequest(bufio.NewReader(c))
+			if err != nil {
+				head <- err.Error()
+				return
+			}
+			head <- req.Method + " " + req.URL.Path + " " + req.Header.Get("Idempotency-Key")
+			io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+			if keep {
+				io.WriteString(c, "x") // the connection is still in use
+			}
+		}()
+		status, closed, err := testkit.SlowBody(ln.Addr().String(), "/charges", "slow-1", `{"a":`)
+		ln.Close()
+		if err != nil || status != http.StatusRequestTimeout || closed != !keep {
+			t.Fatalf("keep %v: %d closed %v %v", keep, status, closed, err)
+		}
+		if h := <-head; h != "POST /charges slow-1" {
+			t.Fatalf("server saw %q", h)
 		}
 	}
 }
