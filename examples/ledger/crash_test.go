@@ -238,7 +238,10 @@ func childMain(mode string) int {
 		fmt.Fprintln(os.Stderr, "ledger child:", err)
 		return 2
 	}
-	pc.MaxConns = 24
+	// Ten connections for a hundred racers still queue many on one key's
+	// row locks, and keep the three processes of TestRace (30) well under
+	// the server's 100 that other tests and packages share.
+	pc.MaxConns = 10
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledger child:", err)

@@ -71,3 +71,18 @@ func (c *Child) WaitLine(want string, d time.Duration) bool {
 		}
 	}
 }
+
+// ReleaseTogether is FanOut across processes: it waits (30 s at most) for
+// every child to print "ready", then writes "go" to each, so that racers in
+// separate processes start on their keys at the same instant.
+func ReleaseTogether(t testing.TB, children ...*Child) {
+	t.Helper()
+	for i, c := range children {
+		if !c.WaitLine("ready", 30*time.Second) {
+			t.Fatalf("child %d never got ready", i)
+		}
+	}
+	for _, c := range children {
+		_, _ = io.WriteString(c.Stdin, "go\n")
+	}
+}

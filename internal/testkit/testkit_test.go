@@ -24,8 +24,14 @@ func TestMain(m *testing.M) {
 		// The child: ready, then echo one line from the parent, then hang
 		// until killed.
 		fmt.Println("ready")
-		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		in := bufio.NewReader(os.Stdin)
+		line, _ := in.ReadString('\n')
 		fmt.Print("echo " + line)
+		if line == "payment-42\n" {
+			fmt.Println("ready")
+			line, _ = in.ReadString('\n')
+			fmt.Print("released " + line)
+		}
 		select {}
 	}
 	testkit.VerifyTestMain(m)
@@ -44,6 +50,10 @@ func TestStartChild(t *testing.T) {
 		fmt.Fprintln(c.Stdin, "payment-42")
 		if !c.WaitLine("echo payment-42", 30*time.Second) {
 			t.Fatal("no echo")
+		}
+		testkit.ReleaseTogether(t, c)
+		if !c.WaitLine("released go", 30*time.Second) {
+			t.Fatal("not released")
 		}
 		if c.WaitLine("never", 50*time.Millisecond) {
 			t.Fatal("a line that was never written")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -79,14 +78,7 @@ func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
 	for range crashRetries {
 		children = append(children, startCrashChild(t, "retry", cfg))
 	}
-	for i, c := range children {
-		if !c.WaitLine("ready", 30*time.Second) {
-			t.Fatalf("retrier %d never got ready", i)
-		}
-	}
-	for _, c := range children {
-		_, _ = io.WriteString(c.Stdin, "go\n")
-	}
+	testkit.ReleaseTogether(t, children...)
 	got := map[string]map[string]int{} // key -> task ID -> submissions
 	for i, c := range children {
 		for l := range c.Lines {
