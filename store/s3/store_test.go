@@ -200,8 +200,7 @@ func TestLostResponses(t *testing.T) {
 	for _, srv := range []*server{realServer(t), fakeServer(t)} {
 		t.Run(srv.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := &faults{}
-			s := newStore(t, srv, srv.faultClient(f))
+			f, s := faultyStore(t, srv)
 
 			create := f.add(&rule{match: ifNoneMatch, times: 1, lose: true})
 			req := request(t0)
@@ -269,8 +268,7 @@ func TestConflictAnswers(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	s := newStore(t, srv, srv.faultClient(f))
+	f, s := faultyStore(t, srv)
 
 	// The create meets a 412, but the object is not there when read: the
 	// other writer released it meanwhile. Create again.
@@ -313,12 +311,7 @@ func TestHolderMemory(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	a := newStore(t, srv, srv.faultClient(f))
-	b, err := s3store.New(srv.client(nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, b := peerStores(t, srv)
 
 	// From memory: Reserve then Complete is two PUTs, no GET.
 	gets := f.add(&rule{match: isGet})
@@ -379,12 +372,7 @@ func TestReleaseFencedByServer(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	a := newStore(t, srv, srv.faultClient(f))
-	b, err := s3store.New(srv.client(nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, b := peerStores(t, srv)
 	old := request(t0)
 	mustAcquire(t, a, old)
 	taker := old
@@ -411,12 +399,7 @@ func TestCleanupRace(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	a := newStore(t, srv, srv.faultClient(f))
-	b, err := s3store.New(srv.client(nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, b := peerStores(t, srv)
 	old := request(t0)
 	mustAcquire(t, a, old)
 	later := t0.Add(3 * time.Hour)
@@ -492,8 +475,7 @@ func TestCleanupLeavesOtherObjects(t *testing.T) {
 func TestContextDeadlineInFlight(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	f := &faults{}
-	s := newStore(t, srv, srv.faultClient(f))
+	f, s := faultyStore(t, srv)
 	f.add(&rule{match: isPut, before: func(r *http.Request) { <-r.Context().Done() }})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -582,8 +564,7 @@ func TestOptionsPrefix(t *testing.T) {
 func TestCleanupReadsOnlyExpired(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	f := &faults{}
-	s := newStore(t, srv, srv.faultClient(f))
+	f, s := faultyStore(t, srv)
 	for i := range 6 {
 		req := request(t0)
 		if i < 2 {
@@ -599,4 +580,24 @@ func TestCleanupReadsOnlyExpired(t *testing.T) {
 	if g := f.hits(gets); g != 2 {
 		t.Fatalf("Cleanup sent %d GETs for 2 expired and 4 live records, want 2", g)
 	}
+}
+
+// faultyStore is a store of its own on srv whose requests pass through f,
+// which the test arms with rules.
+func faultyStore(t *testing.T, srv *server) (*faults, *s3store.Store) {
+	t.Helper()
+	f := &faults{}
+	return f, newStore(t, srv, srv.faultClient(f))
+}
+
+// peerStores is faultyStore and a second process's store over the same
+// objects, whose requests pass no faults: the other replica.
+func peerStores(t *testing.T, srv *server) (*faults, *s3store.Store, *s3store.Store) {
+	t.Helper()
+	f, a := faultyStore(t, srv)
+	b, err := s3store.New(srv.client(nil), a.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, a, b
 }
