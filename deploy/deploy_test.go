@@ -25,6 +25,7 @@ import (
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/metrics"
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
@@ -61,11 +62,11 @@ func buildIdem(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if built.bin != "" {
-		os.RemoveAll(filepath.Dir(built.bin))
-	}
-	os.Exit(code)
+	testkit.VerifyTestMainAfter(m, func() {
+		if built.bin != "" {
+			os.RemoveAll(filepath.Dir(built.bin))
+		}
+	})
 }
 
 // containerBuild runs the Containerfile's build line with bin as output.
@@ -93,6 +94,7 @@ func containerBuild(bin string) (string, string) {
 // from the Containerfile's build line must run on distroless "static",
 // which has no dynamic loader and no libc.
 func TestContainerBinaryStatic(t *testing.T) {
+	t.Parallel()
 	bin := buildIdem(t)
 	f, err := elf.Open(bin)
 	if err != nil {
@@ -132,6 +134,7 @@ func TestContainerBinaryStatic(t *testing.T) {
 // is (only that complaint allowed), then a copy pointing at a built binary
 // (no complaint at all).
 func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
 	sa := tool(t, "systemd-analyze")
 	verify := func(path string) (string, error) {
 		cmd := exec.Command(sa, "verify", path)
@@ -174,6 +177,7 @@ func TestSystemdUnit(t *testing.T) {
 
 // TestPrometheusRules: the rules load, and their unit tests pass.
 func TestPrometheusRules(t *testing.T) {
+	t.Parallel()
 	promtool := tool(t, "promtool")
 	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
 		cmd := exec.Command(promtool, args...)
@@ -224,6 +228,7 @@ var metricName = regexp.MustCompile(`\bidem_[a-z_]+`)
 // TestMetricNames: the alert rules and the dashboard ask only for series
 // that idem exports (a renamed metric would silently never alert).
 func TestMetricNames(t *testing.T) {
+	t.Parallel()
 	have := exportedMetrics(t)
 	var exprs []string
 	var rules struct {
@@ -289,6 +294,7 @@ func TestMetricNames(t *testing.T) {
 // is valid, the probes point at the admin listener's liveness and
 // readiness, and the gateway runs as the image's non-root user.
 func TestKubernetesExamples(t *testing.T) {
+	t.Parallel()
 	for _, f := range []string{"kubernetes/sidecar.yaml", "kubernetes/gateway.yaml"} {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			b, err := os.ReadFile(f)

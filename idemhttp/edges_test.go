@@ -1,23 +1,21 @@
 package idemhttp_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
@@ -27,6 +25,7 @@ import (
 // route with the defaults and to one whose keys are shared per organization;
 // they answer alike, byte for byte, and only where records live differs.
 func TestOverrideScope(t *testing.T) {
+	t.Parallel()
 	orgScope := func(r *http.Request, tenant string) string {
 		return idemhttp.ScopeTenantEndpoint.Format("org:"+r.Header.Get("X-Org-ID"), r.Method, r.URL.Path)
 	}
@@ -79,6 +78,7 @@ func TestOverrideScope(t *testing.T) {
 // other's response; the scheme's case and white space do not make a new
 // caller; callers without credentials share the anonymous scope.
 func TestDefaultTenantIsTheCaller(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{}, chargesAPI)
 	a := s.do("POST", "/charges", `{}`, "Idempotency-Key", "same", "Authorization", "Bearer token-a")
 	b := s.do("POST", "/charges", `{}`, "Idempotency-Key", "same", "Authorization", "Bearer token-b")
@@ -110,6 +110,7 @@ func TestDefaultTenantIsTheCaller(t *testing.T) {
 }
 
 func TestKeepHeadersRefusesCredentials(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	for _, h := range []string{"Set-Cookie", "authorization", "Proxy-Authorization"} {
 		_, err := idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{"X-Charge-Id", h}})
@@ -125,44 +126,28 @@ func TestKeepHeadersRefusesCredentials(t *testing.T) {
 // TestSlowBodyReservesNothing: clients that announce a large body and send
 // five bytes are cut off after the body deadline with 408, nothing is
 // reserved (even where the fingerprint ignores the body), and their
-// connections and goroutines come back.
+// connections and goroutines come back. Not parallel: it counts the
+// process's descriptors and goroutines, which other tests would move.
 func TestSlowBodyReservesNothing(t *testing.T) {
 	s := newServer(t, idemhttp.Options{BodyReadTimeout: 300 * time.Millisecond,
 		Routes: []idemhttp.Route{{Pattern: "POST /charges", Fingerprint: idemhttp.FingerprintNone}}}, chargesAPI)
 	addr := strings.TrimPrefix(s.url, "http://")
 	fdsBefore, goBefore := openFDs(), runtime.NumGoroutine()
 	const n = 100
-	var wg sync.WaitGroup
 	var cut atomic.Int32
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			fmt.Fprintf(c, "POST /charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow-%d\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"a\":", i)
-			res, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Errorf("no answer before the client's own deadline: %v", err)
-				return
-			}
-			io.Copy(io.Discard, res.Body)
-			if res.StatusCode != http.StatusRequestTimeout {
-				t.Errorf("status %d", res.StatusCode)
-			}
-			// The server closes the connection.
-			if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-				t.Errorf("connection still open: %v", err)
-			}
+	testkit.FanOut(n, func(i int) {
+		status, closed, err := testkit.SlowBody(addr, "/charges", fmt.Sprint("slow-", i), `{"a":`)
+		switch {
+		case err != nil:
+			t.Error(err)
+		case status != http.StatusRequestTimeout:
+			t.Errorf("status %d", status)
+		case !closed:
+			t.Error("connection still open")
+		default:
 			cut.Add(1)
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	if cut.Load() != n {
 		t.Fatalf("%d of %d slow clients cut off", cut.Load(), n)
 	}
@@ -194,6 +179,7 @@ func openFDs() int {
 // 409 in_progress with a Retry-After from how long the holder has run,
 // capped by its lease, then the recorded outcome.
 func TestAnswerWithin(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "POST /slow", AnswerWithin: 100 * time.Millisecond}}},
 		func(s *server, mux *http.ServeMux) {
@@ -241,6 +227,7 @@ func TestAnswerWithin(t *testing.T) {
 // holder finishes, its outcome cannot be recorded, and its client must not
 // be told that outcome: it gets what every retry gets, the new holder's.
 func TestLeaseLostResponseNotSent(t *testing.T) {
+	t.Parallel()
 	pause := make(chan struct{})
 	var n atomic.Int32
 	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
@@ -282,6 +269,7 @@ func TestLeaseLostResponseNotSent(t *testing.T) {
 // under the payments profile that keeps every status. Under OnUnknownRelease
 // the key is released on purpose.
 func TestOutcomeUnknownIsNeverReleased(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		profile *idemhttp.Profile
@@ -339,6 +327,7 @@ func TestOutcomeUnknownIsNeverReleased(t *testing.T) {
 // TestTokenForwarded: the handler sees the reservation's fencing token in
 // Idempotency-Token, never one the client sent.
 func TestTokenForwarded(t *testing.T) {
+	t.Parallel()
 	seen := make(chan string, 2)
 	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
@@ -364,6 +353,7 @@ func (failComplete) Complete(context.Context, store.Completion) error { return s
 // it): the client gets 503 outcome_not_recorded, saying the call may have
 // run and to retry with the same key.
 func TestUnrecordedOutcomeNotSent(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(failComplete{memory.New()}, idem.Policy{CleanupInterval: -1}, quietOpt)
 	defer eng.Close()
 	mw, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet})
@@ -388,6 +378,7 @@ func TestUnrecordedOutcomeNotSent(t *testing.T) {
 // chunked body does not end as if it were whole, and the key answers
 // outcome_unknown.
 func TestCutPassingBodyAborts(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{MaxResponseBytes: 16}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /export", s.counting(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(200)

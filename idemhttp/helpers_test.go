@@ -10,31 +10,21 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // server is a test API behind the middleware, over real TCP.
 type server struct {
 	t      *testing.T
 	url    string
-	clock  *clock
+	clock  *testkit.Clock
 	store  *memory.Store
 	mu     sync.Mutex
 	counts map[string]int // executions per "METHOD path key"
@@ -68,7 +58,7 @@ func (s *server) counting(h http.HandlerFunc) http.HandlerFunc {
 
 func newServer(t *testing.T, opts idemhttp.Options, routes func(s *server, mux *http.ServeMux)) *server {
 	t.Helper()
-	s := &server{t: t, clock: &clock{t: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}, store: memory.New(), counts: map[string]int{}}
+	s := &server{t: t, clock: testkit.NewClock(), store: memory.New(), counts: map[string]int{}}
 	eng := idem.New(s.store, idem.Policy{CleanupInterval: -1}, idem.WithClock(s.clock.Now))
 	t.Cleanup(func() { eng.Close() })
 	mux := http.NewServeMux()

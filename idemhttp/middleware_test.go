@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
@@ -52,6 +53,7 @@ func chargesAPI(s *server, mux *http.ServeMux) {
 }
 
 func TestReplayIsByteIdentical(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{}, chargesAPI)
 	first := s.do("POST", "/charges", `{"amount":1000}`, "Idempotency-Key", "k1", "X-Request-Id", "req-first")
 	if first.Status != 201 || first.Header.Get("Idempotent-Replayed") != "false" {
@@ -90,6 +92,7 @@ func TestReplayIsByteIdentical(t *testing.T) {
 }
 
 func TestConcurrentRequestsExecuteOnce(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /slow", s.counting(func(w http.ResponseWriter, r *http.Request) {
@@ -98,15 +101,17 @@ func TestConcurrentRequestsExecuteOnce(t *testing.T) {
 		}))
 	})
 	const n = 200
-	var wg sync.WaitGroup
+	// The racers wait for the one holder; FanOut runs on its own goroutine
+	// so that the holder is released only once every other copy has had
+	// its 409, which proves they were all in flight together.
 	var conflicts atomic.Int32
-	results := make(chan *response, n)
+	results := make([]*response, n)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
 	defer client.CloseIdleConnections()
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		testkit.FanOut(n, func(i int) {
 			req, _ := http.NewRequest("POST", s.url+"/slow", strings.NewReader(`{"x":1}`))
 			req.Header.Set("Idempotency-Key", "race")
 			res, err := client.Do(req)
@@ -119,18 +124,20 @@ func TestConcurrentRequestsExecuteOnce(t *testing.T) {
 			if res.StatusCode == 409 {
 				conflicts.Add(1)
 			}
-			results <- &response{Status: res.StatusCode, Header: res.Header, Body: b}
-		}()
-	}
+			results[i] = &response{Status: res.StatusCode, Header: res.Header, Body: b}
+		})
+	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for conflicts.Load() < n-1 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	close(release)
-	wg.Wait()
-	close(results)
+	<-done
 	ok := 0
-	for r := range results {
+	for _, r := range results {
+		if r == nil {
+			continue // the client error is reported above
+		}
 		switch r.Status {
 		case 200:
 			ok++
@@ -149,6 +156,7 @@ func TestConcurrentRequestsExecuteOnce(t *testing.T) {
 }
 
 func TestWaitReplaysToConcurrentCallers(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	wait := idem.Policy{Wait: 10 * time.Second}
 	s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "POST /slow", Policy: &wait}}}, func(s *server, mux *http.ServeMux) {
@@ -157,21 +165,16 @@ func TestWaitReplaysToConcurrentCallers(t *testing.T) {
 			fmt.Fprint(w, `{"done":true}`)
 		}))
 	})
-	var wg sync.WaitGroup
-	res := make([]*response, 20)
-	for i := range res {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[i] = s.do("POST", "/slow", `{}`, "Idempotency-Key", "w")
-		}()
-	}
+	got := make(chan []testkit.Response)
+	go func() {
+		got <- testkit.SameKey(context.Background(), nil, 20, testkit.Request{URL: s.url + "/slow", Key: "w",
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: `{}`})
+	}()
 	time.Sleep(100 * time.Millisecond)
 	close(release)
-	wg.Wait()
-	for _, r := range res {
-		if r.Status != 200 || string(r.Body) != `{"done":true}` {
-			t.Fatalf("%d %s", r.Status, r.Body)
+	for _, r := range <-got {
+		if r.Err != nil || r.Status != 200 || string(r.Body) != `{"done":true}` {
+			t.Fatalf("%d %s %v", r.Status, r.Body, r.Err)
 		}
 	}
 	if n := s.count("POST", "/slow", "w"); n != 1 {
@@ -180,6 +183,7 @@ func TestWaitReplaysToConcurrentCallers(t *testing.T) {
 }
 
 func TestFingerprint(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{}, chargesAPI)
 	first := s.do("POST", "/charges", `{"amount":1000,"currency":"eur"}`, "Idempotency-Key", "k")
 	// Reordered members and white space: the same request.
@@ -199,6 +203,7 @@ func TestFingerprint(t *testing.T) {
 }
 
 func TestKeyHeader(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{}, chargesAPI)
 	for name, headers := range map[string][]string{
 		"300-byte key":     {"Idempotency-Key", strings.Repeat("k", 300)},
@@ -231,6 +236,7 @@ func TestKeyHeader(t *testing.T) {
 }
 
 func TestKeyRequiredOrOptional(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{
 		{Pattern: "POST /charges", Key: idemhttp.KeyRequired},
 		{Pattern: "POST /refunds"},
@@ -250,6 +256,7 @@ func TestKeyRequiredOrOptional(t *testing.T) {
 }
 
 func TestFailuresAndCachedStatuses(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{}, chargesAPI)
 	// 500: released, the retry runs again.
 	r1 := s.do("POST", "/charges?status=500", `{}`, "Idempotency-Key", "k500")
@@ -276,6 +283,7 @@ func TestFailuresAndCachedStatuses(t *testing.T) {
 }
 
 func TestTenants(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{Tenant: idemhttp.TenantHeader("X-User-ID")}, chargesAPI)
 	a := s.do("POST", "/charges", `{"amount":1}`, "Idempotency-Key", "same", "X-User-ID", "alice")
 	b := s.do("POST", "/charges", `{"amount":1}`, "Idempotency-Key", "same", "X-User-ID", "bob")
@@ -305,6 +313,7 @@ func TestTenants(t *testing.T) {
 }
 
 func TestLargeAndStreamedResponsesAreNotReplayed(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("x", 2048)
 	s := newServer(t, idemhttp.Options{MaxResponseBytes: 1024}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /big", s.counting(func(w http.ResponseWriter, r *http.Request) {
@@ -336,6 +345,7 @@ func TestLargeAndStreamedResponsesAreNotReplayed(t *testing.T) {
 }
 
 func TestStreamIsFlushedAsWritten(t *testing.T) {
+	t.Parallel()
 	next := make(chan struct{})
 	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /events", func(w http.ResponseWriter, r *http.Request) {
@@ -363,6 +373,7 @@ func TestStreamIsFlushedAsWritten(t *testing.T) {
 }
 
 func TestHijackThroughTheWrapper(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /upgrade", s.counting(func(w http.ResponseWriter, r *http.Request) {
 			conn, brw, err := http.NewResponseController(w).Hijack()
@@ -390,6 +401,7 @@ func TestHijackThroughTheWrapper(t *testing.T) {
 }
 
 func TestRequestTooLarge(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{MaxRequestBytes: 64}, chargesAPI)
 	problem(t, s.do("POST", "/charges", `{"pad":"`+strings.Repeat("x", 100)+`"}`, "Idempotency-Key", "big"), 413, idemhttp.KindRequestTooLarge)
 	if s.total() != 0 {
@@ -404,6 +416,7 @@ func (downStore) Reserve(context.Context, store.ReserveRequest) (store.Reservati
 }
 
 func TestStoreUnavailable(t *testing.T) {
+	t.Parallel()
 	run := func(p idem.Policy) (*response, int) {
 		var n atomic.Int32
 		eng := idem.New(downStore{memory.New()}, p, quietOpt)
@@ -427,6 +440,7 @@ func TestStoreUnavailable(t *testing.T) {
 }
 
 func TestInvalidOptions(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	for _, o := range []idemhttp.Options{
 		{Routes: []idemhttp.Route{{Pattern: "POST /a"}, {Pattern: "POST /a"}}},
@@ -444,6 +458,7 @@ func TestInvalidOptions(t *testing.T) {
 }
 
 func TestUncleanPathIsCovered(t *testing.T) {
+	t.Parallel()
 	s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "POST /api/charges", Key: idemhttp.KeyRequired}}}, func(s *server, mux *http.ServeMux) {
 		h := s.counting(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })
 		mux.HandleFunc("POST /api/charges", h)
@@ -453,6 +468,7 @@ func TestUncleanPathIsCovered(t *testing.T) {
 }
 
 func TestNotExecutedReleasesTheKey(t *testing.T) {
+	t.Parallel()
 	// Under the stripe profile every status is an outcome, but a handler
 	// that did nothing (an unreachable upstream) frees the key.
 	var reachable atomic.Bool
@@ -483,6 +499,7 @@ func TestNotExecutedReleasesTheKey(t *testing.T) {
 }
 
 func TestObserve(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	s := newServer(t, idemhttp.Options{

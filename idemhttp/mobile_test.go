@@ -72,6 +72,7 @@ func (s *server) saveAnswer(stepID, questionID string, value int, key string) *r
 
 // Test Case 1: Duplicate Request Returns Same Response.
 func TestMobileDuplicateRequestReturnsSameResponse(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	key := uuid.NewString()
 	response1 := s.saveAnswer("s1", "q1", 3, key)
@@ -90,6 +91,7 @@ func TestMobileDuplicateRequestReturnsSameResponse(t *testing.T) {
 
 // Test Case 2: Conflict Detection.
 func TestMobileConflictDetection(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	key := uuid.NewString()
 	s.saveAnswer("s1", "q1", 1, key)
@@ -109,6 +111,7 @@ func TestMobileConflictDetection(t *testing.T) {
 
 // Test Case 3: Different Keys Create Different Records.
 func TestMobileDifferentKeysCreateDifferentRecords(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	response1 := s.saveAnswer("s1", "q1", 3, uuid.NewString())
 	response2 := s.saveAnswer("s1", "q1", 3, uuid.NewString())
@@ -121,6 +124,7 @@ func TestMobileDifferentKeysCreateDifferentRecords(t *testing.T) {
 
 // The caching policy table: 2xx and 409 cached; other 4xx and 5xx not.
 func TestMobileCachingPolicy(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	for _, c := range []struct {
 		status int
@@ -153,6 +157,7 @@ func TestMobileCachingPolicy(t *testing.T) {
 // The endpoint table: payload check on answers/save only; "Payload Check
 // Only on Some Endpoints" (limitation 3).
 func TestMobilePayloadCheckPerEndpoint(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	for _, path := range []string{
 		"/api/funnels/stress/assessments",
@@ -171,6 +176,7 @@ func TestMobilePayloadCheckPerEndpoint(t *testing.T) {
 
 // "Scope Keys Per User" and "No Cross-Endpoint Keys".
 func TestMobileScopes(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	key := uuid.NewString()
 	a := s.do("POST", saveAnswer, `{"answerValue":1}`, "Idempotency-Key", key, "X-User-ID", user)
@@ -191,6 +197,7 @@ func TestMobileScopes(t *testing.T) {
 
 // "24 Hour Window: Keys expire after 24 hours".
 func TestMobileExpiry(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	key := uuid.NewString()
 	s.saveAnswer("s1", "q1", 3, key)
@@ -209,6 +216,7 @@ func TestMobileExpiry(t *testing.T) {
 
 // A request without a key is processed normally.
 func TestMobileNoKey(t *testing.T) {
+	t.Parallel()
 	s := mobileServer(t)
 	s.do("POST", saveAnswer, `{}`, "X-User-ID", user)
 	s.do("POST", saveAnswer, `{}`, "X-User-ID", user)

@@ -58,6 +58,7 @@ func stripeServer(t *testing.T, block <-chan struct{}, ttl time.Duration) *serve
 const startPath = "/api/workflows/wf-7/start/"
 
 func TestPaymentsReplayHeaders(t *testing.T) {
+	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	first := s.do("POST", startPath, `{"files":["a.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1", "X-Request-Id", "req-1")
@@ -72,6 +73,7 @@ func TestPaymentsReplayHeaders(t *testing.T) {
 }
 
 func TestPaymentsScopeOrganizationAndEndpoint(t *testing.T) {
+	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	a := s.do("POST", startPath, `{}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")
@@ -87,6 +89,7 @@ func TestPaymentsScopeOrganizationAndEndpoint(t *testing.T) {
 }
 
 func TestPaymentsKeysAreOptional(t *testing.T) {
+	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	s.do("POST", startPath, `{}`, "X-Organization-ID", "org-1")
 	s.do("POST", startPath, `{}`, "X-Organization-ID", "org-1")
@@ -96,6 +99,7 @@ func TestPaymentsKeysAreOptional(t *testing.T) {
 }
 
 func TestPaymentsInFlightConflictWithoutWaiting(t *testing.T) {
+	t.Parallel()
 	block := make(chan struct{})
 	s := stripeServer(t, block, 24*time.Hour)
 	key := uuid.NewString()
@@ -127,6 +131,7 @@ func TestPaymentsInFlightConflictWithoutWaiting(t *testing.T) {
 }
 
 func TestPaymentsHashGuard(t *testing.T) {
+	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	s.do("POST", startPath, `{"files":["a.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")
@@ -134,6 +139,7 @@ func TestPaymentsHashGuard(t *testing.T) {
 }
 
 func TestPaymentsKeyLength(t *testing.T) {
+	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	if r := s.do("POST", startPath, `{}`, "Idempotency-Key", strings.Repeat("a", 255), "X-Organization-ID", "org-1"); r.Status != 201 {
 		t.Fatalf("255 chars: %d", r.Status)
@@ -144,6 +150,7 @@ func TestPaymentsKeyLength(t *testing.T) {
 // TTL & cleanup: keys expire after the configured hours; the cleanup command
 // (engine.Cleanup, run by `idem cleanup`) removes them.
 func TestPaymentsTTLAndCleanup(t *testing.T) {
+	t.Parallel()
 	s := stripeServer(t, nil, 48*time.Hour) // IDEMPOTENCY_KEY_TTL_HOURS=48
 	key := uuid.NewString()
 	s.do("POST", startPath, `{}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")
@@ -168,6 +175,7 @@ func TestPaymentsTTLAndCleanup(t *testing.T) {
 // Like Stripe, the profile keeps what the endpoint answered once it ran,
 // even a 500.
 func TestPaymentsServerErrorIsKept(t *testing.T) {
+	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
 	a := s.do("POST", startPath+"?fail=1", `{}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")

@@ -80,6 +80,7 @@ func (s *server) admin(action, wf, key string) *response {
 }
 
 func TestWorkflowAdminKeyValidation(t *testing.T) {
+	t.Parallel()
 	s := adminServer(t, nil)
 	for _, key := range []string{"", "   ", strings.Repeat("k", 201)} {
 		r := s.admin("cancel", "wf-1", key)
@@ -92,6 +93,7 @@ func TestWorkflowAdminKeyValidation(t *testing.T) {
 }
 
 func TestWorkflowAdminReplayFlag(t *testing.T) {
+	t.Parallel()
 	s := adminServer(t, nil)
 	first := s.admin("fork", "wf-1", "fork-1")
 	if first.Status != 201 {
@@ -112,6 +114,7 @@ func TestWorkflowAdminReplayFlag(t *testing.T) {
 }
 
 func TestWorkflowAdminInProgressConflict(t *testing.T) {
+	t.Parallel()
 	block := make(chan struct{})
 	s := adminServer(t, block)
 	done := make(chan *response)
@@ -131,6 +134,7 @@ func TestWorkflowAdminInProgressConflict(t *testing.T) {
 }
 
 func TestWorkflowAdminFailedConflictWithPreviousFailure(t *testing.T) {
+	t.Parallel()
 	s := adminServer(t, nil)
 	first := s.admin("resume", "wf-2", "r-1") // wf-2 is running: resume fails
 	if first.Status != 422 {
@@ -156,6 +160,7 @@ func TestWorkflowAdminFailedConflictWithPreviousFailure(t *testing.T) {
 }
 
 func TestWorkflowAdminKeyBoundToActionAndWorkflow(t *testing.T) {
+	t.Parallel()
 	s := adminServer(t, nil)
 	s.admin("cancel", "wf-1", "k")
 	for _, c := range []struct{ action, wf string }{{"resume", "wf-1"}, {"cancel", "wf-2"}, {"fork", "wf-2"}} {
@@ -171,6 +176,7 @@ func TestWorkflowAdminKeyBoundToActionAndWorkflow(t *testing.T) {
 }
 
 func TestWorkflowAdminHealthIsNotIdempotencyBacked(t *testing.T) {
+	t.Parallel()
 	s := adminServer(t, nil)
 	s.do("GET", "/health", "", "Idempotency-Key", "h")
 	s.do("GET", "/health", "", "Idempotency-Key", "h")
@@ -181,6 +187,7 @@ func TestWorkflowAdminHealthIsNotIdempotencyBacked(t *testing.T) {
 
 // TTL 7 days, cleanup by age, throttled to once per 300 s.
 func TestWorkflowAdminTTLAndCleanup(t *testing.T) {
+	t.Parallel()
 	s := adminServer(t, nil)
 	s.admin("fork", "wf-1", "f")
 	s.clock.Add(7*24*time.Hour - time.Minute)

@@ -267,6 +267,7 @@ func testDump(t *testing.T, b backend) {
 }
 
 func TestDumpPostgres(t *testing.T) {
+	t.Parallel()
 	pool := pgPool(t)
 	dsn := testenv.Postgres(t)
 	schemas := map[string]postgres.Options{}
@@ -297,6 +298,7 @@ func TestDumpPostgres(t *testing.T) {
 }
 
 func TestDumpRedis(t *testing.T) {
+	t.Parallel()
 	opts, err := goredis.ParseURL(testenv.Redis(t))
 	if err != nil {
 		t.Fatal(err)
@@ -348,6 +350,7 @@ func TestDumpRedis(t *testing.T) {
 }
 
 func TestDumpS3(t *testing.T) {
+	t.Parallel()
 	srv := versitygw(t)
 	client := srv.client()
 	testDump(t, backend{
@@ -396,12 +399,14 @@ func TestDumpS3(t *testing.T) {
 // passes on the first copy, and whatever Pebble compresses, the tap shows
 // that sealed records never hand it a secret to compress.
 func TestDumpFile(t *testing.T) {
+	t.Parallel()
 	testDump(t, dirBackend(t, func(dir string) (store.Store, error) {
 		return file.Open(dir, file.Options{Logger: discard()})
 	}))
 }
 
 func TestDumpPebble(t *testing.T) {
+	t.Parallel()
 	testDump(t, dirBackend(t, func(dir string) (store.Store, error) {
 		return pebblestore.Open(dir, pebblestore.Options{Logger: discard()})
 	}))

@@ -25,6 +25,7 @@ func mustRing(t testing.TB, s string) *seal.Keyring {
 }
 
 func TestParseKeyring(t *testing.T) {
+	t.Parallel()
 	key32 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
 	for _, tc := range []struct {
 		in      string
@@ -67,6 +68,7 @@ func TestParseKeyring(t *testing.T) {
 }
 
 func TestSealOpen(t *testing.T) {
+	t.Parallel()
 	a := mustRing(t, secretA)
 	ba := mustRing(t, secretB+","+secretA)
 	b := mustRing(t, secretB)
@@ -116,6 +118,7 @@ func TestSealOpen(t *testing.T) {
 }
 
 func TestMAC(t *testing.T) {
+	t.Parallel()
 	a, ab, b := mustRing(t, secretA), mustRing(t, secretA+","+secretB), mustRing(t, secretB)
 	cred := []byte("Basic YWxpY2U6aHVudGVyMg==")
 	if a.MAC(cred) != ab.MAC(cred) {

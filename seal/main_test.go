@@ -22,14 +22,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if s3srv != nil && s3srv.stop != nil {
-		s3srv.stop()
-	}
-	os.Exit(code)
+	testkit.VerifyTestMainAfter(m, func() {
+		if s3srv != nil && s3srv.stop != nil {
+			s3srv.stop()
+		}
+	})
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -37,6 +37,7 @@ func (r *recorder) Subscribe(_ context.Context, scope, keyHash string) (<-chan s
 // holds the tenant) or its unkeyed key hash; they go out under every
 // secret's identity.
 func TestNotifyIsSealed(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{Store: memory.New()}
 	s := seal.Wrap(rec, mustRing(t, secretB+","+secretA))
 	n, ok := store.NotifierOf(s)
@@ -67,6 +68,7 @@ func TestNotifyIsSealed(t *testing.T) {
 // Over PostgreSQL, a waiter on a gateway with the new secret first is woken
 // by a holder on a gateway that still has the old one first.
 func TestNotifyAcrossRotation(t *testing.T) {
+	t.Parallel()
 	a := pgStore(t, pgPool(t))
 	b, err := postgres.New(pgPool(t), a.Options())
 	if err != nil {

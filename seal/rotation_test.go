@@ -11,23 +11,15 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/store/postgres"
 )
 
-// clock is a test clock that moves only when told.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-func newClock() *clock               { return &clock{t: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)} }
-func engine(s store.Store, c *clock) *idem.Engine {
-	return idem.New(s, idem.Policy{Lease: 10 * time.Second, CleanupInterval: -1}, idem.WithClock(c.now))
+func engine(s store.Store, c *testkit.Clock) *idem.Engine {
+	return idem.New(s, idem.Policy{Lease: 10 * time.Second, CleanupInterval: -1}, idem.WithClock(c.Now))
 }
 
 // charge is the payments API's operation: it counts its executions.
@@ -41,9 +33,10 @@ func charge(runs *atomic.Int32, v string) idem.Func {
 // A rotation goes old -> old,new -> new,old -> new. At every step a key
 // charged before replays, and runs no second time.
 func TestRotationReplaysOldRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	inner := memory.New()
-	c := newClock()
+	c := testkit.NewClock()
 	var runs atomic.Int32
 	call := func(key string) idem.Call {
 		return idem.Call{Scope: "tenant-7|POST /v1/charges", Key: key, Fingerprint: "fp-" + key, RequestID: "req-" + key}
@@ -88,6 +81,7 @@ func TestRotationReplaysOldRecords(t *testing.T) {
 // interleave, it runs at most once: over the memory store, and over
 // PostgreSQL with a connection pool per gateway.
 func TestRotationRaceRunsOnce(t *testing.T) {
+	t.Parallel()
 	t.Run("memory", func(t *testing.T) {
 		inner := memory.New()
 		rotationRace(t, inner, inner, 200)
@@ -104,7 +98,7 @@ func TestRotationRaceRunsOnce(t *testing.T) {
 
 func rotationRace(t *testing.T, innerA, innerB store.Store, keys int) {
 	ctx := context.Background()
-	c := newClock()
+	c := testkit.NewClock()
 	engines := []*idem.Engine{
 		engine(seal.Wrap(innerA, mustRing(t, secretA+","+secretB)), c),
 		engine(seal.Wrap(innerB, mustRing(t, secretB+","+secretA)), c),
@@ -142,16 +136,17 @@ func rotationRace(t *testing.T, innerA, innerB store.Store, keys int) {
 // the old secret's identity. Rolled back to a ring without the new secret,
 // that record fails with ErrUnknownKey, naming the key, and nothing runs.
 func TestUnknownKeyFailsClearly(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	inner := memory.New()
-	c := newClock()
+	c := testkit.NewClock()
 	old := engine(seal.Wrap(inner, mustRing(t, secretA)), c)
 	rotated := engine(seal.Wrap(inner, mustRing(t, secretB+","+secretA)), c)
 	var runs atomic.Int32
 	call := idem.Call{Scope: "s", Key: "refund-9"}
 
 	// The first holder reserves the key with the old secret, then dies.
-	now := c.now()
+	now := c.Now()
 	_, err := seal.Wrap(inner, mustRing(t, secretA)).Reserve(ctx, store.ReserveRequest{Now: now, Record: store.Record{
 		KeyHash: store.HashKey(call.Scope, call.Key), Scope: call.Scope, Key: call.Key, State: store.InProgress,
 		Token: 1, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Second),
@@ -159,7 +154,7 @@ func TestUnknownKeyFailsClearly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.add(time.Minute)
+	c.Add(time.Minute)
 	res, err := rotated.Do(ctx, call, charge(&runs, "refunded"))
 	if err != nil || !res.TookOver {
 		t.Fatalf("takeover after rotation: %+v, %v", res, err)

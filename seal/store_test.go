@@ -32,6 +32,7 @@ var rings = []struct{ name, secret string }{
 }
 
 func TestConformanceMemory(t *testing.T) {
+	t.Parallel()
 	for _, r := range rings {
 		t.Run(r.name, func(t *testing.T) {
 			ring := mustRing(t, r.secret)
@@ -43,6 +44,7 @@ func TestConformanceMemory(t *testing.T) {
 }
 
 func TestConformancePostgres(t *testing.T) {
+	t.Parallel()
 	pool := pgPool(t)
 	for _, r := range rings {
 		t.Run(r.name, func(t *testing.T) {
@@ -64,6 +66,7 @@ func TestConformancePostgres(t *testing.T) {
 }
 
 func TestConformanceRedis(t *testing.T) {
+	t.Parallel()
 	opts, err := goredis.ParseURL(testenv.Redis(t))
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +94,7 @@ func TestConformanceRedis(t *testing.T) {
 }
 
 func TestConformanceFile(t *testing.T) {
+	t.Parallel()
 	ring := mustRing(t, secretA)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) store.Store {
@@ -107,6 +111,7 @@ func TestConformanceFile(t *testing.T) {
 // to the table, or a botched restore) does not open: it is never replayed
 // to the wrong caller.
 func TestSwappedValuesFail(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgPool(t)
 	inner := pgStore(t, pool)

@@ -49,6 +49,7 @@ type replica struct {
 // from the first to the last runs exactly once: the killed one after its
 // lease, the missed ones by catch-up.
 func TestProcessReplicas(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a 12 s run of real processes")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
@@ -18,7 +19,7 @@ import (
 // every engine and runner reads, and a count of runs per slot key.
 type runnerBundle struct {
 	store *flakyStore
-	clock *fakeClock
+	clock *testkit.Clock
 	eng   *idem.Engine
 
 	mu     sync.Mutex
@@ -28,7 +29,7 @@ type runnerBundle struct {
 
 func setupRunner(t *testing.T, start time.Time, p idem.Policy) *runnerBundle {
 	t.Helper()
-	b := &runnerBundle{store: &flakyStore{Store: memory.New()}, clock: &fakeClock{t: start}, perKey: map[string]int{}}
+	b := &runnerBundle{store: &flakyStore{Store: memory.New()}, clock: testkit.NewClockAt(start), perKey: map[string]int{}}
 	p.CleanupInterval = -1
 	b.eng = idem.New(b.store, p, idem.WithClock(b.clock.Now))
 	t.Cleanup(func() { b.eng.Close() })
@@ -54,9 +55,7 @@ func (b *runnerBundle) runner(s trigger.Schedule, loc *time.Location) *trigger.R
 }
 
 func (b *runnerBundle) advance(d time.Duration) {
-	b.clock.mu.Lock()
-	b.clock.t = b.clock.t.Add(d)
-	b.clock.mu.Unlock()
+	b.clock.Add(d)
 }
 
 func (b *runnerBundle) tickAll(rs ...*trigger.Runner) {
@@ -119,6 +118,7 @@ var nineUTC = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 // one deployed with TZ=UTC and one with TZ=Asia/Kolkata. Each slot runs
 // once, keyed in UTC as seed 002's examples are.
 func TestReplicasInDifferentTimeZones(t *testing.T) {
+	t.Parallel()
 	b := setupRunner(t, nineUTC.Add(-time.Minute), idem.Policy{})
 	s := trigger.Schedule{ActivityID: activity, Cron: "*/15 * * * *", Misfire: trigger.MisfireCatchUp}
 	utc, india := b.runner(s, time.UTC), b.runner(s, mustZone(t, "Asia/Kolkata"))
@@ -143,6 +143,7 @@ func TestReplicasInDifferentTimeZones(t *testing.T) {
 // A schedule in a named zone fires at its local wall time; the key is the
 // same instant in UTC. 09:00 in Kolkata is 03:30 UTC.
 func TestScheduleLocation(t *testing.T) {
+	t.Parallel()
 	b := setupRunner(t, time.Date(2026, 3, 1, 3, 0, 0, 0, time.UTC), idem.Policy{})
 	s := trigger.Schedule{ActivityID: "standup", Cron: "0 9 * * *", Location: mustZone(t, "Asia/Kolkata")}
 	r := b.runner(s, mustZone(t, "America/New_York"))
@@ -155,6 +156,7 @@ func TestScheduleLocation(t *testing.T) {
 // Two replicas of "@every 2s" started a second apart run on the same
 // slots, anchored to a fixed epoch, not to each replica's start.
 func TestEveryIsAnchored(t *testing.T) {
+	t.Parallel()
 	start := nineUTC.Add(300 * time.Millisecond)
 	b := setupRunner(t, start, idem.Policy{})
 	s := trigger.Schedule{ActivityID: activity, Cron: "@every 2s", Misfire: trigger.MisfireCatchUp}
@@ -180,6 +182,7 @@ func TestEveryIsAnchored(t *testing.T) {
 // An hourly catch-up runner whose store is down from 10:00 to 12:59 runs
 // 10:00, 11:00 and 12:00 once the store is back, then 13:00.
 func TestStoreOutageCatchUp(t *testing.T) {
+	t.Parallel()
 	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{})
 	r := b.runner(trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}, time.UTC)
 	r.Tick(context.Background())
@@ -205,6 +208,7 @@ func TestStoreOutageCatchUp(t *testing.T) {
 // The store outage under compress: one run, whose window covers the slots
 // the outage hid.
 func TestStoreOutageCompress(t *testing.T) {
+	t.Parallel()
 	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{})
 	r := b.runner(trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCompress}, time.UTC)
 	r.Tick(context.Background())
@@ -225,6 +229,7 @@ func TestStoreOutageCompress(t *testing.T) {
 // Every replica restarts at 13:30 after running 10:00; none was told when
 // it last ran. The catch-up runner finds 11:00 to 13:00 in the store.
 func TestRestartWithoutSince(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		misfire trigger.Misfire
 		want    []int // hours run after the restart
@@ -268,6 +273,7 @@ func TestRestartWithoutSince(t *testing.T) {
 // in_progress record whose lease nobody renews. Another replica runs the
 // slot again once the lease is over, and nothing else twice.
 func TestSlotOfDeadReplicaRerunsAfterLease(t *testing.T) {
+	t.Parallel()
 	const lease = 30 * time.Second
 	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{Lease: lease})
 	s := trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}
@@ -307,6 +313,7 @@ func TestSlotOfDeadReplicaRerunsAfterLease(t *testing.T) {
 // requires them to agree; a definition where they differ is refused before
 // anything runs.
 func TestStrategyMustMatchMisfire(t *testing.T) {
+	t.Parallel()
 	b := setupRunner(t, nineUTC, idem.Policy{})
 	for _, c := range []struct {
 		strategy string
@@ -341,6 +348,7 @@ func TestStrategyMustMatchMisfire(t *testing.T) {
 }
 
 func TestInvalidSchedules(t *testing.T) {
+	t.Parallel()
 	for name, s := range map[string]trigger.Schedule{
 		"no activity":   {Cron: "@hourly"},
 		"bad cron":      {ActivityID: "a", Cron: "61 * * * *"},
@@ -362,6 +370,7 @@ func TestInvalidSchedules(t *testing.T) {
 // A job that fails under OnFailureRelease did not happen: its slot is
 // planned again at the next tick, not passed over.
 func TestFailedJobIsRetried(t *testing.T) {
+	t.Parallel()
 	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{})
 	r := b.runner(trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}, time.UTC)
 	job := r.Job
@@ -386,6 +395,7 @@ func TestFailedJobIsRetried(t *testing.T) {
 // Run on the real clock: two replicas of "@every 1s", started half a
 // second apart, run each slot once, with no gap.
 func TestRunReplicas(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	defer eng.Close()
 	var mu sync.Mutex
@@ -430,6 +440,7 @@ func TestRunReplicas(t *testing.T) {
 // A start that finds the ID held says so, with the holder's lease: what a
 // broker consumer needs to decide between ack and redelivery.
 func TestAlreadyStartedSaysRunning(t *testing.T) {
+	t.Parallel()
 	s := newStarter(t, idem.Policy{Lease: time.Minute})
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -462,6 +473,7 @@ func TestAlreadyStartedSaysRunning(t *testing.T) {
 // restarted runner finds 11:00 still in progress behind the settled 12:00
 // and runs it, its lease over.
 func TestRestartFindsDeadSlotBehindSettledOne(t *testing.T) {
+	t.Parallel()
 	const lease = 90 * time.Minute
 	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{Lease: lease})
 	s := trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}
@@ -494,6 +506,7 @@ func TestRestartFindsDeadSlotBehindSettledOne(t *testing.T) {
 // Catch-up after a restart runs a slot whose job failed (and was released)
 // even though a later slot ran on another replica before the restart.
 func TestRestartRetriesFailedSlotBehindSettledOne(t *testing.T) {
+	t.Parallel()
 	b := setupRunner(t, nineUTC.Add(30*time.Minute), idem.Policy{})
 	s := trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp}
 	failing := b.runner(s, time.UTC)

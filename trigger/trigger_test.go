@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/idem-dev/idem/internal/testkit"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store/memory"
@@ -22,13 +22,14 @@ func TestMain(m *testing.M) {
 	if h, ctx := killtest.Child(); h != nil {
 		os.Exit(runnerProcess(ctx, h))
 	}
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 const activity = "550e8400-e29b-41d4-a716-446655440000"
 
 // The seed's two examples, character for character.
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	slot := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	if got, want := trigger.SlotKey(activity, slot), "activity-550e8400-e29b-41d4-a716-446655440000:2026-03-01T09:00:00+00:00"; got != want {
 		t.Errorf("SlotKey = %s, want %s", got, want)
@@ -55,6 +56,7 @@ func newStarter(t *testing.T, p idem.Policy) *trigger.Starter {
 
 // Event deduplication: a redelivered event starts nothing.
 func TestEventRedelivery(t *testing.T) {
+	t.Parallel()
 	s := newStarter(t, idem.Policy{})
 	var runs atomic.Int32
 	start := func() error {
@@ -95,6 +97,7 @@ func TestEventRedelivery(t *testing.T) {
 }
 
 func TestFailedStartMayBeRetried(t *testing.T) {
+	t.Parallel()
 	s := newStarter(t, idem.Policy{})
 	boom := errors.New("broker unavailable")
 	if err := s.Start(context.Background(), "e1", func(context.Context) error { return boom }); !errors.Is(err, boom) {
@@ -115,6 +118,7 @@ func TestFailedStartMayBeRetried(t *testing.T) {
 // its tasks again with the same IDs, and nothing twice; log_run's upsert on
 // run_id likewise.
 func TestChildTasksAndRunLog(t *testing.T) {
+	t.Parallel()
 	s := newStarter(t, idem.Policy{})
 	spawned := map[string]int{}
 	runWorkflow := func(runID string) {
@@ -136,14 +140,8 @@ func TestChildTasksAndRunLog(t *testing.T) {
 	}
 }
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
 func TestMisfirePolicies(t *testing.T) {
+	t.Parallel()
 	lastRun := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	// The worker was down from 09:00 to 14:30: 10:00 to 14:00 were missed.
 	now := time.Date(2026, 3, 1, 14, 30, 0, 0, time.UTC)
@@ -169,7 +167,7 @@ func TestMisfirePolicies(t *testing.T) {
 				Starter:  s,
 				Job:      func(ctx context.Context, run trigger.Run) error { got = append(got, run); return nil },
 				Since:    lastRun,
-				Now:      (&fakeClock{t: now}).Now,
+				Now:      testkit.NewClockAt(now).Now,
 			}
 			if _, err := r.Tick(context.Background()); err != nil {
 				t.Fatal(err)
@@ -200,7 +198,7 @@ func TestMisfirePolicies(t *testing.T) {
 	r := &trigger.Runner{
 		Schedule: trigger.Schedule{ActivityID: activity, Cron: "@hourly", Misfire: trigger.MisfireCatchUp},
 		Starter:  s, Job: func(context.Context, trigger.Run) error { n++; return nil },
-		Since: lastRun, Now: (&fakeClock{t: lastRun.Add(30 * time.Hour)}).Now,
+		Since: lastRun, Now: testkit.NewClockAt(lastRun.Add(30 * time.Hour)).Now,
 	}
 	runs, err := r.Tick(context.Background())
 	if err != nil || n != 10 || runs[0].ScheduledFor != lastRun.Add(21*time.Hour) {
@@ -211,11 +209,12 @@ func TestMisfirePolicies(t *testing.T) {
 // Replicas running the same schedule over one store run each slot once,
 // whatever their policy sees.
 func TestReplicasRunEachSlotOnce(t *testing.T) {
+	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	defer eng.Close()
 	var mu sync.Mutex
 	perSlot := map[string]int{}
-	clock := &fakeClock{t: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock()
 	var runners []*trigger.Runner
 	for range 6 {
 		runners = append(runners, &trigger.Runner{
@@ -232,9 +231,7 @@ func TestReplicasRunEachSlotOnce(t *testing.T) {
 		})
 	}
 	for step := range 8 { // two hours in 15-minute steps, with jitter
-		clock.mu.Lock()
-		clock.t = clock.t.Add(15*time.Minute + time.Duration(step)*time.Second)
-		clock.mu.Unlock()
+		clock.Add(15*time.Minute + time.Duration(step)*time.Second)
 		var wg sync.WaitGroup
 		for _, r := range runners {
 			wg.Add(1)
@@ -253,6 +250,7 @@ func TestReplicasRunEachSlotOnce(t *testing.T) {
 }
 
 func TestBadSchedule(t *testing.T) {
+	t.Parallel()
 	r := &trigger.Runner{Schedule: trigger.Schedule{ActivityID: "a", Cron: "61 * * * *"}, Starter: newStarter(t, idem.Policy{})}
 	if _, err := r.Tick(context.Background()); err == nil {
 		t.Fatal("invalid cron accepted")

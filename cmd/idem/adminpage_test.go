@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 // adminPageDir holds the browser test's Node package (playwright-core,
@@ -45,6 +46,7 @@ func browserTools(t *testing.T) (node, chromium string) {
 // and releases it; the next request with that key then runs again.
 // Screenshots go to testdata/adminpage/screenshots.
 func TestAdminPageBrowser(t *testing.T) {
+	t.Parallel()
 	node, chromium := browserTools(t)
 	a := startAPI(t)
 	dir := t.TempDir()
@@ -83,15 +85,9 @@ func TestAdminPageBrowser(t *testing.T) {
 				tryPost(ctx, g.URL+"/charges", chargeBody, "Idempotency-Key", k) // runs
 				tryPost(ctx, g.URL+"/charges", chargeBody, "Idempotency-Key", k) // replays
 				// Two at once on a slow call: one runs, one gets 409.
-				var two sync.WaitGroup
-				for range 2 {
-					two.Add(1)
-					go func() {
-						defer two.Done()
-						tryPost(ctx, g.URL+"/charges?delay=150ms", chargeBody, "Idempotency-Key", k+"-race")
-					}()
-				}
-				two.Wait()
+				testkit.FanOut(2, func(int) {
+					tryPost(ctx, g.URL+"/charges?delay=150ms", chargeBody, "Idempotency-Key", k+"-race")
+				})
 				if w == 0 && i == 0 {
 					// Once: a retry that runs into the dead holder's key
 					// with another body is refused, and the key is listed.
@@ -113,7 +109,7 @@ func TestAdminPageBrowser(t *testing.T) {
 	cmd.Dir = adminPageDir
 	cmd.Env = append(os.Environ(), "ADMIN_URL="+g.Admin, "ADMIN_TOKEN="+token, "STUCK_KEY=stuck-1",
 		"SHOTS="+shots, "CHROMIUM="+chromium)
-	dieWithParent(cmd)
+	testkit.DieWithParent(cmd)
 	out, err := cmd.Output()
 	stop()
 	wg.Wait()

@@ -35,6 +35,7 @@ func exitCode(t *testing.T, err error) int {
 // and questions of a first session: the text, how often it appears, and the
 // exit status.
 func TestCLIMessages(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	conf := func(name, yaml string) string {
 		f := filepath.Join(dir, name)
@@ -117,6 +118,7 @@ func TestCLIMessages(t *testing.T) {
 // TestDefaultStore: the default store is ./idem-data where idem is run by
 // hand, and not relative to / under systemd.
 func TestDefaultStore(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		wd, stateDir, want string
 	}{
@@ -140,6 +142,7 @@ func TestDefaultStore(t *testing.T) {
 // TestMaintenanceOutput: cleanup and inspect print their answer and
 // nothing of the store's own logging (Pebble's WAL replay lines).
 func TestMaintenanceOutput(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	dir := t.TempDir()
 	g := startGateway(t, a.URL, dir, "")
@@ -163,6 +166,7 @@ func TestMaintenanceOutput(t *testing.T) {
 // TestRedisClusterGateway: gateways share a Redis Cluster named by a
 // redis-cluster:// DSN; every key runs once across them.
 func TestRedisClusterGateway(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.RedisCluster(t)
 	sharedStore(t, withParam(dsn, "idem_prefix=idem-e2e-cluster:"))
 	if out, errOut, err := runIdem(t, "cleanup", "--store", dsn); err != nil || !strings.Contains(out, "removed 0 expired records") {
@@ -174,6 +178,7 @@ func TestRedisClusterGateway(t *testing.T) {
 // to date, and dropped by hand (it used to say "schema at version 1" for
 // a table that was not there, and serve then answered 503).
 func TestMigrateMessages(t *testing.T) {
+	t.Parallel()
 	base := testenv.Postgres(t)
 	schema := fmt.Sprintf("idem_cli_migrate_%d", rand.Uint32())
 	dsn := withParam(base, "idem_schema="+schema)

@@ -9,10 +9,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 const chargeBody = `{"amount":1000,"currency":"eur"}`
@@ -21,6 +22,7 @@ const chargeBody = `{"amount":1000,"currency":"eur"}`
 // once. Without wait the losers get 409 in_progress; with wait they all get
 // the winner's response.
 func TestConcurrentOneKey(t *testing.T) {
+	t.Parallel()
 	const n = 200
 	for _, tc := range []struct {
 		name, yaml string
@@ -30,30 +32,22 @@ func TestConcurrentOneKey(t *testing.T) {
 		{"wait", "defaults: {wait: 20s}\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := startAPI(t)
 			g := startGateway(t, a.URL, t.TempDir(), tc.yaml)
 			key := "race-" + strings.ReplaceAll(tc.name, " ", "-")
-			var wg sync.WaitGroup
-			results := make([]response, n)
-			errs := make([]error, n)
-			startGun := make(chan struct{})
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-startGun
-					results[i], errs[i] = tryPost(context.Background(), g.URL+"/charges?delay=400ms", chargeBody, "Idempotency-Key", key)
-				}()
-			}
-			close(startGun)
-			wg.Wait()
+			got := testkit.SameKey(context.Background(), client, n, testkit.Request{
+				URL: g.URL + "/charges?delay=400ms", Key: key,
+				Header: http.Header{"Content-Type": {"application/json"}}, Body: chargeBody,
+			})
 
 			var ok, inProgress int
 			var first []byte
-			for i, r := range results {
-				if errs[i] != nil {
-					t.Fatalf("request %d: %v", i, errs[i])
+			for i, c := range got {
+				if c.Err != nil {
+					t.Fatalf("request %d: %v", i, c.Err)
 				}
+				r := response{Status: c.Status, Header: c.Header, Body: c.Body}
 				switch r.Status {
 				case http.StatusCreated:
 					ok++
@@ -114,6 +108,7 @@ func TestConcurrentOneKey(t *testing.T) {
 // TestReplay: the replay is byte-identical (status, body, kept headers),
 // marked Idempotent-Replayed: true, with Original-Request-Id.
 func TestReplay(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "")
 
@@ -176,6 +171,7 @@ func TestReplay(t *testing.T) {
 // TestPayloadMismatch: another body is a 422; the same JSON with other key
 // order and white space replays.
 func TestPayloadMismatch(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "")
 	first := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", "pm-1")
@@ -206,6 +202,7 @@ func TestPayloadMismatch(t *testing.T) {
 // TestInvalidKeys: a too long key, a blank key and two Idempotency-Key
 // fields are 400 problem+json, and the upstream is not called.
 func TestInvalidKeys(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "")
 	for _, tc := range []struct {
@@ -237,6 +234,7 @@ func TestInvalidKeys(t *testing.T) {
 // TestFailures: a 500 is released and runs again; a 409 is an outcome and
 // is replayed.
 func TestFailures(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "keep_headers: [X-Charge-Count]\n")
 	for i := range 2 {
@@ -264,6 +262,7 @@ func TestFailures(t *testing.T) {
 // TestRoutes: a route that requires keys and fingerprints chosen fields;
 // other paths pass through.
 func TestRoutes(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), `
 routes:
@@ -294,6 +293,7 @@ routes:
 
 // TestCleanupCommand: records past their TTL are removed by idem cleanup.
 func TestCleanupCommand(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	dir := t.TempDir()
 	g := startGateway(t, a.URL, dir, "defaults: {ttl: 1s, lease: 500ms}\ncleanup_interval: off\n")
@@ -319,6 +319,7 @@ func TestCleanupCommand(t *testing.T) {
 // TestTenants: two tenants with one key run once each and never see each
 // other's response; a keyed request without a tenant is 401.
 func TestTenants(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "tenant: {header: X-User-ID}\n")
 	got := map[string]response{}
@@ -361,6 +362,7 @@ func TestTenants(t *testing.T) {
 // and record its outcome; after a restart on the same data, the retry
 // replays it. The maintenance commands then read the same data.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	dir := t.TempDir()
 	g := startGateway(t, a.URL, dir, "")
@@ -455,6 +457,7 @@ func TestGracefulShutdown(t *testing.T) {
 // TestClientHangUp: a client that gives up does not cancel the upstream
 // call; its retry gets the recorded outcome, not a second execution.
 func TestClientHangUp(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
@@ -484,6 +487,7 @@ func TestClientHangUp(t *testing.T) {
 // TestUpstreamDown: with the upstream gone, a keyed request gets 502 and
 // its key is free for the retry once the upstream is back.
 func TestUpstreamDown(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "defaults: {profile: stripe}\n")
 	a.kill()
@@ -514,6 +518,7 @@ func TestUpstreamDown(t *testing.T) {
 // TestConfigErrors: a bad file stops `idem serve` with a message naming the
 // mistake, before anything listens.
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ yaml, want string }{
 		{"upstream: http://127.0.0.1:1\nlisen: :8080\n", `line 2: unknown field "lisen"`},
 		{"upstream: http://127.0.0.1:1\ndefaults: {on_failure: maybe}\n", `on_failure "maybe"`},

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/internal/demoapi"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 // idemBin is the binary built by TestMain.
@@ -44,9 +45,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testkit.VerifyTestMainAfter(m, func() { os.RemoveAll(dir) })
 }
 
 // childEnv is the environment of the processes the tests start: none of
@@ -80,7 +79,7 @@ func start(t *testing.T, name string, onLine func(string), args ...string) *proc
 	p := &proc{t: t, name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(idemBin, args...)
 	p.cmd.Env = childEnv()
-	dieWithParent(p.cmd)
+	testkit.DieWithParent(p.cmd)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +341,7 @@ func runIdem(t *testing.T, args ...string) (string, string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, idemBin, args...)
 	cmd.Env = childEnv()
-	dieWithParent(cmd)
+	testkit.DieWithParent(cmd)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -13,6 +13,7 @@ import (
 // scope as the gateway's routes do, instead of making the operator spell
 // TENANT|METHOD /path.
 func TestInspectFindsScopeThroughRoutes(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "idem.yaml")
 	os.WriteFile(cfg, []byte("upstream: http://127.0.0.1:1\nstore: \"memory:\"\ntenant: {header: X-User-ID}\nroutes:\n  - match: POST /charges\n    profile: stripe\n"), 0o600)
 	var out, errb bytes.Buffer

@@ -12,6 +12,7 @@ import (
 // TestServeConfigPrecedence: flags win over IDEM_* variables, which win
 // over the file, which wins over the defaults.
 func TestServeConfigPrecedence(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "idem.yaml")
 	if err := os.WriteFile(file, []byte(`
@@ -59,6 +60,7 @@ defaults: {ttl: 7d}
 }
 
 func TestServeConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -80,6 +82,7 @@ func TestServeConfigErrors(t *testing.T) {
 }
 
 func TestStoreDSN(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "idem.yaml")
 	if err := os.WriteFile(file, []byte("upstream: http://u:1\nstore: \"memory:\"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -104,6 +107,7 @@ func TestStoreDSN(t *testing.T) {
 }
 
 func TestInProcessCommands(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	m := &Main{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
 	ctx := context.Background()

@@ -32,6 +32,7 @@ func getStatus(t *testing.T, url string) (int, string) {
 // while the proxy keeps serving; only after the delay does the listener
 // close, and the gateway then exits cleanly.
 func TestDrainDelay(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "", "--drain-delay", "1500ms")
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -86,6 +87,7 @@ func TestDrainDelay(t *testing.T) {
 // stays 200, so that a supervisor does not restart a gateway whose
 // upstream is down.
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "")
 	if code, body := getStatus(t, g.Admin+"/readyz"); code != 200 || !strings.Contains(body, `"upstream": "ok"`) {
@@ -115,6 +117,7 @@ func TestReadiness(t *testing.T) {
 // inspect refuse to open it and say how to go through the gateway, and do
 // so with --admin; release refuses a key whose outcome is known.
 func TestAdminCommands(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	dir := t.TempDir()
 	const token = "tok-admin"
@@ -160,6 +163,7 @@ func TestAdminCommands(t *testing.T) {
 // progress is one line rewritten in place, ended by a newline before the
 // summary.
 func TestCleanupProgressTerminal(t *testing.T) {
+	t.Parallel()
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		testenv.Unavailable(t, "tmux is not installed (run scripts/test-deps.sh)")
@@ -222,6 +226,7 @@ func TestCleanupProgressTerminal(t *testing.T) {
 // without a token is named at start, with what to do; with a token, or on
 // loopback, nothing is said.
 func TestAdminListenerWarning(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	const warning = "is reachable from other hosts and has no admin_token"
 	g := startGateway(t, a.URL, "", "", "--store", "memory:", "--admin-listen", "0.0.0.0:0")

@@ -109,6 +109,7 @@ func (p *tcpProxy) restore() {
 // recovers without a restart; no outcome acknowledged before the outage is
 // lost or executed again.
 func TestStoreOutage(t *testing.T) {
+	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
 		base := testenv.Postgres(t)
 		schema := fmt.Sprintf("idem_outage_%d", rand.Uint32())

@@ -12,6 +12,7 @@ import (
 // replayed and the charge runs once. The start-up log says which routes
 // are protected.
 func TestReadmeExample(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,7 @@ func dirHolds(t *testing.T, dir, s string) bool {
 // reads it through the same secret, and without a secret the gateway warns
 // at start that records are stored in plaintext.
 func TestGatewaySealsRecords(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	key, reqID := "order-"+randHex(8), "req-"+randHex(8)
 	stop := func(g *gw) {
@@ -145,6 +146,7 @@ func writeConfig(t *testing.T, yaml string) string {
 // A header block over max_header_bytes (default 64 KiB) gets 431 before it
 // reaches the proxy; one under it passes.
 func TestHeaderLimits(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	for _, tc := range []struct {
 		yaml      string
@@ -169,6 +171,7 @@ func TestHeaderLimits(t *testing.T) {
 
 // A client that trickles its headers is cut off after read_header_timeout.
 func TestReadHeaderTimeout(t *testing.T) {
+	t.Parallel()
 	a := startAPI(t)
 	g := startGateway(t, a.URL, t.TempDir(), "read_header_timeout: 300ms\n")
 	c, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
@@ -191,6 +194,7 @@ func TestReadHeaderTimeout(t *testing.T) {
 // the memory store, which keeps nothing at rest, does not; with a secret the
 // store is sealed and the line names the key ID.
 func TestPlaintextWarning(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{dsn.Memory, dsn.File, dsn.Pebble, dsn.Postgres, dsn.Redis, dsn.S3} {
 		for _, secret := range []string{"", gwSecretOld} {
 			var logs bytes.Buffer
@@ -220,6 +224,7 @@ func TestPlaintextWarning(t *testing.T) {
 // The maintenance commands open the store through IDEM_SECRET too: cleanup
 // (and its dry run) goes through the seal to the store's own methods.
 func TestMaintenanceThroughSecret(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	env := map[string]string{"IDEM_SECRET": gwSecretNew + "," + gwSecretOld}
 	m := &Main{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,12 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 // TestSharedStore: two gateways on one PostgreSQL or Redis store keep the
 // guarantee between them: of 60 concurrent requests with one key, spread
 // over both, exactly one runs the upstream.
 func TestSharedStore(t *testing.T) {
+	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
 		base := testenv.Postgres(t)
 		schema := fmt.Sprintf("idem_e2e_%d", rand.Uint32())
@@ -64,28 +65,16 @@ func sharedStore(t *testing.T, dsn string) {
 		resp response
 		err  error
 	}
-	results := make(chan result, keys*calls)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for k := range keys {
-		for range calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				g := rand.IntN(len(gws))
-				body := fmt.Sprintf(`{"amount": %d, "currency": "eur"}`, 100+k)
-				<-start
-				r, err := tryPost(context.Background(), gws[g].URL+"/charges?delay=200ms", body, "Idempotency-Key", prefix+fmt.Sprint(k))
-				results <- result{k, g, r, err}
-			}()
-		}
-	}
-	close(start)
-	wg.Wait()
-	close(results)
+	results := make([]result, keys*calls)
+	testkit.FanOut(keys*calls, func(i int) {
+		k, g := i/calls, rand.IntN(len(gws))
+		body := fmt.Sprintf(`{"amount": %d, "currency": "eur"}`, 100+k)
+		r, err := tryPost(context.Background(), gws[g].URL+"/charges?delay=200ms", body, "Idempotency-Key", prefix+fmt.Sprint(k))
+		results[i] = result{k, g, r, err}
+	})
 	bodies := map[int]map[string]bool{}
 	perGateway := map[int]int{}
-	for r := range results {
+	for _, r := range results {
 		switch {
 		case r.err != nil:
 			t.Fatalf("key %d via gateway %d: %v", r.key, r.gw, r.err)

@@ -20,6 +20,7 @@ import (
 // 2 min on a busy one): the idem packages compile and link once more under
 // the module cache's paths. So it runs under IDEM_LONG=1 (make long).
 func TestLongVersionFromGoInstall(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("IDEM_LONG") == "" {
 		t.Skip("builds idem with go install @version; IDEM_LONG=1 (make long) runs it")
 	}

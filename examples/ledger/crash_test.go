@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
@@ -20,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -71,6 +69,7 @@ func openAccounts(t *testing.T, svc *Service) {
 // all, and the money adds up. Then every key is retried, and none makes a
 // second transfer. 50 rounds; IDEM_LONG=1 runs 300.
 func TestCrash(t *testing.T) {
+	t.Parallel()
 	rounds := 50
 	if os.Getenv("IDEM_LONG") != "" {
 		rounds = 300
@@ -91,11 +90,11 @@ func TestCrash(t *testing.T) {
 		c := startChild(t, "crash", cfg)
 		if cfg.KillAt == "" {
 			time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
-		} else if !waitFor(c.lines, cfg.KillAt, 30*time.Second) {
+		} else if !c.WaitLine(cfg.KillAt, 30*time.Second) {
 			t.Fatalf("round %d: the child never reached %q", round, cfg.KillAt)
 		}
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-		_ = c.cmd.Wait()
+		_ = c.Cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.Cmd.Wait()
 		points[cfg.KillAt]++
 		done := checkAgreement(t, svc, keys)
 		if t.Failed() {
@@ -218,58 +217,12 @@ func checkAgreement(t *testing.T, svc *Service, keys int) int {
 	return done
 }
 
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
-func startChild(t *testing.T, mode string, cfg childConfig) child {
+// startChild starts a copy of the test binary as a mode ("crash",
+// "race") child with cfg.
+func startChild(t *testing.T, mode string, cfg childConfig) *testkit.Child {
 	t.Helper()
 	b, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode, configEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	setParentDeathSignal(cmd)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	return child{cmd, stdin, lines}
-}
-
-// waitFor reads lines until one equals want, giving up after d.
-func waitFor(lines <-chan string, want string, d time.Duration) bool {
-	timeout := time.After(d)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				return false
-			}
-			if l == want {
-				return true
-			}
-		case <-timeout:
-			return false
-		}
-	}
+	return testkit.StartChild(t, childEnv+"="+mode, configEnv+"="+string(b))
 }
 
 // childMain is the body of a child process.
@@ -285,7 +238,10 @@ func childMain(mode string) int {
 		fmt.Fprintln(os.Stderr, "ledger child:", err)
 		return 2
 	}
-	pc.MaxConns = 24
+	// Ten connections for a hundred racers still queue many on one key's
+	// row locks, and keep the three processes of TestRace (30) well under
+	// the server's 100 that other tests and packages share.
+	pc.MaxConns = 10
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledger child:", err)

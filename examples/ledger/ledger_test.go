@@ -15,19 +15,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
-
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(childEnv); mode != "" {
 		os.Exit(childMain(mode))
 	}
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 var bg = context.Background()
@@ -96,6 +95,7 @@ func (s *Service) rows(t testing.TB) int {
 // TestHTTP: a transfer over HTTP runs once per key; a retry replays it; a
 // refused transfer leaves nothing and frees its key.
 func TestHTTP(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 8)
 	svc := newService(t, pool, idem.Policy{})
 	for _, a := range []string{"alice", "bob"} {
@@ -142,6 +142,7 @@ func TestHTTP(t *testing.T) {
 // TestRetryAfterTakeover: the Go API path, with a holder that stalls past
 // its lease: the caller that takes over makes the one transfer.
 func TestRetryAfterTakeover(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 8)
 	now := time.Now()
 	clock := func() time.Time { return now }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 const (
@@ -26,29 +27,24 @@ const (
 // TestRace: 100 goroutines in each of 3 processes make the same transfers
 // (every goroutine every key, in its own random order): each transfer
 // exists once, and every caller got the same transfer back for a key.
+// Not parallel: its three processes hold up to 30 PostgreSQL connections
+// of the server's 100, which other packages' tests share at the same time.
 func TestRace(t *testing.T) {
-	pool, dsn := newPool(t, 24)
+	pool, dsn := newPool(t, 10)
 	svc := newService(t, pool, idem.Policy{})
 	openAccounts(t, svc)
 	cfg := childConfig{DSN: dsn, Schema: svc.Ledger.Schema, Keys: raceKeys, Goroutines: raceGoroutines}
-	var children []child
+	var children []*testkit.Child
 	for range raceProcs - 1 {
 		children = append(children, startChild(t, "race", cfg))
 	}
-	for i, c := range children {
-		if !waitFor(c.lines, "ready", 30*time.Second) {
-			t.Fatalf("child %d never got ready", i)
-		}
-	}
-	for _, c := range children {
-		_, _ = fmt.Fprintln(c.stdin, "go")
-	}
+	testkit.ReleaseTogether(t, children...)
 	lines := race(bg, pool, cfg)
 	for i, c := range children {
-		for l := range c.lines {
+		for l := range c.Lines {
 			lines = append(lines, l)
 		}
-		if err := c.cmd.Wait(); err != nil {
+		if err := c.Cmd.Wait(); err != nil {
 			t.Fatalf("child %d: %v", i, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 // specExample is SPEC section 3's file, as an operator would write it.
@@ -26,6 +27,8 @@ routes:
     fingerprint: body
     profile: mobile
 `
+
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func mustValid(t *testing.T, src string) (*Config, *Built) {
 	t.Helper()
@@ -44,6 +47,7 @@ func mustValid(t *testing.T, src string) (*Config, *Built) {
 }
 
 func TestSpecExample(t *testing.T) {
+	t.Parallel()
 	c, b := mustValid(t, specExample)
 	if c.Listen != "127.0.0.1:8080" || c.Upstream != "http://127.0.0.1:3000" || c.Store != "file:./idem-data" || c.AdminListen != "127.0.0.1:9090" {
 		t.Errorf("basics: %+v", c)
@@ -79,6 +83,7 @@ func TestSpecExample(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	c, b := mustValid(t, "upstream: http://localhost:3000\n")
 	if c.Listen != DefaultListen || c.AdminListen != DefaultAdminListen || c.Store != DefaultStore {
 		t.Errorf("defaults: %+v", c)
@@ -104,6 +109,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestEmptyFileNeedsUpstream(t *testing.T) {
+	t.Parallel()
 	c, err := Parse(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +121,7 @@ func TestEmptyFileNeedsUpstream(t *testing.T) {
 }
 
 func TestLayering(t *testing.T) {
+	t.Parallel()
 	_, b := mustValid(t, `
 upstream: http://u:1
 cleanup_interval: 10m
@@ -183,6 +190,7 @@ routes:
 }
 
 func TestTypes(t *testing.T) {
+	t.Parallel()
 	_, _ = mustValid(t, "upstream: http://u:1\n")
 	c, b := mustValid(t, `
 upstream: https://api.example.com/base
@@ -223,6 +231,7 @@ tenant: { authorization: hash }
 }
 
 func TestParseDuration(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]time.Duration{
 		"24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour,
 		"500ms": 500 * time.Millisecond, "0": 0, "off": -1,
@@ -241,6 +250,7 @@ func TestParseDuration(t *testing.T) {
 
 // TestErrors checks that every mistake is reported with the field's name.
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, src, want string
 	}{
@@ -301,6 +311,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestSeveralErrorsAtOnce(t *testing.T) {
+	t.Parallel()
 	c, err := Parse([]byte("listen: x\ndefaults: {profile: nope}\nlog_format: xml\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -314,6 +325,7 @@ func TestSeveralErrorsAtOnce(t *testing.T) {
 }
 
 func TestApplyEnv(t *testing.T) {
+	t.Parallel()
 	c, err := Parse([]byte("listen: 127.0.0.1:1\nupstream: http://file:1\nstore: \"memory:\"\nadmin_listen: 127.0.0.1:2\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -338,6 +350,7 @@ func TestApplyEnv(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "idem.yaml")
 	if err := os.WriteFile(p, []byte(specExample), 0o600); err != nil {
@@ -374,6 +387,7 @@ func sameFingerprint(a, b idemhttp.FingerprintFunc) bool {
 // TestEdgeSettings: the route-level settings of outcome-unknown handling
 // and the tenant forms.
 func TestEdgeSettings(t *testing.T) {
+	t.Parallel()
 	_, b := mustValid(t, `
 upstream: http://127.0.0.1:3000
 upstream_timeout: 2s
@@ -433,6 +447,7 @@ routes:
 // TestErrorTexts: the mobile app's texts are a preset that configuration
 // rewords, kind by kind.
 func TestErrorTexts(t *testing.T) {
+	t.Parallel()
 	_, b := mustValid(t, `
 upstream: http://127.0.0.1:3000
 routes:

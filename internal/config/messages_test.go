@@ -8,6 +8,7 @@ import (
 // TestMessages: the text a user reads for the mistakes users make, checked
 // word for word where it matters.
 func TestMessages(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml string
 		want       []string // substrings, in order
@@ -55,6 +56,7 @@ func TestMessages(t *testing.T) {
 }
 
 func TestOperationsDefaults(t *testing.T) {
+	t.Parallel()
 	c, err := Parse([]byte("upstream: http://u:1\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ const (
 )
 
 func TestSecretSources(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(file, []byte(s2+"\n"+s1+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -59,6 +60,7 @@ func TestSecretSources(t *testing.T) {
 }
 
 func TestSecretErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ yaml, want string }{
 		{"secret: [tooshort-secret]\n", "at least 16"},
 		{"secret: [" + s1 + "]\nsecret_file: /x\n", "not both"},
@@ -81,6 +83,7 @@ func TestSecretErrors(t *testing.T) {
 }
 
 func TestServerLimits(t *testing.T) {
+	t.Parallel()
 	c, _ := mustValid(t, "upstream: http://u:1\n")
 	if c.HeaderLimit() != DefaultMaxHeaderBytes || c.HeaderTimeout() != DefaultReadHeaderTimeout {
 		t.Fatalf("defaults: %d %v", c.HeaderLimit(), c.HeaderTimeout())

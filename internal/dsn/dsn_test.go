@@ -11,12 +11,30 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
 
+func TestMain(m *testing.M) {
+	testkit.VerifyTestMainAfter(m, func() {
+		// rueidis's cluster client, once closed, has each closed
+		// connection's hook start a topology refresh after a random delay
+		// of up to a second, which then finds the client stopped and
+		// ends. Wait that out rather than ignore the goroutine: whatever
+		// still runs two seconds after the tests is a leak.
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+			if goleak.Find() == nil {
+				return
+			}
+		}
+	})
+}
+
 func TestParse(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in              string
 		kind, path, url string
@@ -76,6 +94,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
+	t.Parallel()
 	d, err := Parse("postgres://user:hunter2@h/db")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +131,7 @@ type counter interface {
 }
 
 func TestOpenMemoryAndFile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m, err := Open(ctx, "memory:", Options{})
 	if err != nil {
@@ -138,6 +158,7 @@ func TestOpenMemoryAndFile(t *testing.T) {
 }
 
 func TestOpenPostgres(t *testing.T) {
+	t.Parallel()
 	base := testenv.Postgres(t)
 	ctx := context.Background()
 	schema := fmt.Sprintf("idem_dsn_test_%d", rand.Uint32())
@@ -188,6 +209,7 @@ func TestOpenPostgres(t *testing.T) {
 // migrate` used to report as "schema at version 1" while every request
 // failed) is created again; a table missing a column is an error.
 func TestMigrateChecksTheTable(t *testing.T) {
+	t.Parallel()
 	base := testenv.Postgres(t)
 	ctx := context.Background()
 	schema := fmt.Sprintf("idem_dsn_drop_%d", rand.Uint32())
@@ -234,6 +256,7 @@ func TestMigrateChecksTheTable(t *testing.T) {
 // 3-node cluster (started by scripts/redis-cluster.sh) and spreads
 // records over its primaries.
 func TestOpenRedisCluster(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.RedisCluster(t)
 	o, err := Open(context.Background(), dsn+"&idem_prefix=idem-dsn-cluster:", Options{})
 	if err != nil {
@@ -253,6 +276,7 @@ func TestOpenRedisCluster(t *testing.T) {
 }
 
 func TestOpenRedis(t *testing.T) {
+	t.Parallel()
 	url := testenv.Redis(t)
 	o, err := Open(context.Background(), url+"?idem_prefix=idem-dsn-test:", Options{})
 	if err != nil {
@@ -263,6 +287,7 @@ func TestOpenRedis(t *testing.T) {
 }
 
 func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, dsn := range []string{"postgres://postgres@127.0.0.1:1/x?connect_timeout=1", "redis://127.0.0.1:1/0"} {
 		if _, err := Open(ctx, dsn, Options{ConnectTimeout: 2 * time.Second}); err == nil || !strings.Contains(err.Error(), "cannot connect") {

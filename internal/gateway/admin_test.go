@@ -74,6 +74,7 @@ func (a *adminServer) call(t *testing.T, method, path, token string) (int, strin
 // TestAdminProbes: /healthz is liveness only; /readyz turns 503 while
 // draining, when the store fails, and when the upstream is unreachable.
 func TestAdminProbes(t *testing.T) {
+	t.Parallel()
 	a := newAdminServer(t, "tok", nil)
 	if code, body := a.call(t, "GET", "/healthz", ""); code != 200 || !strings.Contains(body, `"ok"`) {
 		t.Errorf("/healthz = %d %s", code, body)
@@ -110,6 +111,7 @@ func TestAdminProbes(t *testing.T) {
 // TestAdminToken: everything but the probes and /metrics needs the token,
 // and is off without one; pprof too.
 func TestAdminToken(t *testing.T) {
+	t.Parallel()
 	a := newAdminServer(t, "tok", nil)
 	for _, c := range []struct {
 		method, path, token string
@@ -145,6 +147,7 @@ func TestAdminToken(t *testing.T) {
 // over (the fallback without the engine's release), refused for a key
 // whose outcome is known.
 func TestAdminKeys(t *testing.T) {
+	t.Parallel()
 	a := newAdminServer(t, "tok", nil)
 	ctx := context.Background()
 	if _, err := a.eng.Do(ctx, idem.Call{Scope: "t1", Key: "k1"}, func(context.Context) ([]byte, error) {
@@ -213,6 +216,7 @@ func TestAdminKeys(t *testing.T) {
 // TestAdminCleanup: progress as JSON lines, then the total; a dry run
 // counts without removing.
 func TestAdminCleanup(t *testing.T) {
+	t.Parallel()
 	a := newAdminServer(t, "tok", nil)
 	ctx := context.Background()
 	// Three records that expired an hour ago.
@@ -241,6 +245,7 @@ func TestAdminCleanup(t *testing.T) {
 // TestAdminStats: the page's numbers come from the registry, and the
 // tracker lists held keys and failed ones whose outcome is unknown.
 func TestAdminStats(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	ex := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_executions_total"}, []string{"route", "code"})
 	cf := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_conflicts_total"}, []string{"route", "conflict_type"})
@@ -291,6 +296,7 @@ func TestAdminStats(t *testing.T) {
 }
 
 func TestAdminWarning(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		addr, token string
 		warn        bool
@@ -313,6 +319,7 @@ func TestAdminWarning(t *testing.T) {
 // body is logged once through the gateway's logger, with the key and the
 // request ID, and nothing goes to the standard logger.
 func TestUpstreamBodyError(t *testing.T) {
+	t.Parallel()
 	var std, logged strings.Builder
 	var mu sync.Mutex
 	log.SetOutput(writerFunc(func(p []byte) (int, error) {
@@ -367,6 +374,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // TestAdminScopeFromRoute: with AdminOptions.Scope, a key is found by the
 // request's method and path instead of its scope.
 func TestAdminScopeFromRoute(t *testing.T) {
+	t.Parallel()
 	st := memory.New()
 	eng := idem.New(st, idem.Policy{CleanupInterval: -1}, idem.WithLogger(quiet))
 	defer eng.Close()

@@ -1,24 +1,22 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
@@ -30,24 +28,20 @@ type edge struct {
 	proxy    *Proxy
 	store    store.Store
 	calls    atomic.Int32
-	mu       sync.Mutex
-	now      time.Time
+	clock    *testkit.Clock
 	upstream *httptest.Server
 }
 
-func (e *edge) clock() time.Time        { e.mu.Lock(); defer e.mu.Unlock(); return e.now }
-func (e *edge) advance(d time.Duration) { e.mu.Lock(); e.now = e.now.Add(d); e.mu.Unlock() }
-
 func newEdge(t *testing.T, o Options, upstream http.HandlerFunc) *edge {
 	t.Helper()
-	e := &edge{store: memory.New(), now: time.Now()}
+	e := &edge{store: memory.New(), clock: testkit.NewClockAt(time.Now())}
 	e.upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.calls.Add(1)
 		upstream(w, r)
 	}))
 	t.Cleanup(e.upstream.Close)
 	o.Upstream, _ = url.Parse(e.upstream.URL)
-	o.Engine = idem.New(e.store, idem.Policy{CleanupInterval: -1}, idem.WithClock(e.clock), idem.WithLogger(quiet))
+	o.Engine = idem.New(e.store, idem.Policy{CleanupInterval: -1}, idem.WithClock(e.clock.Now), idem.WithLogger(quiet))
 	e.proxy = mustProxy(t, o)
 	e.gw = httptest.NewServer(e.proxy)
 	t.Cleanup(func() {
@@ -100,6 +94,7 @@ func (e *edge) post(t *testing.T, path, key string, hdr ...string) answer {
 // then the recorded outcome. Today's main answers 504 and releases the key:
 // each retry ran the operation again.
 func TestSlowUpstream(t *testing.T) {
+	t.Parallel()
 	var done atomic.Bool
 	e := newEdge(t, Options{Middleware: idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "/", AnswerWithin: 200 * time.Millisecond}}}},
 		func(w http.ResponseWriter, r *http.Request) {
@@ -156,6 +151,7 @@ func cutBody(w http.ResponseWriter, r *http.Request) {
 // once; retries get 409 outcome_unknown naming the first request ID. Today's
 // main released the key and each retry ran it again.
 func TestBodyCut(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t, Options{Middleware: idemhttp.Options{Profile: idemhttp.Stripe()}}, cutBody)
 	first := e.post(t, "/charges", "cut", "X-Request-Id", "first-call")
 	if first.status != 502 || !strings.Contains(first.body, "outcome is unknown") {
@@ -176,6 +172,7 @@ func TestBodyCut(t *testing.T) {
 // TestUpstreamDeadline: an upstream that never answers is cut off at the
 // deadline; the outcome is unknown, and the key is not released.
 func TestUpstreamDeadline(t *testing.T) {
+	t.Parallel()
 	stop := make(chan struct{})
 	defer close(stop)
 	e := newEdge(t, Options{UpstreamDeadline: 300 * time.Millisecond}, func(w http.ResponseWriter, r *http.Request) {
@@ -200,6 +197,7 @@ func TestUpstreamDeadline(t *testing.T) {
 // see the other's body; "Bearer T" and "bearer  T" are one caller. Today's
 // main gave the second caller the first one's response.
 func TestCallersApart(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int32
 	e := newEdge(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(201)
@@ -225,6 +223,7 @@ func TestCallersApart(t *testing.T) {
 // recorded, so its client must get B, what every retry gets, never A.
 // Today's main sent A.
 func TestLeaseLostAnswersWhatRetriesGet(t *testing.T) {
+	t.Parallel()
 	pause := make(chan struct{})
 	var n atomic.Int32
 	e := newEdge(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
@@ -240,7 +239,7 @@ func TestLeaseLostAnswersWhatRetriesGet(t *testing.T) {
 	for n.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	e.advance(2 * time.Minute)
+	e.clock.Add(2 * time.Minute)
 	b := e.post(t, "/charges", "k", "X-Request-Id", "takeover")
 	if b.status != 201 || b.body != `{"outcome":2}` {
 		t.Fatalf("takeover: %d %s", b.status, b.body)
@@ -259,34 +258,21 @@ func TestLeaseLostAnswersWhatRetriesGet(t *testing.T) {
 // are cut off after the body deadline and reserve nothing. Today's main
 // kept them (and, with fingerprint none, their keys in progress) forever.
 func TestSlowBodyClients(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t, Options{Middleware: idemhttp.Options{BodyReadTimeout: 300 * time.Millisecond,
 		Routes: []idemhttp.Route{{Pattern: "/", Fingerprint: idemhttp.FingerprintNone}}}}, created)
 	addr := strings.TrimPrefix(e.gw.URL, "http://")
-	var wg sync.WaitGroup
-	for i := range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			fmt.Fprintf(c, "POST /c HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow-%d\r\nContent-Length: 1000000\r\n\r\n12345", i)
-			res, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Errorf("held past the body deadline: %v", err)
-				return
-			}
-			res.Body.Close()
-			if res.StatusCode != 408 {
-				t.Errorf("status %d", res.StatusCode)
-			}
-		}()
-	}
-	wg.Wait()
+	testkit.FanOut(50, func(i int) {
+		status, closed, err := testkit.SlowBody(addr, "/c", fmt.Sprint("slow-", i), "12345")
+		switch {
+		case err != nil:
+			t.Errorf("held past the body deadline: %v", err)
+		case status != http.StatusRequestTimeout:
+			t.Errorf("status %d", status)
+		case !closed:
+			t.Error("connection still open")
+		}
+	})
 	if n := e.calls.Load(); n != 0 {
 		t.Fatalf("upstream ran %d times", n)
 	}
@@ -297,6 +283,7 @@ func TestSlowBodyClients(t *testing.T) {
 }
 
 func TestKeepHeadersRefused(t *testing.T) {
+	t.Parallel()
 	u, _ := url.Parse("http://127.0.0.1:1")
 	_, err := New(Options{Upstream: u, Engine: idem.New(memory.New(), idem.Policy{}), Logger: quiet,
 		Middleware: idemhttp.Options{KeepHeaders: []string{"Set-Cookie"}}})
@@ -309,6 +296,7 @@ func TestKeepHeadersRefused(t *testing.T) {
 // through the route's profile: a mobile route answers in the app's
 // envelope, not problem+json.
 func TestUpstreamErrorsInTheRoutesShape(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t, Options{Middleware: idemhttp.Options{Routes: []idemhttp.Route{
 		{Pattern: "/app/", Profile: idemhttp.Mobile()}, {Pattern: "/"},
 	}}}, cutBody)
@@ -337,6 +325,7 @@ func TestUpstreamErrorsInTheRoutesShape(t *testing.T) {
 // TestTokenReachesUpstream: the upstream gets the reservation's fencing
 // token next to the key, never one the client sent.
 func TestTokenReachesUpstream(t *testing.T) {
+	t.Parallel()
 	seen := make(chan string, 1)
 	e := newEdge(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.Header.Get(idemhttp.TokenHeader)
@@ -352,6 +341,7 @@ func TestTokenReachesUpstream(t *testing.T) {
 // finds the scope as the proxy's routes do (here the payments API's
 // per-endpoint scope).
 func TestAdminFindsScopeThroughRoutes(t *testing.T) {
+	t.Parallel()
 	e := newEdge(t, Options{Middleware: idemhttp.Options{Tenant: idemhttp.TenantHeader("X-User-ID"),
 		Routes: []idemhttp.Route{{Pattern: "POST /charges", Profile: idemhttp.Stripe()}}}}, created)
 	e.post(t, "/charges", "k1", "X-User-ID", "alice|x")
@@ -383,6 +373,7 @@ func TestAdminFindsScopeThroughRoutes(t *testing.T) {
 // end as outcome unknown before the store closes, rather than staying in
 // progress for another gateway to run again once the lease runs out.
 func TestAbortRecordsUnknown(t *testing.T) {
+	t.Parallel()
 	stop := make(chan struct{})
 	defer close(stop)
 	e := newEdge(t, Options{Middleware: idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "/", AnswerWithin: 100 * time.Millisecond}}}},

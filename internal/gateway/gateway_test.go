@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
@@ -47,6 +48,8 @@ func setup(t *testing.T, mw idemhttp.Options, upstream http.HandlerFunc) *bundle
 }
 
 // quiet keeps the expected warnings out of the test output.
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func mustProxy(t *testing.T, o Options) *Proxy {
@@ -83,6 +86,7 @@ func created(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestForwarding(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idemhttp.Options{}, created)
 	res := send(t, b.gateway.URL+"/charges?x=1", `"k-1"`, "X-Forwarded-For", "6.6.6.6")
 	if res.StatusCode != 201 {
@@ -134,6 +138,7 @@ func TestForwarding(t *testing.T) {
 }
 
 func TestEchoedRequestIDOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idemhttp.Options{}, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
 		created(w, r)
@@ -159,6 +164,7 @@ func problem(t *testing.T, res *http.Response) map[string]any {
 // TestUnreachableReleases: nothing was sent, so even the stripe profile,
 // which caches every status, must let the retry run.
 func TestUnreachableReleases(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +203,7 @@ func TestUnreachableReleases(t *testing.T) {
 }
 
 func TestUpstreamTimeout(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	b := &bundle{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +227,7 @@ func TestUpstreamTimeout(t *testing.T) {
 // TestClientHangUp: the upstream call of a keyed request outlives its
 // client, and the retry replays its outcome instead of running it again.
 func TestClientHangUp(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idemhttp.Options{}, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(300 * time.Millisecond):

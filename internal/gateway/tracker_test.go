@@ -15,6 +15,7 @@ import (
 // request found stale become candidates, at most Max of them, newest
 // first; a new holder clears a candidate.
 func TestTracker(t *testing.T) {
+	t.Parallel()
 	tr := &Tracker{Max: 3}
 	s := tr.Wrap(memory.New())
 	defer s.Close()

@@ -15,3 +15,24 @@ import (
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	goleak.VerifyTestMain(m, opts...)
 }
+
+// VerifyTestMainAfter is VerifyTestMain for a package whose tests share
+// servers started once (an S3 server, a client's connection pool): stop
+// runs after the tests and before the check, so that only what a test
+// left behind counts as a leak.
+func VerifyTestMainAfter(m *testing.M, stop func(), opts ...goleak.Option) {
+	goleak.VerifyTestMain(runThen{m: m, stop: stop}, opts...)
+}
+
+// runThen is a goleak.TestingM whose Run stops the shared servers once
+// the tests are over.
+type runThen struct {
+	m    *testing.M
+	stop func()
+}
+
+func (r runThen) Run() int {
+	code := r.m.Run()
+	r.stop()
+	return code
+}

@@ -1,11 +1,14 @@
 package testkit_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +16,57 @@ import (
 	"github.com/idem-dev/idem/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+// childEnv makes the test binary a child of TestStartChild.
+const childEnv = "IDEM_TESTKIT_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		// The child: ready, then echo one line from the parent, then hang
+		// until killed.
+		fmt.Println("ready")
+		in := bufio.NewReader(os.Stdin)
+		line, _ := in.ReadString('\n')
+		fmt.Print("echo " + line)
+		if line == "payment-42\n" {
+			fmt.Println("ready")
+			line, _ = in.ReadString('\n')
+			fmt.Print("released " + line)
+		}
+		select {}
+	}
+	testkit.VerifyTestMain(m)
+}
+
+// TestStartChild: the child runs TestMain's child part, talks over stdin
+// and stdout, and is gone when the test ends.
+func TestStartChild(t *testing.T) {
+	t.Parallel()
+	var c *testkit.Child
+	t.Run("talk", func(t *testing.T) {
+		c = testkit.StartChild(t, childEnv+"=1")
+		if !c.WaitLine("ready", 30*time.Second) {
+			t.Fatal("no ready line")
+		}
+		fmt.Fprintln(c.Stdin, "payment-42")
+		if !c.WaitLine("echo payment-42", 30*time.Second) {
+			t.Fatal("no echo")
+		}
+		testkit.ReleaseTogether(t, c)
+		if !c.WaitLine("released go", 30*time.Second) {
+			t.Fatal("not released")
+		}
+		if c.WaitLine("never", 50*time.Millisecond) {
+			t.Fatal("a line that was never written")
+		}
+	})
+	// The subtest's cleanup killed and reaped the child.
+	if c.Cmd.ProcessState == nil || c.Cmd.ProcessState.Success() {
+		t.Fatalf("child not killed: %v", c.Cmd.ProcessState)
+	}
+	if c.WaitLine("ready", time.Second) {
+		t.Fatal("lines after the child died")
+	}
+}
 
 func TestClock(t *testing.T) {
 	t.Parallel()
@@ -110,6 +163,45 @@ func TestSameKey(t *testing.T) {
 	for _, r := range got {
 		if r.Err == nil {
 			t.Fatalf("unreachable URL answered %d", r.Status)
+		}
+	}
+}
+
+// TestSlowBody: a server that answers 408 and closes is seen to close; one
+// that sends more on the connection is not.
+func TestSlowBody(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make(chan string, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				head <- err.Error()
+				return
+			}
+			defer c.Close()
+			req, err := http.ReadRequest(bufio.NewReader(c))
+			if err != nil {
+				head <- err.Error()
+				return
+			}
+			head <- req.Method + " " + req.URL.Path + " " + req.Header.Get("Idempotency-Key")
+			io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+			if keep {
+				io.WriteString(c, "x") // the connection is still in use
+			}
+		}()
+		status, closed, err := testkit.SlowBody(ln.Addr().String(), "/charges", "slow-1", `{"a":`)
+		ln.Close()
+		if err != nil || status != http.StatusRequestTimeout || closed != !keep {
+			t.Fatalf("keep %v: %d closed %v %v", keep, status, closed, err)
+		}
+		if h := <-head; h != "POST /charges slow-1" {
+			t.Fatalf("server saw %q", h)
 		}
 	}
 }

@@ -233,7 +233,8 @@ func runPgbench(t *testing.T, dsn, script string, c int, d time.Duration) (float
 // the same concurrency, on the same server, alternately, and prints both
 // and their ratio. IDEM_BENCH_SECONDS (default 10) is the length of each
 // run, IDEM_BENCH_ROUNDS (default 2) the number of runs per cell; the
-// table shows the medians.
+// table shows the medians. Not parallel: it measures throughput, which
+// other tests would share.
 func TestCompareWithPgbench(t *testing.T) {
 	if os.Getenv("IDEM_BENCH") == "" {
 		t.Skip("IDEM_BENCH=1 runs the comparison with pgbench")

@@ -22,6 +22,7 @@ import (
 // longest any row lock was held) and the callers' worst latency.
 // IDEM_CLEANUP_BATCH sets the batch size (default 1000).
 func TestCleanupMillion(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("IDEM_LONG") == "" {
 		t.Skip("IDEM_LONG=1 runs the 1M-record cleanup")
 	}

@@ -9,16 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/idem-dev/idem/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	race.Child() // a re-executed test binary is a racer of TestMultiProcessRace
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // testPool connects to the test server with at most maxConns connections;

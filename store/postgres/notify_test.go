@@ -13,6 +13,7 @@ import (
 // would be: a waiter on one is woken by LISTEN/NOTIFY when the holder on
 // the other ends, and the figure of that wake-up is logged (go test -v).
 func TestWake(t *testing.T) {
+	t.Parallel()
 	pool, peerPool := testPool(t, 8), testPool(t, 8)
 	opts := freshSchema(t, pool)
 	a, b := newTestStore(t, pool, opts), newTestStore(t, peerPool, opts)
@@ -23,6 +24,7 @@ func TestWake(t *testing.T) {
 // restart, a failover, an idle-connection reaper). Its subscribers are
 // woken, since notifications may have been missed, and it listens again.
 func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 4)
 	opts := freshSchema(t, pool)
 	s := newTestStore(t, pool, opts)

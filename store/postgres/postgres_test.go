@@ -17,6 +17,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 16)
 	peerPool := testPool(t, 16) // a second client, as another process would be
 	storetest.Run(t, storetest.Harness{
@@ -34,6 +35,7 @@ func TestConformance(t *testing.T) {
 // statements, the mode for poolers in transaction mode (see the package
 // documentation).
 func TestConformanceCacheDescribe(t *testing.T) {
+	t.Parallel()
 	describe := func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe }
 	dsn := testenv.Postgres(t)
 	pool := openPool(t, dsn, 8, describe)
@@ -66,6 +68,7 @@ func request(key string, now time.Time, token uint64) store.ReserveRequest {
 var t0 = storetest.T0
 
 func TestMigrateConcurrentAndIdempotent(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 8)
 	opts := Options{Schema: uniqueName("idem_migrate"), Table: "records"}
 	t.Cleanup(func() { dropSchema(t, pool, opts.Schema) })
@@ -112,6 +115,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 }
 
 func TestUnmigratedTable(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 2)
 	s := newTestStore(t, pool, Options{Schema: uniqueName("idem_absent")})
 	_, err := s.Reserve(context.Background(), request("k", t0, 1))
@@ -121,6 +125,7 @@ func TestUnmigratedTable(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 1)
 	if _, err := New(nil, Options{}); err == nil {
 		t.Error("New(nil) succeeded")
@@ -140,6 +145,7 @@ func TestOptions(t *testing.T) {
 // TestTokenBits checks that tokens with the top bit set survive the int64
 // column, and that fencing compares all 64 bits.
 func TestTokenBits(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 2)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
@@ -164,6 +170,7 @@ func TestTokenBits(t *testing.T) {
 }
 
 func TestInvalidKeyHash(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 2)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
@@ -183,6 +190,7 @@ func TestInvalidKeyHash(t *testing.T) {
 // TestTookOver checks that replacing an expired record is not reported as a
 // takeover, and replacing a stale lease is.
 func TestTookOver(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 2)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
@@ -199,6 +207,7 @@ func TestTookOver(t *testing.T) {
 }
 
 func TestCloseLeavesPoolOpen(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 2)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	if err := s.Close(); err != nil {
@@ -219,6 +228,7 @@ func TestCloseLeavesPoolOpen(t *testing.T) {
 // TestCleanupBatches checks that Cleanup deletes in batches of CleanupBatch
 // and honours limit across them.
 func TestCleanupBatches(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 2)
 	opts := freshSchema(t, pool)
 	opts.CleanupBatch = 7
@@ -269,6 +279,7 @@ func equalInts(a, b []int) bool {
 // TestCleanupSkipsLockedRows checks that a batch does not wait for a row
 // another transaction holds.
 func TestCleanupSkipsLockedRows(t *testing.T) {
+	t.Parallel()
 	pool := testPool(t, 4)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
@@ -302,6 +313,7 @@ func TestCleanupSkipsLockedRows(t *testing.T) {
 // or an expired one. A transaction holds the new row uncommitted while
 // Reserve waits on it, then commits; Reserve must report the new row.
 func TestReserveRetriesAfterConcurrentWrite(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		expired bool // an expired row exists before

@@ -67,6 +67,7 @@ var race = storetest.ProcessRace{
 // the same moments. Every key must have exactly one winner, and every loser
 // must have seen the winner's token.
 func TestMultiProcessRace(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.Postgres(t)
 	pool := testPool(t, 8)
 	opts := freshSchema(t, pool)

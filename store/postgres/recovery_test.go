@@ -148,6 +148,7 @@ func (s *pgServer) signal(sig syscall.Signal) {
 // its context's deadline (no hang, no panic); once it is back, the same
 // Store works again, and everything completed before the crash is there.
 func TestRecovery(t *testing.T) {
+	t.Parallel()
 	srv := startPGServer(t)
 	pool := openPool(t, srv.dsn(), 4)
 	ctx := context.Background()

@@ -70,6 +70,7 @@ var race = storetest.ProcessRace{
 // them. Every key must have exactly one winner, and every loser must have
 // seen the winner's token.
 func TestMultiProcessRace(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	s := newStore(t, srv, nil)
 	cfg, _ := json.Marshal(raceConfig{Endpoint: srv.endpoint, Key: srv.key, Secret: srv.secret, Bucket: srv.bucket, Prefix: s.Options().Prefix})

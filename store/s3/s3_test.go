@@ -11,8 +11,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"go.uber.org/goleak"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	s3store "github.com/idem-dev/idem/store/s3"
 	"github.com/idem-dev/idem/store/storetest"
@@ -23,17 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChildMain())
 	}
-	code := m.Run()
-	stopServers()
-	if code == 0 {
-		// The SDK and the servers leave nothing running once the idle
-		// connections are closed; a leak is the store's.
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	// The SDK and the servers leave nothing running once the idle
+	// connections are closed; a leak is the store's.
+	testkit.VerifyTestMainAfter(m, stopServers)
 }
 
 // uniquePrefix isolates a store's objects from every other test's.
@@ -110,6 +102,7 @@ func harness(srv *server) storetest.Harness {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, harness(realServer(t)))
 }
 
@@ -118,5 +111,6 @@ func TestConformance(t *testing.T) {
 // all the suite's races need; it ignores If-Match on DeleteObject (see the
 // package documentation).
 func TestConformanceGoFakeS3(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, harness(fakeServer(t)))
 }

@@ -5,16 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	s3store "github.com/idem-dev/idem/store/s3"
 )
@@ -45,6 +44,7 @@ var crashStart = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
 // dead submitter wrote, and every retry must get its ID. Before tasks were
 // named by the record's identity, each of these crashes made a second task.
 func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
+	t.Parallel()
 	crashRounds := 20 // submitters killed between their task and their record
 	if os.Getenv("IDEM_LONG") != "" {
 		crashRounds = 100
@@ -55,13 +55,13 @@ func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
 	for i := range crashRounds {
 		cfg.Keys = []string{fmt.Sprintf("charge-ORD-%d", i)}
 		out := startCrashChild(t, "crash", cfg)
-		if !waitLine(out.lines, "task-written", 30*time.Second) {
+		if !out.WaitLine("task-written", 30*time.Second) {
 			t.Fatalf("round %d: the submitter never wrote its task", i)
 		}
 		// Somewhere between the task and the record's completion.
 		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
-		_ = out.cmd.Process.Kill()
-		_ = out.cmd.Wait()
+		_ = out.Cmd.Process.Kill()
+		_ = out.Cmd.Wait()
 	}
 	tasksBefore := taskObjects(t, srv, cfg.Prefix)
 	if len(tasksBefore) != crashRounds {
@@ -74,21 +74,14 @@ func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
 	for i := range crashRounds {
 		cfg.Keys = append(cfg.Keys, fmt.Sprintf("charge-ORD-%d", i))
 	}
-	var children []crashChild
+	var children []*testkit.Child
 	for range crashRetries {
 		children = append(children, startCrashChild(t, "retry", cfg))
 	}
-	for i, c := range children {
-		if !waitLine(c.lines, "ready", 30*time.Second) {
-			t.Fatalf("retrier %d never got ready", i)
-		}
-	}
-	for _, c := range children {
-		_, _ = io.WriteString(c.stdin, "go\n")
-	}
+	testkit.ReleaseTogether(t, children...)
 	got := map[string]map[string]int{} // key -> task ID -> submissions
 	for i, c := range children {
-		for l := range c.lines {
+		for l := range c.Lines {
 			key, id, ok := strings.Cut(l, " ")
 			if !ok {
 				t.Errorf("retrier %d: %s", i, l)
@@ -99,7 +92,7 @@ func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
 			}
 			got[key][id]++
 		}
-		if err := c.cmd.Wait(); err != nil {
+		if err := c.Cmd.Wait(); err != nil {
 			t.Fatalf("retrier %d: %v", i, err)
 		}
 	}
@@ -126,58 +119,12 @@ func taskObjects(t *testing.T, srv *server, prefix string) []string {
 	return listKeys(ctx, srv.client(nil), srv.bucket, prefix+"tasks/")
 }
 
-type crashChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
-func startCrashChild(t *testing.T, mode string, cfg crashConfig) crashChild {
+// startCrashChild starts a copy of the test binary as a mode ("crash",
+// "retry") child with cfg.
+func startCrashChild(t *testing.T, mode string, cfg crashConfig) *testkit.Child {
 	t.Helper()
 	b, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+mode, crashConfigEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	setParentDeathSignal(cmd)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := make(chan string, 64)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	return crashChild{cmd, stdin, lines}
-}
-
-// waitLine reads lines until one equals want, giving up after d.
-func waitLine(lines <-chan string, want string, d time.Duration) bool {
-	timeout := time.After(d)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				return false
-			}
-			if l == want {
-				return true
-			}
-		case <-timeout:
-			return false
-		}
-	}
+	return testkit.StartChild(t, crashChildEnv+"="+mode, crashConfigEnv+"="+string(b))
 }
 
 // crashChildMain is a child of TestSeed004CrashBetweenTaskAndRecord. A

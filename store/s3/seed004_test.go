@@ -144,6 +144,7 @@ type task struct {
 var chargeInput = map[string]any{"order_id": "ORD-123", "amount_cents": 4200, "currency": "EUR"}
 
 func TestSeed004SameKeySameTask(t *testing.T) {
+	t.Parallel()
 	q := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
 	id1, res1, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
@@ -173,6 +174,7 @@ func TestSeed004SameKeySameTask(t *testing.T) {
 // TestSeed004ConcurrentSubmits: producers on two clients retry at once;
 // all get the one task.
 func TestSeed004ConcurrentSubmits(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	q := newTaskQueue(t, srv)
 	peerStore, err := s3store.New(srv.client(nil), q.store.Options())
@@ -214,6 +216,7 @@ func TestSeed004ConcurrentSubmits(t *testing.T) {
 }
 
 func TestSeed004InputHashConflict(t *testing.T) {
+	t.Parallel()
 	q := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
 	if _, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); err != nil {
@@ -235,6 +238,7 @@ func TestSeed004InputHashConflict(t *testing.T) {
 }
 
 func TestSeed004Scopes(t *testing.T) {
+	t.Parallel()
 	q := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
 	const key = "charge-ORD-123"
@@ -297,6 +301,7 @@ func sha256hex(s string) string {
 // and its fields, with created_at 2026-01-27T12:00:00Z and expires_at 30
 // days later.
 func TestSeed004Record(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	q := newTaskQueue(t, srv)
 	ctx := context.Background()
@@ -350,6 +355,7 @@ func TestSeed004Record(t *testing.T) {
 // makes a new task (under the same name, the record's identity, which is
 // derived from the key), and of many producers doing so at once one writes.
 func TestSeed004ExpiredOverwrite(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	q := newTaskQueue(t, srv)
 	ctx := context.Background()
@@ -419,6 +425,7 @@ func TestSeed004ExpiredOverwrite(t *testing.T) {
 // one of them takes it over and creates the task. A failed task creation
 // releases the key, so that the next submit creates the task.
 func TestSeed004TwoPhase(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	q := newTaskQueue(t, srv)
 	ctx := context.Background()

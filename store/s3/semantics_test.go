@@ -19,6 +19,7 @@ import (
 // and records where gofakes3 differs, so that a server upgrade that changes
 // any of it shows up here rather than as a rare double execution.
 func TestServerSemantics(t *testing.T) {
+	t.Parallel()
 	for _, srv := range []*server{realServer(t), fakeServer(t)} {
 		t.Run(srv.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -106,6 +107,7 @@ func TestServerSemantics(t *testing.T) {
 }
 
 func TestParseDSN(t *testing.T) {
+	t.Parallel()
 	for dsn, want := range map[string]s3store.Config{
 		"s3://idem-records":                    {Options: s3store.Options{Bucket: "idem-records"}},
 		"s3://shared/billing?region=eu-west-1": {Options: s3store.Options{Bucket: "shared", Prefix: "billing/"}, Region: "eu-west-1"},
@@ -138,6 +140,7 @@ func TestParseDSN(t *testing.T) {
 }
 
 func TestLifecycleRule(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		prefix string
 		ttl    time.Duration

@@ -25,6 +25,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 )
 
 // The tests run against a real S3-compatible server with conditional
@@ -164,7 +165,7 @@ func findVersitygw() (string, error) {
 
 // startVersitygw runs versitygw on a free loopback port over a temporary
 // directory. The process dies with the test binary even when the binary
-// crashes (see setParentDeathSignal).
+// crashes (see testkit.DieWithParent).
 func startVersitygw(bin string) (*server, error) {
 	dir, err := os.MkdirTemp("", "idem-s3-test-")
 	if err != nil {
@@ -190,7 +191,7 @@ func startVersitygw(bin string) (*server, error) {
 		cmd := exec.Command(bin, "--port", addr, "-q", "posix", root)
 		cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+defaultKey, "ROOT_SECRET_KEY="+defaultSec)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		setParentDeathSignal(cmd)
+		testkit.DieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			logf.Close()
 			os.RemoveAll(dir)

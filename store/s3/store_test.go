@@ -92,6 +92,7 @@ func rawObject(t *testing.T, srv *server, key string) (*s3.GetObjectOutput, []by
 // TestObjectLayout checks the stored object itself: its name, its JSON
 // (seed 004's field names), and the expiry metadata that Cleanup reads.
 func TestObjectLayout(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	s := newStore(t, srv, nil)
 	req := request(t0)
@@ -148,6 +149,7 @@ func TestObjectLayout(t *testing.T) {
 }
 
 func TestScopeSegment(t *testing.T) {
+	t.Parallel()
 	for scope, want := range map[string]string{
 		"charge_customer":        "charge_customer",
 		"queue.default-2":        "queue.default-2",
@@ -194,11 +196,11 @@ func TestScopeSegment(t *testing.T) {
 // first try wrote: 412 for a conditional PUT. Each call must recognise its
 // own write rather than report a conflict.
 func TestLostResponses(t *testing.T) {
+	t.Parallel()
 	for _, srv := range []*server{realServer(t), fakeServer(t)} {
 		t.Run(srv.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := &faults{}
-			s := newStore(t, srv, srv.faultClient(f))
+			f, s := faultyStore(t, srv)
 
 			create := f.add(&rule{match: ifNoneMatch, times: 1, lose: true})
 			req := request(t0)
@@ -263,10 +265,10 @@ func TestLostResponses(t *testing.T) {
 // two conditional writes at once), 412, and 404 NoSuchKey on a retried
 // delete. Each must lead to a re-read, not to an error.
 func TestConflictAnswers(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	s := newStore(t, srv, srv.faultClient(f))
+	f, s := faultyStore(t, srv)
 
 	// The create meets a 412, but the object is not there when read: the
 	// other writer released it meanwhile. Create again.
@@ -306,14 +308,10 @@ func TestConflictAnswers(t *testing.T) {
 // for a reservation, so that a completion needs no read. That memory may be
 // stale (another client renewed, or took over): If-Match must catch it.
 func TestHolderMemory(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	a := newStore(t, srv, srv.faultClient(f))
-	b, err := s3store.New(srv.client(nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, b := peerStores(t, srv)
 
 	// From memory: Reserve then Complete is two PUTs, no GET.
 	gets := f.add(&rule{match: isGet})
@@ -371,14 +369,10 @@ func TestHolderMemory(t *testing.T) {
 // gofakes3 ignores If-Match on DELETE and fails this (see the package
 // documentation), so it runs on the real server only.
 func TestReleaseFencedByServer(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	a := newStore(t, srv, srv.faultClient(f))
-	b, err := s3store.New(srv.client(nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, b := peerStores(t, srv)
 	old := request(t0)
 	mustAcquire(t, a, old)
 	taker := old
@@ -402,14 +396,10 @@ func TestReleaseFencedByServer(t *testing.T) {
 // arrives the key is reserved anew. The delete carries If-Match, so the new
 // reservation survives and is not counted.
 func TestCleanupRace(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f := &faults{}
-	a := newStore(t, srv, srv.faultClient(f))
-	b, err := s3store.New(srv.client(nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, b := peerStores(t, srv)
 	old := request(t0)
 	mustAcquire(t, a, old)
 	later := t0.Add(3 * time.Hour)
@@ -435,6 +425,7 @@ func TestCleanupRace(t *testing.T) {
 // TestCleanupLeavesOtherObjects: Cleanup deletes records only, and reads
 // in full a record whose expiry metadata is missing.
 func TestCleanupLeavesOtherObjects(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
 	c := srv.client(nil)
@@ -482,9 +473,9 @@ func TestCleanupLeavesOtherObjects(t *testing.T) {
 // TestContextDeadlineInFlight: a deadline that passes while a request is
 // on the wire is reported as such.
 func TestContextDeadlineInFlight(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
-	f := &faults{}
-	s := newStore(t, srv, srv.faultClient(f))
+	f, s := faultyStore(t, srv)
 	f.add(&rule{match: isPut, before: func(r *http.Request) { <-r.Context().Done() }})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -495,6 +486,7 @@ func TestContextDeadlineInFlight(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
+	t.Parallel()
 	srv := fakeServer(t)
 	s := newStore(t, srv, nil)
 	if err := s.Close(); err != nil {
@@ -517,6 +509,7 @@ func TestClosed(t *testing.T) {
 }
 
 func TestInvalidInput(t *testing.T) {
+	t.Parallel()
 	srv := fakeServer(t)
 	if _, err := s3store.New(nil, s3store.Options{Bucket: "b"}); err == nil {
 		t.Error("New with a nil client")
@@ -553,6 +546,7 @@ func TestInvalidInput(t *testing.T) {
 }
 
 func TestOptionsPrefix(t *testing.T) {
+	t.Parallel()
 	srv := fakeServer(t)
 	for in, want := range map[string]string{"": "", "billing": "billing/", "a/b/": "a/b/"} {
 		s, err := s3store.New(srv.client(nil), s3store.Options{Bucket: "b", Prefix: in})
@@ -568,9 +562,9 @@ func TestOptionsPrefix(t *testing.T) {
 // TestCleanupReadsOnlyExpired: Cleanup judges live records by a HEAD (the
 // expiry metadata) and downloads only the expired ones.
 func TestCleanupReadsOnlyExpired(t *testing.T) {
+	t.Parallel()
 	srv := realServer(t)
-	f := &faults{}
-	s := newStore(t, srv, srv.faultClient(f))
+	f, s := faultyStore(t, srv)
 	for i := range 6 {
 		req := request(t0)
 		if i < 2 {
@@ -586,4 +580,24 @@ func TestCleanupReadsOnlyExpired(t *testing.T) {
 	if g := f.hits(gets); g != 2 {
 		t.Fatalf("Cleanup sent %d GETs for 2 expired and 4 live records, want 2", g)
 	}
+}
+
+// faultyStore is a store of its own on srv whose requests pass through f,
+// which the test arms with rules.
+func faultyStore(t *testing.T, srv *server) (*faults, *s3store.Store) {
+	t.Helper()
+	f := &faults{}
+	return f, newStore(t, srv, srv.faultClient(f))
+}
+
+// peerStores is faultyStore and a second process's store over the same
+// objects, whose requests pass no faults: the other replica.
+func peerStores(t *testing.T, srv *server) (*faults, *s3store.Store, *s3store.Store) {
+	t.Helper()
+	f, a := faultyStore(t, srv)
+	b, err := s3store.New(srv.client(nil), a.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, a, b
 }

@@ -12,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/trigger/internal/killtest"
 )
 
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 	if h, ctx := killtest.Child(); h != nil {
 		os.Exit(consumerProcess(ctx, h))
 	}
-	os.Exit(m.Run())
+	testkit.VerifyTestMain(m)
 }
 
 // consumerProcess is one consumer replica on its own connection.
@@ -68,10 +69,14 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 // delivery runs it) and after an outcome is recorded but before its ack
 // (the redelivery is acked without running). Each event runs exactly once
 // and none is lost.
-func TestKilledConsumersRunEachEventOnce(t *testing.T) { killedConsumers(t, 1000, 6, 4) }
+func TestKilledConsumersRunEachEventOnce(t *testing.T) {
+	t.Parallel()
+	killedConsumers(t, 1000, 6, 4)
+}
 
 // The same with 10,000 events and 60 kills (IDEM_LONG=1, make long).
 func TestKilledConsumersLong(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("IDEM_LONG") == "" {
 		t.Skip("IDEM_LONG=1 runs it")
 	}

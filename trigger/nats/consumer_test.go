@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/trigger/internal/killtest"
 )
 
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 	if h, ctx := killtest.Child(); h != nil {
 		os.Exit(consumerProcess(ctx, h))
 	}
-	os.Exit(m.Run())
+	testkit.VerifyTestMain(m)
 }
 
 // consumerProcess is one consumer replica: the Consumer over the shared
@@ -76,10 +77,14 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 // it until the dead holder's lease is over, and then runs it) and after an outcome is
 // recorded but before its ack (the redelivery is acked without running).
 // Each event runs exactly once and none is lost.
-func TestKilledConsumersRunEachEventOnce(t *testing.T) { killedConsumers(t, 1000, 6, 4) }
+func TestKilledConsumersRunEachEventOnce(t *testing.T) {
+	t.Parallel()
+	killedConsumers(t, 1000, 6, 4)
+}
 
 // The same with 10,000 events and 60 kills (IDEM_LONG=1, make long).
 func TestKilledConsumersLong(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("IDEM_LONG") == "" {
 		t.Skip("IDEM_LONG=1 runs it")
 	}

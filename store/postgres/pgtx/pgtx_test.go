@@ -15,38 +15,25 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/postgres"
 	"github.com/idem-dev/idem/store/postgres/pgtx"
 	"github.com/idem-dev/idem/trigger"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 var bg = context.Background()
-
-// clock is a settable clock for leases.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 type bundle struct {
 	pool  *pgxpool.Pool
 	opts  postgres.Options
 	store *pgtx.Store
-	clock *clock
+	clock *testkit.Clock
 	eng   *idem.Engine
 	// rows is the business table the operations write: one row per run.
 	rows string
@@ -90,7 +77,7 @@ func setup(t testing.TB, p idem.Policy, maxConns ...int32) *bundle {
 		t.Fatal(err)
 	}
 	s := pgtx.New(ps)
-	clk := &clock{t: time.Now()}
+	clk := testkit.NewClockAt(time.Now())
 	if p.CleanupInterval == 0 {
 		p.CleanupInterval = -1
 	}
@@ -140,6 +127,7 @@ func (b *bundle) record(t *testing.T, key string) (store.Record, error) {
 // TestWorkCommitsWithOutcome: the operation's row and the record's
 // completion are there together; a retry replays without running.
 func TestWorkCommitsWithOutcome(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	res, err := pgtx.Do(bg, b.eng, call("k"), b.write("first"))
 	if err != nil || res.Replayed || string(res.Value) != "first" {
@@ -161,6 +149,7 @@ func TestWorkCommitsWithOutcome(t *testing.T) {
 // row, under a policy that releases the key and under one that keeps the
 // failure; a panic leaves none either.
 func TestFailureRollsBack(t *testing.T) {
+	t.Parallel()
 	for _, onFailure := range []idem.OnFailure{idem.OnFailureRelease, idem.OnFailureCache} {
 		t.Run(fmt.Sprint(onFailure), func(t *testing.T) {
 			b := setup(t, idem.Policy{OnFailure: onFailure})
@@ -203,6 +192,7 @@ func TestFailureRollsBack(t *testing.T) {
 // TestStaleHolderCannotCommit: a holder whose lease was taken over while it
 // worked cannot commit its writes; the new holder's are the only ones.
 func TestStaleHolderCannotCommit(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Lease: time.Minute})
 	wrote := make(chan struct{})
 	resume := make(chan struct{})
@@ -238,6 +228,7 @@ func TestStaleHolderCannotCommit(t *testing.T) {
 // holder's completion UPDATE and its COMMIT waits on the row lock, then
 // finds the record completed, and runs nothing.
 func TestTakeoverWaitsForCommit(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Lease: time.Minute})
 	updated := make(chan struct{})
 	commit := make(chan struct{})
@@ -302,6 +293,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%idem_pgtx_%'`).Scan(
 
 // TestConcurrentCallsOneEffect: 64 goroutines with one key write one row.
 func TestConcurrentCallsOneEffect(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Wait: 10 * time.Second})
 	var wg sync.WaitGroup
 	var runs atomic.Int32
@@ -323,6 +315,7 @@ func TestConcurrentCallsOneEffect(t *testing.T) {
 }
 
 func TestTxOutsideDo(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	if _, err := b.store.Tx(bg); !errors.Is(err, pgtx.ErrNoHold) {
 		t.Fatalf("Tx outside Do: %v", err)
@@ -337,6 +330,7 @@ func TestTxOutsideDo(t *testing.T) {
 // TestRunLogOnce: duplicate deliveries of one event, concurrent and late,
 // have their effect once; a failed handling leaves no mark.
 func TestRunLogOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	log := pgtx.RunLog{Table: pgx.Identifier{b.opts.Schema, "runs"}}
 	if err := log.Create(bg, b.pool); err != nil {
@@ -381,6 +375,7 @@ func TestRunLogOnce(t *testing.T) {
 // nothing of the operation remains, the key is released at once rather
 // than left to its lease, and a retry runs.
 func TestCommitFails(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	uniq := pgx.Identifier{b.opts.Schema, "uniq"}.Sanitize()
 	if _, err := b.pool.Exec(bg, `CREATE TABLE `+uniq+` (v int, CONSTRAINT uniq_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)`); err != nil {

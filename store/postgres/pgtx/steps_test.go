@@ -42,6 +42,7 @@ func (b *bundle) chargeSteps(runs *[3]atomic.Int32, charge func(ctx context.Cont
 // TestStepsResumeAfterFailure: the card call fails once; the retry resumes
 // at the charge step, and the order step's effect is there once.
 func TestStepsResumeAfterFailure(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{})
 	var runs [3]atomic.Int32
 	var calls atomic.Int32
@@ -78,6 +79,7 @@ func TestStepsResumeAfterFailure(t *testing.T) {
 // lease; the caller that takes the key over resumes after the order step,
 // and the stalled holder cannot commit the charge step.
 func TestStepsResumeAfterTakeover(t *testing.T) {
+	t.Parallel()
 	b := setup(t, idem.Policy{Lease: time.Minute})
 	var runs [3]atomic.Int32
 	inCall := make(chan struct{})

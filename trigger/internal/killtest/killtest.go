@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -293,7 +294,10 @@ func (p *parent) spawn() {
 	n := p.started
 	p.mu.Unlock()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(p.env, envChild+"="+strconv.Itoa(n))
+	// Clipped: spawns run at once (a dead consumer's replacement is
+	// started from its reader's goroutine), and an append into p.env's
+	// spare capacity would hand one child another's number.
+	cmd.Env = append(slices.Clip(p.env), envChild+"="+strconv.Itoa(n))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
