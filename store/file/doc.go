@@ -60,13 +60,17 @@
 // idempotency store needs none of what an LSM is for (range scans, sorted
 // keys, data larger than memory): it needs a point lookup and a durable
 // append. Measured side by side in one run (BenchmarkPairs: durable
-// reserve+complete pairs, ~250 B records under SHA-256 key hashes; `go test
-// -run '^$' -bench Pairs -count 2 ./store/file`, on the project's 2-core
-// machine while other jobs ran):
+// reserve+complete pairs, ~250 B records under SHA-256 key hashes, written
+// to docs/bench/STORES.md by `make bench-stores`, on the project's 2-core
+// machine with nothing else running, 2026-11-26):
 //
-//	                       c1 pairs/s   c1 CPU/pair   c64 pairs/s    c64 CPU/pair   allocs/pair
-//	this store (log)       1,352-1,401  171-175 µs    23,749-36,787  17.1-18.0 µs   11
-//	Pebble store             805-1,087  214-250 µs    15,858-18,228  38.2-44.6 µs   25
+//	                 c1 pairs/s   c1 CPU/pair   c64 pairs/s   c64 CPU/pair   allocs/pair
+//	this store (log)      2,514      155 µs        48,137        16.4 µs        11
+//	Pebble store          2,228      214 µs        34,356        36.5 µs        25
+//
+// (An earlier run while other jobs loaded the machine gave 1,352-1,401 and
+// 23,749-36,787 pairs/s for the log, 805-1,087 and 15,858-18,228 for
+// Pebble, with the same CPU per pair.)
 //
 // At concurrency 1 both are bound by two fdatasyncs per pair (the kernel
 // spends about 75 µs of CPU on each on this machine); under load the log
