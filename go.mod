@@ -10,7 +10,6 @@ require (
 	github.com/aws/smithy-go v1.28.9
 	github.com/cockroachdb/pebble v1.1.5
 	github.com/dunglas/httpsfv v1.1.2
-	github.com/google/btree v1.1.3
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/johannesboyne/gofakes3 v1.2.0

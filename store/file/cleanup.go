@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -23,18 +22,31 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 	s.cleanMu.Lock()
 	defer s.cleanMu.Unlock()
 	n := 0
-	for _, it := range s.exp.due(now, limit) {
-		if n%256 == 0 && ctx.Err() != nil {
-			return n, fmt.Errorf("file: cleanup: %w", ctx.Err())
+	for limit <= 0 || n < limit {
+		want := 256
+		if limit > 0 && limit-n < want {
+			want = limit - n
 		}
-		s.scanned++
-		st := &s.stripes[stripeOf(it.id)]
-		st.mu.Lock()
-		if e := st.entries[it.id]; e != nil && e.rec.Expired(now) && itemOf(e.rec.ExpiresAt, it.id) == it {
-			s.index(st, it.id, e, nil)
-			n++
+		items := s.exp.take(now, want)
+		if len(items) == 0 {
+			break
 		}
-		st.mu.Unlock()
+		for i, it := range items {
+			if ctx.Err() != nil {
+				s.exp.putBack(items[i:])
+				return n, fmt.Errorf("file: cleanup: %w", ctx.Err())
+			}
+			s.scanned++
+			st := &s.stripes[stripeOf(it.id)]
+			st.mu.Lock()
+			// An item of an earlier write, or of a released record, is
+			// not the record's: skip it, it is gone now.
+			if e := st.entries[it.id]; e != nil && e.rec.Expired(now) && itemOf(e.rec.ExpiresAt, it.id) == it {
+				s.index(st, it.id, e, nil)
+				n++
+			}
+			st.mu.Unlock()
+		}
 	}
 	if err := s.reclaim(ctx); err != nil {
 		return n, fmt.Errorf("file: cleanup: %w", err)
@@ -79,8 +91,9 @@ const compactBatch = 256
 // head of the log, keeping their seq, and points the index at the copies.
 // Each key's stripe is held until its copy is durable, as in every write.
 func (s *Store) compact(old *segment) error {
-	data, err := os.ReadFile(old.path)
-	if err != nil {
+	// Up to the segment's last frame: the file's allocated tail is zeros.
+	data := make([]byte, old.size)
+	if _, err := old.f.ReadAt(data, 0); err != nil {
 		return err
 	}
 	var held [stripes]bool
@@ -140,5 +153,14 @@ func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
 		return 0, fmt.Errorf("file: count expired: %w", err)
 	}
 	defer s.closeMu.RUnlock()
-	return s.exp.count(now), nil
+	n := 0
+	for _, it := range s.exp.due(now) {
+		st := &s.stripes[stripeOf(it.id)]
+		st.mu.Lock()
+		if e := st.entries[it.id]; e != nil && itemOf(e.rec.ExpiresAt, it.id) == it {
+			n++
+		}
+		st.mu.Unlock()
+	}
+	return n, nil
 }

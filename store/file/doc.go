@@ -37,9 +37,21 @@
 // cuts the log at the first torn entry of its tail (a write that was never
 // acknowledged); damage anywhere else fails Open with ErrCorrupt.
 //
+// Segment files are allocated 4 MiB ahead of their writes, so the fsync
+// after an append flushes data without committing a new file size through
+// the filesystem's journal: 43-51 µs of CPU a sync instead of 69-75 µs on
+// this project's machine (ext4 on a virtual disk). Recovery reads the
+// zeros after the last entry as the segment's end, and cuts a tail that
+// has entries after a gap (pages of an unacknowledged write reach the disk
+// in any order), so they can never be read later.
+//
 // Expiry costs no write: an expired record replayed after a crash is still
-// expired. Cleanup walks an in-memory B-tree of expiry times from its start
-// up to now, so its cost grows with the expired records, not the live ones.
+// expired. Cleanup takes the due items of an in-memory index of expiry
+// times, bucketed by second, so its cost grows with the expired records,
+// not the live ones. A write appends an item to its second's bucket (an
+// ordered B-tree's insert and delete cost the gateway 5 µs a request under
+// load); an item of an earlier write or a released key is skipped once
+// when its time comes.
 // Disk is reclaimed a segment at a time, oldest first: a segment no record
 // lives in is deleted; one that is mostly dead, or a log grown past twice
 // its live data, has its live entries copied to the head of the log first.

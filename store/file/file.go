@@ -161,10 +161,7 @@ func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
 		cur.seg.live.Add(-cur.size)
 	}
 	if e == nil {
-		delete(st.entries, id)
-		if cur != nil {
-			s.exp.remove(id, cur.rec.ExpiresAt)
-		}
+		delete(st.entries, id) // its expiry item stays until Cleanup visits it
 		return
 	}
 	e.seg.live.Add(e.size)

@@ -86,17 +86,17 @@ func indexKeys(s *Store) []string {
 	return keys
 }
 
-// checkIndex verifies that every record has exactly one expiry item, at
-// its ExpiresAt, that no item points elsewhere, and that each segment's
+// checkIndex verifies that every record has an expiry item at its
+// ExpiresAt, and that each segment's
 // live bytes are the frames the index points to. It returns the records.
 func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	t.Helper()
 	records := map[string]*store.Record{}
 	live := map[*segment]int64{}
 	items := map[expItem]bool{}
-	s.exp.mu.Lock()
-	s.exp.t.Ascend(func(it expItem) bool { items[it] = true; return true })
-	s.exp.mu.Unlock()
+	for _, it := range s.exp.items() {
+		items[it] = true
+	}
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
@@ -115,9 +115,8 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 		}
 		st.mu.Unlock()
 	}
-	if len(items) != 0 {
-		t.Fatalf("%d expiry items point to no record", len(items))
-	}
+	// The items left are of earlier writes and released records: each
+	// costs Cleanup one visit, once its time comes.
 	s.log.mu.Lock()
 	for _, seg := range s.log.segs {
 		if got := seg.live.Load(); got != live[seg] {
@@ -308,7 +307,7 @@ func TestTornTail(t *testing.T) {
 	b := reserveReq("b", storetest.T0, time.Hour)
 	// Cut inside b's body, inside its frame header, and append garbage
 	// that fails its checksum.
-	for _, damage := range []string{"cut 3", "cut 9", "garbage"} {
+	for _, damage := range []string{"cut 3", "cut 9", "garbage", "frame after a gap"} {
 		dir := t.TempDir()
 		s, err := Open(dir, quiet)
 		if err != nil {
@@ -321,23 +320,28 @@ func TestTornTail(t *testing.T) {
 		}
 		path := s.log.active.path
 		bFrame := s.stripes[stripeOf(mustID(t, b.Record.KeyHash))].entries[mustID(t, b.Record.KeyHash)].size
+		// The log's end, not the file's: the file is allocated ahead.
+		end := s.log.active.size
 		s.Close()
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
 		want := 1
 		switch damage {
 		case "cut 3":
-			err = os.Truncate(path, fi.Size()-3)
+			err = os.Truncate(path, end-3)
 		case "cut 9":
-			err = os.Truncate(path, fi.Size()-bFrame+5)
+			err = os.Truncate(path, end-bFrame+5)
 		case "garbage":
 			want = 2
-			var f *os.File
-			if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0); err == nil {
-				_, err = f.Write([]byte{0, 0, 0, 5, 1, 2, 3, 4, 9, 9, 9, 9, 9})
-				f.Close()
+			err = writeAt(path, end, []byte{0, 0, 0, 5, 1, 2, 3, 4, 9, 9, 9, 9, 9})
+		case "frame after a gap":
+			// b's frame copied 100 bytes past the end, zeros between: a
+			// write whose later pages reached the disk and earlier ones
+			// did not. It was never acknowledged and must not come back.
+			want = 1
+			var data []byte
+			if data, err = os.ReadFile(path); err == nil {
+				if err = os.Truncate(path, end-bFrame); err == nil {
+					err = writeAt(path, end-bFrame+100, data[end-bFrame:end])
+				}
 			}
 		}
 		if err != nil {
@@ -582,9 +586,10 @@ func TestGroupCommit(t *testing.T) {
 	seqSyncs := s.log.syncs.Load() - s0
 	// The racers overlap only if the scheduler lets them: on a loaded
 	// machine with two cores it may run them one after another, and then
-	// no group forms. Up to five attempts give them the chance to overlap.
+	// no group forms. Up to twenty attempts (a few milliseconds each) give
+	// them the chance to overlap.
 	var concSyncs uint64
-	for attempt := range 5 {
+	for attempt := range 20 {
 		errs := make(chan error, n)
 		s0 = s.log.syncs.Load()
 		testkit.FanOut(n, func(i int) { errs <- pair(fmt.Sprint("conc-", attempt, "-", i)) })
@@ -634,4 +639,88 @@ func TestWake(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	storetest.RunWake(t, s, s)
+}
+
+func writeAt(path string, off int64, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteAt(b, off)
+	return err
+}
+
+// TestPreallocated checks that segments are allocated ahead of their
+// writes (so that fdatasync commits no size change), that the zeros after
+// the last frame read as the log's end when the store reopens, and that
+// writes after reopening land after the last frame, not after the zeros.
+func TestPreallocated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openT(t, dir)
+	a := reserveReq("a", storetest.T0, time.Hour)
+	if _, err := s.Reserve(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	path, end := s.log.active.path, s.log.active.size
+	s.Close()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < end+preallocChunk {
+		t.Fatalf("segment is %d bytes with %d written: not allocated ahead", fi.Size(), end)
+	}
+	s = openT(t, dir)
+	if got := s.log.active.size; got != end {
+		t.Fatalf("reopened log ends at %d, want %d", got, end)
+	}
+	b := reserveReq("b", storetest.T0, time.Hour)
+	if _, err := s.Reserve(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openT(t, dir)
+	if recs := checkIndex(t, s); len(recs) != 2 {
+		t.Fatalf("%d records after two reopenings, want 2", len(recs))
+	}
+}
+
+// TestExpiryTake checks the expiry index's buckets: items come out oldest
+// second first, only when due (to the nanosecond within now's second), at
+// most max at a time, and items put back come out again.
+func TestExpiryTake(t *testing.T) {
+	t.Parallel()
+	x := newExpiry()
+	t0 := storetest.T0.Truncate(time.Second)
+	id := func(i int) keyID { return keyID{byte(i)} }
+	at := []time.Duration{3 * time.Second, 0, 900 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second}
+	for i, d := range at {
+		x.set(id(i), time.Time{}, false, t0.Add(d))
+	}
+	now := t0.Add(500 * time.Millisecond) // due: 0, 100 ms, 500 ms
+	got := x.take(now, 2)
+	if len(got) != 2 {
+		t.Fatalf("take(max 2) = %d items", len(got))
+	}
+	x.putBack(got[1:])
+	rest := x.take(now, 10)
+	seen := map[keyID]bool{got[0].id: true}
+	for _, it := range rest {
+		seen[it.id] = true
+	}
+	if len(rest) != 2 || len(seen) != 3 || !seen[id(1)] || !seen[id(3)] || !seen[id(4)] {
+		t.Fatalf("due at +500ms: took %v then %v, want items 1, 3 and 4 once each", got, rest)
+	}
+	if more := x.take(now, 10); len(more) != 0 {
+		t.Fatalf("nothing more is due, took %v", more)
+	}
+	if n := len(x.items()); n != 3 {
+		t.Fatalf("%d items left, want 3", n)
+	}
+	if later := x.take(t0.Add(time.Hour), 10); len(later) != 3 || later[0].id != id(2) || later[2].id != id(0) {
+		t.Fatalf("an hour later took %v, want items 2, 5 and 0, oldest second first", later)
+	}
 }

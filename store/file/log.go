@@ -1,6 +1,7 @@
 package file
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,7 +20,21 @@ type segment struct {
 	// live is the bytes of the frames that the index points to: the
 	// segment's share of live data, which decides when to compact it.
 	live atomic.Int64
+	// written is the bytes written to the file and alloc the bytes
+	// allocated to it ahead of them; only the running sync (or recovery,
+	// before any) touches them.
+	written, alloc int64
 }
+
+// preallocChunk is how far ahead of its writes a segment's file is
+// allocated. An fdatasync after an append that grows the file must also
+// commit the new size through the filesystem's journal; inside allocated
+// space it flushes the data alone. Measured on this project's machine
+// (ext4 on a virtual disk, 700-byte groups, 3,000 syncs): 69-75 µs of CPU
+// per append-and-fdatasync, 43-51 µs inside an allocated file. A chunk of
+// 4 MiB costs one journal commit per 4 MiB of log and leaves at most 4 MiB
+// of zeros at a segment's end, which recovery reads as its end.
+const preallocChunk = 4 << 20
 
 func segmentName(id uint64) string { return fmt.Sprintf("%016d.log", id) }
 
@@ -58,6 +73,9 @@ type log struct {
 	// about what the file holds: the store refuses every write from then
 	// on, and reopening it recovers from what is really on disk.
 	failed atomic.Pointer[error]
+	// noPrealloc is set once the filesystem refused to preallocate; only
+	// the running sync touches it.
+	noPrealloc bool
 }
 
 // append adds frame to the active segment and returns the segment, the
@@ -129,7 +147,11 @@ func (l *log) wait(pos uint64) error {
 // is acknowledged.
 func (l *log) write(seg, next *segment, buf []byte, err error) error {
 	if err == nil {
+		err = l.allocate(seg, seg.written+int64(len(buf)))
+	}
+	if err == nil {
 		_, err = seg.f.Write(buf)
+		seg.written += int64(len(buf))
 	}
 	if err == nil {
 		err = fdatasync(seg.f)
@@ -140,6 +162,24 @@ func (l *log) write(seg, next *segment, buf []byte, err error) error {
 	}
 	if err != nil {
 		return fmt.Errorf("file: write log: %w", err)
+	}
+	return nil
+}
+
+// allocate makes sure seg's file has room for end bytes, allocating a chunk
+// ahead. A filesystem that cannot preallocate just grows the file.
+func (l *log) allocate(seg *segment, end int64) error {
+	if end <= seg.alloc || l.noPrealloc {
+		return nil
+	}
+	size := end + preallocChunk
+	switch err := preallocate(seg.f, size); {
+	case err == nil:
+		seg.alloc = size
+	case errors.Is(err, errors.ErrUnsupported):
+		l.noPrealloc = true
+	default:
+		return err
 	}
 	return nil
 }
@@ -157,7 +197,8 @@ func (l *log) create() (*segment, error) {
 		return nil, err
 	}
 	l.nextID++
-	seg := &segment{id: id, path: path, f: f, size: int64(len(segmentMagic))}
+	n := int64(len(segmentMagic))
+	seg := &segment{id: id, path: path, f: f, size: n, written: n, alloc: n}
 	l.segs[id] = seg
 	return seg, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,11 +33,11 @@ func (s *Store) recover() error {
 	// segment after a torn one).
 	tail := len(ids) - 1
 	for tail > 0 {
-		fi, err := os.Stat(filepath.Join(s.log.dir, segmentName(ids[tail])))
+		has, err := hasFrames(filepath.Join(s.log.dir, segmentName(ids[tail])))
 		if err != nil {
 			return err
 		}
-		if fi.Size() > int64(len(segmentMagic)) {
+		if has {
 			break
 		}
 		tail--
@@ -104,6 +105,9 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 			// Cut while being created: start it again.
 			off = 0
 		}
+		// Truncated, not overwritten: the bytes after the cut may hold
+		// whole frames of the unacknowledged write (pages reach the disk
+		// in any order), which must never be read as data later.
 		if err := f.Truncate(int64(off)); err != nil {
 			f.Close()
 			return nil, err
@@ -119,12 +123,16 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 			f.Close()
 			return nil, err
 		}
-		seg.size = int64(off)
+		seg.size, seg.written, seg.alloc = int64(off), int64(off), int64(off)
 		_, err := f.Seek(int64(off), 0)
 		return seg, err
 	}
 	if len(data) < len(segmentMagic) {
 		return torn(0, "short header")
+	}
+	if allZero(data[:len(segmentMagic)]) {
+		// Allocated, then cut before its header was written.
+		return torn(0, "no header")
 	}
 	if !bytes.Equal(data[:len(segmentMagic)], segmentMagic) {
 		f.Close()
@@ -132,6 +140,14 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 	}
 	off := len(segmentMagic)
 	for off < len(data) {
+		if allZero(data[off:min(off+frameHeader, len(data))]) {
+			// Allocated space never written: the segment ends here, if
+			// nothing follows.
+			if allZero(data[off:]) {
+				break
+			}
+			return torn(off, "frames after a gap")
+		}
 		if len(data)-off < frameHeader {
 			return torn(off, "short frame header")
 		}
@@ -160,9 +176,34 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 		}
 		off += frameHeader + n
 	}
-	seg.size = int64(off)
+	seg.size, seg.written, seg.alloc = int64(off), int64(off), int64(len(data))
 	_, err = f.Seek(int64(off), 0)
 	return seg, err
+}
+
+// hasFrames reports whether the segment at path holds a frame after its
+// header.
+func hasFrames(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var b [16]byte
+	n, err := io.ReadFull(f, b[:])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	return n > len(segmentMagic) && !allZero(b[len(segmentMagic):n]), nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // segmentIDs lists the directory's segments, oldest first.

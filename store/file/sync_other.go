@@ -2,6 +2,12 @@
 
 package file
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 func fdatasync(f *os.File) error { return f.Sync() }
+
+// preallocate is Linux's only; elsewhere the log grows its files.
+func preallocate(*os.File, int64) error { return errors.ErrUnsupported }
