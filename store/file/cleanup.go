@@ -41,7 +41,7 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 			st.mu.Lock()
 			// An item of an earlier write, or of a released record, is
 			// not the record's: skip it, it is gone now.
-			if e := st.entries[it.id]; e != nil && e.rec.Expired(now) && itemOf(e.rec.ExpiresAt, it.id) == it {
+			if e := st.entries[it.id]; e != nil && e.rec.Expired(now) && itemOf(e.rec.ExpiresAt(), it.id) == it {
 				s.index(st, it.id, e, nil)
 				n++
 			}
@@ -157,7 +157,7 @@ func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
 	for _, it := range s.exp.due(now) {
 		st := &s.stripes[stripeOf(it.id)]
 		st.mu.Lock()
-		if e := st.entries[it.id]; e != nil && itemOf(e.rec.ExpiresAt, it.id) == it {
+		if e := st.entries[it.id]; e != nil && itemOf(e.rec.ExpiresAt(), it.id) == it {
 			n++
 		}
 		st.mu.Unlock()

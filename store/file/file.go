@@ -14,6 +14,7 @@ import (
 	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/packed"
 )
 
 // ErrLocked is returned by Open when another process, or another Store in
@@ -139,13 +140,12 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 // put appends r as id's latest frame, points the index at it, and returns
 // once the frame is durable. cur is id's entry before, or nil. The stripe is
 // held.
-func (s *Store) put(st *stripe, id keyID, r *store.Record, cur *entry) error {
+func (s *Store) put(st *stripe, id keyID, r *store.Record, p packed.Record, cur *entry) error {
 	bp := framePool.Get().(*[]byte)
 	seq := s.seq.Add(1)
 	b, valAt := appendFrame((*bp)[:0], kindPut, seq, id, r)
 	seg, off, pos := s.log.append(b)
-	e := &entry{rec: *r, seq: seq, seg: seg, off: off, size: int64(len(b)), valAt: valAt, valLen: len(r.Value)}
-	e.rec.Value = nil
+	e := &entry{rec: p, seq: seq, seg: seg, off: off, size: int64(len(b)), valAt: valAt, valLen: len(r.Value)}
 	if cap(b) <= 64<<10 { // a 4 MiB response's buffer is not kept
 		*bp = b
 		framePool.Put(bp)
@@ -168,14 +168,14 @@ func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
 	st.entries[id] = e
 	var old time.Time
 	if cur != nil {
-		old = cur.rec.ExpiresAt
+		old = cur.rec.ExpiresAt()
 	}
-	s.exp.set(id, old, cur != nil, e.rec.ExpiresAt)
+	s.exp.set(id, old, cur != nil, e.rec.ExpiresAt())
 }
 
 // record returns e's record with its value, read from its segment.
 func (s *Store) record(e *entry) (store.Record, error) {
-	r := e.rec
+	r := e.rec.Unpack()
 	if e.valLen > 0 {
 		r.Value = make([]byte, e.valLen)
 		if _, err := e.seg.f.ReadAt(r.Value, e.off+int64(e.valAt)); err != nil {
@@ -193,7 +193,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		if cur != nil && !cur.rec.Expired(req.Now) {
 			c := &cur.rec
 			if !(req.TakeOverStale && c.Stale(req.Now) &&
-				c.Fingerprint == req.Record.Fingerprint && c.Binding == req.Record.Binding) {
+				c.Fingerprint() == req.Record.Fingerprint && c.Binding() == req.Record.Binding) {
 				var err error
 				res.Existing, err = s.record(cur)
 				return err
@@ -202,7 +202,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		}
 		r := req.Record
 		r.State, r.Value = store.InProgress, nil
-		if err := s.put(st, id, &r, cur); err != nil {
+		if err := s.put(st, id, &r, packed.Pack(&r), cur); err != nil {
 			return err
 		}
 		res.Acquired = true
@@ -251,18 +251,21 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
 	return s.held(ctx, "renew", f, func(st *stripe, id keyID, cur *entry) error {
-		r := cur.rec
-		r.LeaseUntil = leaseUntil
-		return s.put(st, id, &r, cur)
+		p := cur.rec
+		p.SetLeaseUntil(leaseUntil)
+		r := p.Unpack()
+		return s.put(st, id, &r, p, cur)
 	})
 }
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	return s.held(ctx, "complete", c.Fence, func(st *stripe, id keyID, cur *entry) error {
-		r := cur.rec
-		r.State, r.Value, r.UpdatedAt, r.ExpiresAt = c.State, c.Value, c.Now, c.ExpiresAt
-		return s.put(st, id, &r, cur)
+		p := cur.rec
+		p.Complete(c.State, c.Now, c.ExpiresAt)
+		r := p.Unpack()
+		r.Value = c.Value
+		return s.put(st, id, &r, p, cur)
 	})
 }
 

@@ -79,7 +79,7 @@ func indexKeys(s *Store) []string {
 		st := &s.stripes[i]
 		st.mu.Lock()
 		for _, e := range st.entries {
-			keys = append(keys, e.rec.KeyHash)
+			keys = append(keys, e.rec.KeyHash())
 		}
 		st.mu.Unlock()
 	}
@@ -107,9 +107,9 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 			}
 			records[r.KeyHash] = &r
 			live[e.seg] += e.size
-			it := itemOf(e.rec.ExpiresAt, id)
+			it := itemOf(e.rec.ExpiresAt(), id)
 			if !items[it] {
-				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, e.rec.ExpiresAt)
+				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, e.rec.ExpiresAt())
 			}
 			delete(items, it)
 		}

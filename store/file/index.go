@@ -6,13 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/packed"
 )
 
 // entry is the index's view of one record: the record without its value,
 // and where its latest frame lies.
 type entry struct {
-	rec    store.Record // Value is nil: it stays on disk
+	rec    packed.Record // the record but its value, which stays on disk
 	seq    uint64
 	seg    *segment
 	off    int64 // the frame's offset in seg

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idem-dev/idem/store/internal/packed"
 )
 
 // recover rebuilds the index by replaying every segment, oldest first:
@@ -54,7 +56,7 @@ func (s *Store) recover() error {
 		last = seg
 	}
 	for id, e := range latest {
-		if e.rec.KeyHash == "" {
+		if e.rec.KeyHash() == "" {
 			continue // released
 		}
 		s.index(&s.stripes[stripeOf(id)], id, nil, e)
@@ -170,7 +172,7 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 		if cur := latest[fr.id]; cur == nil || fr.seq > cur.seq {
 			e := &entry{seq: fr.seq, seg: seg, off: int64(off), size: int64(frameHeader + n)}
 			if fr.kind == kindPut {
-				e.rec, e.valAt, e.valLen = fr.rec, fr.valAt, fr.valLen
+				e.rec, e.valAt, e.valLen = packed.Pack(&fr.rec), fr.valAt, fr.valLen
 			}
 			latest[fr.id] = e
 		}

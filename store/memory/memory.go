@@ -5,12 +5,12 @@ package memory
 import (
 	"container/heap"
 	"context"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/packed"
 )
 
 // Store keeps records in a map guarded by one mutex, and an expiry heap
@@ -19,14 +19,12 @@ import (
 // than records until their times pass). Its zero value is not usable; call
 // New.
 //
-// A record is kept compact (entry): its strings in one, its times as
-// integers, held in the map by value. A store keeps every record of its TTL
-// alive, and the garbage collector scans them all on every cycle: four
-// pointer words and two objects a record (key, text, value, state) instead
-// of fourteen words and eight objects for a *store.Record and its strings
-// cut that scan, which in-process programs pay on every request. Measured
-// on BenchmarkMiddleware's first executions (300,000 of them, whole-process
-// CPU, five runs each, alternated): 14% less CPU than with *store.Record.
+// Records are kept packed (store/internal/packed), by value in the map: the
+// garbage collector scans every record a store keeps on every cycle, which
+// in-process programs pay on every request. Measured on
+// BenchmarkMiddleware's first executions (300,000 of them, whole-process
+// CPU, five runs each, alternated): 14% less CPU than a map of
+// *store.Record.
 type Store struct {
 	mu      sync.Mutex
 	records map[string]entry // guarded by mu; keyed by KeyHash
@@ -44,86 +42,28 @@ func New() *Store {
 	return &Store{records: make(map[string]entry)}
 }
 
-// entry is a record as the store keeps it: text holds Scope, Key,
-// Fingerprint, Binding and RequestID one after another, ends where each
-// one ends; times are Unix nanoseconds (noTime for the zero time).
+// entry is a record as the store keeps it: packed, with its value.
 type entry struct {
-	text                                  string
-	value                                 []byte
-	ends                                  [5]uint32
-	state                                 store.State
-	token                                 uint64
-	created, updated, expires, leaseUntil int64
+	packed.Record
+	value []byte
 }
 
-const noTime = math.MinInt64
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return noTime
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == noTime {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
-// pack turns r into an entry, with a copy of its value.
 func pack(r *store.Record) entry {
-	parts := [5]string{r.Scope, r.Key, r.Fingerprint, r.Binding, r.RequestID}
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	b := make([]byte, 0, n)
-	var e entry
-	for i, p := range parts {
-		b = append(b, p...)
-		e.ends[i] = uint32(len(b))
-	}
-	e.text = string(b)
+	e := entry{Record: packed.Pack(r)}
 	if r.Value != nil {
 		e.value = append([]byte(nil), r.Value...)
 	}
-	e.state, e.token = r.State, r.Token
-	e.created, e.updated = nanos(r.CreatedAt), nanos(r.UpdatedAt)
-	e.expires, e.leaseUntil = nanos(r.ExpiresAt), nanos(r.LeaseUntil)
 	return e
 }
 
-// record unpacks e, keyed by keyHash; its strings share e.text, its value
-// is a copy.
-func (e *entry) record(keyHash string) store.Record {
-	part := func(i int) string {
-		from := uint32(0)
-		if i > 0 {
-			from = e.ends[i-1]
-		}
-		return e.text[from:e.ends[i]]
-	}
-	r := store.Record{
-		KeyHash: keyHash, Scope: part(0), Key: part(1), Fingerprint: part(2), Binding: part(3), RequestID: part(4),
-		State: e.state, Token: e.token,
-		CreatedAt: fromNanos(e.created), UpdatedAt: fromNanos(e.updated),
-		ExpiresAt: fromNanos(e.expires), LeaseUntil: fromNanos(e.leaseUntil),
-	}
+// record unpacks e, with a copy of its value.
+func (e *entry) record() store.Record {
+	r := e.Unpack()
 	if e.value != nil {
 		r.Value = append([]byte(nil), e.value...)
 	}
 	return r
 }
-
-func (e *entry) expired(now int64) bool { return now >= e.expires }
-
-func (e *entry) stale(now int64) bool { return e.state == store.InProgress && now >= e.leaseUntil }
-
-func (e *entry) fingerprint() string { return e.text[e.ends[1]:e.ends[2]] }
-
-func (e *entry) binding() string { return e.text[e.ends[2]:e.ends[3]] }
 
 func (s *Store) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -143,13 +83,12 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		return store.Reservation{}, err
 	}
 	defer s.mu.Unlock()
-	now := req.Now.UnixNano()
 	cur, ok := s.records[req.Record.KeyHash]
 	tookOver := false
-	if ok && !cur.expired(now) {
-		if !(req.TakeOverStale && cur.stale(now) &&
-			cur.fingerprint() == req.Record.Fingerprint && cur.binding() == req.Record.Binding) {
-			return store.Reservation{Existing: cur.record(req.Record.KeyHash)}, nil
+	if ok && !cur.Expired(req.Now) {
+		if !(req.TakeOverStale && cur.Stale(req.Now) &&
+			cur.Fingerprint() == req.Record.Fingerprint && cur.Binding() == req.Record.Binding) {
+			return store.Reservation{Existing: cur.record()}, nil
 		}
 		tookOver = true
 	}
@@ -167,16 +106,16 @@ func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (stor
 	}
 	defer s.mu.Unlock()
 	cur, ok := s.records[keyHash]
-	if !ok || cur.expired(now.UnixNano()) {
+	if !ok || cur.Expired(now) {
 		return store.Record{}, store.ErrNotFound
 	}
-	return cur.record(keyHash), nil
+	return cur.record(), nil
 }
 
 // held returns the in_progress record that f's token holds. s.mu is held.
 func (s *Store) held(f store.Fence) (entry, error) {
 	cur, ok := s.records[f.KeyHash]
-	if !ok || cur.state != store.InProgress || cur.token != f.Token {
+	if !ok || cur.State != store.InProgress || cur.Token != f.Token {
 		return entry{}, store.ErrLeaseLost
 	}
 	return cur, nil
@@ -192,7 +131,7 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) 
 	if err != nil {
 		return err
 	}
-	cur.leaseUntil = nanos(leaseUntil)
+	cur.SetLeaseUntil(leaseUntil)
 	s.records[f.KeyHash] = cur
 	return nil
 }
@@ -207,10 +146,8 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if err != nil {
 		return err
 	}
-	cur.state = c.State
+	cur.Complete(c.State, c.Now, c.ExpiresAt)
 	cur.value = append([]byte(nil), c.Value...)
-	cur.updated = nanos(c.Now)
-	cur.expires = nanos(c.ExpiresAt)
 	s.put(c.KeyHash, cur)
 	return nil
 }
@@ -222,7 +159,7 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	}
 	defer s.mu.Unlock()
 	cur, ok := s.records[f.KeyHash]
-	if !ok || cur.token != f.Token || cur.state == store.Succeeded {
+	if !ok || cur.Token != f.Token || cur.State == store.Succeeded {
 		return store.ErrLeaseLost
 	}
 	delete(s.records, f.KeyHash)
@@ -236,17 +173,16 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	at := now.UnixNano()
 	n := 0
 	for len(s.expiry) > 0 && (limit <= 0 || n < limit) {
 		top := s.expiry[0]
-		if at < top.at {
+		if now.Before(top.at) {
 			break
 		}
 		heap.Pop(&s.expiry)
 		// The heap holds one entry per write; only the entry matching the
 		// record's current expiry speaks for it.
-		if cur, ok := s.records[top.keyHash]; ok && cur.expires == top.at && cur.expired(at) {
+		if cur, ok := s.records[top.keyHash]; ok && cur.ExpiresSameAs(top.at) && cur.Expired(now) {
 			delete(s.records, top.keyHash)
 			n++
 		}
@@ -287,19 +223,19 @@ func (s *Store) Close() error {
 func (s *Store) put(keyHash string, e entry) {
 	s.records[keyHash] = e
 	// heap.Push would box the entry in an interface: append and fix up.
-	s.expiry = append(s.expiry, expiryEntry{at: e.expires, keyHash: keyHash})
+	s.expiry = append(s.expiry, expiryEntry{at: e.ExpiresAt(), keyHash: keyHash})
 	heap.Fix(&s.expiry, len(s.expiry)-1)
 }
 
 type expiryEntry struct {
-	at      int64 // Unix nanoseconds
+	at      time.Time // in UTC: no location to scan
 	keyHash string
 }
 
 type expiryHeap []expiryEntry
 
 func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h expiryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
 func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiryEntry)) }
 func (h *expiryHeap) Pop() any {
@@ -316,9 +252,8 @@ func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
 	}
 	defer s.mu.Unlock()
 	n := 0
-	at := now.UnixNano()
 	for _, r := range s.records {
-		if r.expired(at) {
+		if r.Expired(now) {
 			n++
 		}
 	}

@@ -1,0 +1,60 @@
+package packed
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/store"
+)
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 123456789, time.FixedZone("x", 3600))
+	for _, r := range []store.Record{
+		{},
+		{KeyHash: "kh", Scope: "sc", Key: "k", Fingerprint: "fp", Binding: "POST /x", RequestID: "req",
+			State: store.Succeeded, Token: 42, Value: []byte("dropped"),
+			CreatedAt: t0, UpdatedAt: t0.Add(time.Second), ExpiresAt: t0.Add(24 * time.Hour), LeaseUntil: t0.Add(time.Minute)},
+		{Key: "only a key", ExpiresAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), CreatedAt: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC)},
+	} {
+		p := Pack(&r)
+		got := p.Unpack()
+		want := r
+		want.Value = nil
+		for _, tm := range []*time.Time{&want.CreatedAt, &want.UpdatedAt, &want.ExpiresAt, &want.LeaseUntil} {
+			*tm = tm.UTC()
+		}
+		if !equal(got, want) {
+			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
+		}
+		if got.Expired(t0) != p.Expired(t0) || got.Stale(t0) != p.Stale(t0) {
+			t.Errorf("Expired/Stale differ from store.Record's for %+v", r)
+		}
+	}
+}
+
+func equal(a, b store.Record) bool {
+	return a.KeyHash == b.KeyHash && a.Scope == b.Scope && a.Key == b.Key && a.Fingerprint == b.Fingerprint &&
+		a.Binding == b.Binding && a.RequestID == b.RequestID && a.State == b.State && a.Token == b.Token &&
+		a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) &&
+		a.LeaseUntil.Equal(b.LeaseUntil) && a.CreatedAt.IsZero() == b.CreatedAt.IsZero()
+}
+
+// TestExpiryMatchesRecord checks Expired and Stale against store.Record's
+// at the instants around the boundary.
+func TestExpiryMatchesRecord(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1_800_000_000, 500)
+	r := store.Record{State: store.InProgress, ExpiresAt: at, LeaseUntil: at}
+	p := Pack(&r)
+	for _, d := range []time.Duration{-time.Second, -1, 0, 1, time.Second} {
+		now := at.Add(d)
+		if p.Expired(now) != r.Expired(now) || p.Stale(now) != r.Stale(now) {
+			t.Errorf("at %v: packed expired %v stale %v, record %v %v", d, p.Expired(now), p.Stale(now), r.Expired(now), r.Stale(now))
+		}
+	}
+	p.Complete(store.Succeeded, at, at.Add(time.Hour))
+	if p.Stale(at.Add(time.Hour)) || p.Expired(at) || !p.ExpiresSameAs(at.Add(time.Hour)) {
+		t.Errorf("after Complete: %+v", p.Unpack())
+	}
+}
