@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/workers"
 )
 
 // attempt is one call of the engine for a keyed request. Attempts are
@@ -89,13 +90,13 @@ func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.R
 	r = r.WithContext(context.WithoutCancel(r.Context()))
 	a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
 	done := make(chan struct{})
-	go func() {
+	callWorkers.Go(func() {
 		defer close(done)
 		a.res, a.err = rt.eng.Do(r.Context(), c, a.run)
 		if a.cap.isDetached() {
 			m.logDetached(rt, c, a)
 		}
-	}()
+	})
 	select {
 	case <-done:
 		return a, false
@@ -114,6 +115,12 @@ func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.R
 	}
 	return &attempt{detached: true}, false
 }
+
+// callWorkers run the calls of routes with an answer deadline, on
+// goroutines that keep their grown stacks between calls (internal/workers).
+// A worker idle for 100 ms exits, so none outlives a burst of calls by
+// much.
+var callWorkers = workers.New(100 * time.Millisecond)
 
 // run is the engine's operation: the handler, writing into the capture.
 func (a *attempt) run(ctx context.Context) (v []byte, err error) {
