@@ -103,6 +103,16 @@ func New(opts Options) (*Proxy, error) {
 			// Idempotency-Key, Idempotency-Token (the reservation's fencing
 			// token, set by the middleware) and X-Request-Id travel on.
 			neverResend(pr.Out)
+			// The middleware read the body before reserving, and its
+			// GetBody gives it back as a reader the Transport knows to be
+			// in memory; the one ReverseProxy wraps the body in hides that,
+			// and the Transport then flushes the headers before the body:
+			// one more system call and packet to the upstream per request.
+			if pr.In.GetBody != nil && pr.Out.Body != nil {
+				if b, err := pr.In.GetBody(); err == nil {
+					pr.Out.Body = b
+				}
+			}
 		},
 		Transport: opts.Transport,
 		// ReverseProxy's own messages would go to the standard logger;

@@ -1,13 +1,18 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store/memory"
@@ -84,4 +89,51 @@ func (r *stringReader) Read(p []byte) (int, error) {
 	n := copy(p, r.s)
 	r.s = r.s[n:]
 	return n, nil
+}
+
+// TestRequestIsOneWrite: the gateway sends a keyed request's headers and
+// body to the upstream in one write. ReverseProxy's own wrapper around the
+// body makes the Transport flush the headers first: a second system call
+// and packet for every request.
+func TestRequestIsOneWrite(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer up.Close()
+	var writes atomic.Int64
+	tr := NewTransport(time.Minute)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return countingConn{Conn: c, writes: &writes}, err
+	}
+	defer tr.CloseIdleConnections()
+	u, _ := url.Parse(up.URL)
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	gw := mustProxy(t, Options{Upstream: u, Engine: eng, Transport: tr})
+	for i := range 5 {
+		req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":1000,"currency":"eur"}`))
+		req.Header.Set("Idempotency-Key", fmt.Sprint("one-write-", i))
+		rec := httptest.NewRecorder()
+		before := writes.Load()
+		gw.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		if n := writes.Load() - before; n != 1 {
+			t.Fatalf("request %d reached the upstream in %d writes, want 1", i, n)
+		}
+	}
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
 }
