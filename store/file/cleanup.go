@@ -27,22 +27,22 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 		if limit > 0 && limit-n < want {
 			want = limit - n
 		}
-		items := s.exp.take(now, want)
+		items := s.exp.Take(now, want)
 		if len(items) == 0 {
 			break
 		}
 		for i, it := range items {
 			if ctx.Err() != nil {
-				s.exp.putBack(items[i:])
+				s.exp.PutBack(items[i:])
 				return n, fmt.Errorf("file: cleanup: %w", ctx.Err())
 			}
 			s.scanned++
-			st := &s.stripes[stripeOf(it.id)]
+			st := &s.stripes[stripeOf(it.Key)]
 			st.mu.Lock()
 			// An item of an earlier write, or of a released record, is
 			// not the record's: skip it, it is gone now.
-			if e := st.entries[it.id]; e != nil && e.rec.Expired(now) && itemOf(e.rec.ExpiresAt(), it.id) == it {
-				s.index(st, it.id, e, nil)
+			if e := st.entries[it.Key]; e != nil && e.rec.Expired(now) && it.At(e.rec.ExpiresAt()) {
+				s.index(st, it.Key, e, nil)
 				n++
 			}
 			st.mu.Unlock()
@@ -154,10 +154,10 @@ func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
 	}
 	defer s.closeMu.RUnlock()
 	n := 0
-	for _, it := range s.exp.due(now) {
-		st := &s.stripes[stripeOf(it.id)]
+	for _, it := range s.exp.Due(now) {
+		st := &s.stripes[stripeOf(it.Key)]
 		st.mu.Lock()
-		if e := st.entries[it.id]; e != nil && itemOf(e.rec.ExpiresAt(), it.id) == it {
+		if e := st.entries[it.Key]; e != nil && it.At(e.rec.ExpiresAt()) {
 			n++
 		}
 		st.mu.Unlock()

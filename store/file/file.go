@@ -14,6 +14,7 @@ import (
 	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/expiry"
 	"github.com/idem-dev/idem/store/internal/packed"
 )
 
@@ -43,7 +44,7 @@ type Store struct {
 	logger  *slog.Logger
 	seq     atomic.Uint64 // the last entry's seq
 	stripes [stripes]stripe
-	exp     *expiry
+	exp     *expiry.Index[keyID]
 
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
@@ -81,7 +82,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		log:    &log{dir: dir, maxSegment: opts.SegmentBytes, segs: map[uint64]*segment{}, nextID: 1},
 		lock:   lock,
 		logger: opts.Logger,
-		exp:    newExpiry(),
+		exp:    expiry.New[keyID](),
 	}
 	for i := range s.stripes {
 		s.stripes[i].entries = map[keyID]*entry{}
@@ -166,11 +167,9 @@ func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
 	}
 	e.seg.live.Add(e.size)
 	st.entries[id] = e
-	var old time.Time
-	if cur != nil {
-		old = cur.rec.ExpiresAt()
+	if cur == nil || !cur.rec.ExpiresSameAs(e.rec.ExpiresAt()) {
+		s.exp.Add(id, e.rec.ExpiresAt())
 	}
-	s.exp.set(id, old, cur != nil, e.rec.ExpiresAt())
 }
 
 // record returns e's record with its value, read from its segment.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/expiry"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -93,8 +94,8 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	t.Helper()
 	records := map[string]*store.Record{}
 	live := map[*segment]int64{}
-	items := map[expItem]bool{}
-	for _, it := range s.exp.items() {
+	items := map[expiry.Item[keyID]]bool{}
+	for _, it := range s.exp.Items() {
 		items[it] = true
 	}
 	for i := range s.stripes {
@@ -107,7 +108,7 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 			}
 			records[r.KeyHash] = &r
 			live[e.seg] += e.size
-			it := itemOf(e.rec.ExpiresAt(), id)
+			it := expiry.ItemOf(e.rec.ExpiresAt(), id)
 			if !items[it] {
 				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, e.rec.ExpiresAt())
 			}
@@ -685,42 +686,5 @@ func TestPreallocated(t *testing.T) {
 	s = openT(t, dir)
 	if recs := checkIndex(t, s); len(recs) != 2 {
 		t.Fatalf("%d records after two reopenings, want 2", len(recs))
-	}
-}
-
-// TestExpiryTake checks the expiry index's buckets: items come out oldest
-// second first, only when due (to the nanosecond within now's second), at
-// most max at a time, and items put back come out again.
-func TestExpiryTake(t *testing.T) {
-	t.Parallel()
-	x := newExpiry()
-	t0 := storetest.T0.Truncate(time.Second)
-	id := func(i int) keyID { return keyID{byte(i)} }
-	at := []time.Duration{3 * time.Second, 0, 900 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second}
-	for i, d := range at {
-		x.set(id(i), time.Time{}, false, t0.Add(d))
-	}
-	now := t0.Add(500 * time.Millisecond) // due: 0, 100 ms, 500 ms
-	got := x.take(now, 2)
-	if len(got) != 2 {
-		t.Fatalf("take(max 2) = %d items", len(got))
-	}
-	x.putBack(got[1:])
-	rest := x.take(now, 10)
-	seen := map[keyID]bool{got[0].id: true}
-	for _, it := range rest {
-		seen[it.id] = true
-	}
-	if len(rest) != 2 || len(seen) != 3 || !seen[id(1)] || !seen[id(3)] || !seen[id(4)] {
-		t.Fatalf("due at +500ms: took %v then %v, want items 1, 3 and 4 once each", got, rest)
-	}
-	if more := x.take(now, 10); len(more) != 0 {
-		t.Fatalf("nothing more is due, took %v", more)
-	}
-	if n := len(x.items()); n != 3 {
-		t.Fatalf("%d items left, want 3", n)
-	}
-	if later := x.take(t0.Add(time.Hour), 10); len(later) != 3 || later[0].id != id(2) || later[2].id != id(0) {
-		t.Fatalf("an hour later took %v, want items 2, 5 and 0, oldest second first", later)
 	}
 }

@@ -3,19 +3,19 @@
 package memory
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
 
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/expiry"
 	"github.com/idem-dev/idem/store/internal/packed"
 )
 
-// Store keeps records in a map guarded by one mutex, and an expiry heap
-// with one entry per write that Cleanup pops (entries of records rewritten
-// or released since are dropped then, so the heap can hold more entries
+// Store keeps records in a map guarded by one mutex, and an expiry index
+// with one item per write that Cleanup takes (items of records rewritten
+// or released since are dropped then, so the index can hold more items
 // than records until their times pass). Its zero value is not usable; call
 // New.
 //
@@ -27,9 +27,9 @@ import (
 // *store.Record.
 type Store struct {
 	mu      sync.Mutex
-	records map[string]entry // guarded by mu; keyed by KeyHash
-	expiry  expiryHeap       // guarded by mu
-	closed  bool             // guarded by mu
+	records map[string]entry      // guarded by mu; keyed by KeyHash
+	expiry  *expiry.Index[string] // keyed by KeyHash
+	closed  bool                  // guarded by mu
 
 	// hub wakes the waiters of the engines sharing this store (notify.go).
 	hub wakeup.Hub
@@ -39,7 +39,7 @@ var _ store.Store = (*Store)(nil)
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{records: make(map[string]entry)}
+	return &Store{records: make(map[string]entry), expiry: expiry.New[string]()}
 }
 
 // entry is a record as the store keeps it: packed, with its value.
@@ -166,25 +166,31 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	return nil
 }
 
-// Cleanup implements store.Store. It pops the expiry heap, so its cost is
-// proportional to the expired entries, never to the live ones.
+// Cleanup implements store.Store. It takes the due items of the expiry
+// index, so its cost is proportional to the expired entries, never to the
+// live ones.
 func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
 	n := 0
-	for len(s.expiry) > 0 && (limit <= 0 || n < limit) {
-		top := s.expiry[0]
-		if now.Before(top.at) {
+	for limit <= 0 || n < limit {
+		want := 256
+		if limit > 0 && limit-n < want {
+			want = limit - n
+		}
+		items := s.expiry.Take(now, want)
+		if len(items) == 0 {
 			break
 		}
-		heap.Pop(&s.expiry)
-		// The heap holds one entry per write; only the entry matching the
-		// record's current expiry speaks for it.
-		if cur, ok := s.records[top.keyHash]; ok && cur.ExpiresSameAs(top.at) && cur.Expired(now) {
-			delete(s.records, top.keyHash)
-			n++
+		for _, it := range items {
+			// An item of an earlier write, or of a released record, is not
+			// the record's: skip it, it is gone now.
+			if cur, ok := s.records[it.Key]; ok && it.At(cur.ExpiresAt()) && cur.Expired(now) {
+				delete(s.records, it.Key)
+				n++
+			}
 		}
 	}
 	return n, nil
@@ -214,7 +220,6 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.records = nil
-	s.expiry = nil
 	s.hub.WakeAll() // waiters poll, and find the store closed
 	return nil
 }
@@ -222,27 +227,7 @@ func (s *Store) Close() error {
 // put stores e under keyHash and indexes its expiry. s.mu is held.
 func (s *Store) put(keyHash string, e entry) {
 	s.records[keyHash] = e
-	// heap.Push would box the entry in an interface: append and fix up.
-	s.expiry = append(s.expiry, expiryEntry{at: e.ExpiresAt(), keyHash: keyHash})
-	heap.Fix(&s.expiry, len(s.expiry)-1)
-}
-
-type expiryEntry struct {
-	at      time.Time // in UTC: no location to scan
-	keyHash string
-}
-
-type expiryHeap []expiryEntry
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiryEntry)) }
-func (h *expiryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+	s.expiry.Add(keyHash, e.ExpiresAt())
 }
 
 // CountExpired counts the records expired at now (`idem cleanup --dry-run`).

@@ -1,0 +1,164 @@
+package expiry
+
+import (
+	"container/heap"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Index holds keys by expiry time, so that cleanup visits only the keys
+// that are due. Items sit in buckets of one second, and a min-heap holds
+// each bucket's second once: adding an item is an append. A key rewritten
+// or removed leaves its old item behind; the store's cleanup takes every
+// due item and removes a record only when the item still matches its
+// expiry (Item.At), so an old item costs one visit, once. It is safe for
+// concurrent use.
+type Index[K comparable] struct {
+	mu      sync.Mutex
+	buckets map[int64][]Item[K] // by the second they fall in; guarded by mu
+	secs    secHeap             // the buckets' seconds; guarded by mu
+}
+
+// Item is one key at one expiry time.
+type Item[K comparable] struct {
+	sec  int64
+	nsec int32
+	Key  K
+}
+
+// ItemOf returns key's item at at.
+func ItemOf[K comparable](at time.Time, key K) Item[K] {
+	return Item[K]{sec: at.Unix(), nsec: int32(at.Nanosecond()), Key: key}
+}
+
+// At reports whether it is at t exactly.
+func (it Item[K]) At(t time.Time) bool { return it.sec == t.Unix() && it.nsec == int32(t.Nanosecond()) }
+
+// dueAt reports whether it is due at now (its time is not after now).
+func (it Item[K]) dueAt(sec int64, nsec int32) bool {
+	return it.sec < sec || (it.sec == sec && it.nsec <= nsec)
+}
+
+// New returns an empty index.
+func New[K comparable]() *Index[K] { return &Index[K]{buckets: map[int64][]Item[K]{}} }
+
+// Add indexes key at at.
+func (x *Index[K]) Add(key K, at time.Time) {
+	it := ItemOf(at, key)
+	x.mu.Lock()
+	x.add(it)
+	x.mu.Unlock()
+}
+
+func (x *Index[K]) add(it Item[K]) {
+	b, ok := x.buckets[it.sec]
+	if !ok {
+		heap.Push(&x.secs, it.sec)
+	}
+	x.buckets[it.sec] = append(b, it)
+}
+
+// Take removes and returns up to max items (max > 0) due at now, oldest
+// seconds first.
+func (x *Index[K]) Take(now time.Time, max int) []Item[K] {
+	sec, nsec := now.Unix(), int32(now.Nanosecond())
+	var out []Item[K]
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for len(out) < max && len(x.secs) > 0 && x.secs[0] <= sec {
+		s := x.secs[0]
+		b := x.buckets[s]
+		// The last items first: the bucket shrinks in place.
+		i := len(b) - 1
+		for ; i >= 0 && len(out) < max; i-- {
+			if !b[i].dueAt(sec, nsec) {
+				break
+			}
+			out = append(out, b[i])
+		}
+		if i >= 0 && !b[i].dueAt(sec, nsec) {
+			// Now's own second, with items not due yet: sort the rest so
+			// that the due ones come last, and stop there next time.
+			rest := b[:i+1]
+			slices.SortFunc(rest, func(a, b Item[K]) int { return int(b.nsec) - int(a.nsec) })
+			j := len(rest)
+			for j > 0 && rest[j-1].dueAt(sec, nsec) && len(out) < max {
+				out = append(out, rest[j-1])
+				j--
+			}
+			x.buckets[s] = rest[:j]
+			break
+		}
+		if i < 0 {
+			delete(x.buckets, s)
+			heap.Pop(&x.secs)
+			continue
+		}
+		x.buckets[s] = b[:i+1]
+	}
+	return out
+}
+
+// PutBack returns items taken but not visited.
+func (x *Index[K]) PutBack(items []Item[K]) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, it := range items {
+		x.add(it)
+	}
+}
+
+// Due returns a copy of every item due at now, leaving them indexed.
+func (x *Index[K]) Due(now time.Time) []Item[K] {
+	sec, nsec := now.Unix(), int32(now.Nanosecond())
+	var out []Item[K]
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for s, b := range x.buckets {
+		if s > sec {
+			continue
+		}
+		for _, it := range b {
+			if it.dueAt(sec, nsec) {
+				out = append(out, it)
+			}
+		}
+	}
+	return out
+}
+
+// Items returns a copy of every item, for tests.
+func (x *Index[K]) Items() []Item[K] {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []Item[K]
+	for _, b := range x.buckets {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// Len returns how many items are indexed, old ones included.
+func (x *Index[K]) Len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := 0
+	for _, b := range x.buckets {
+		n += len(b)
+	}
+	return n
+}
+
+type secHeap []int64
+
+func (h secHeap) Len() int           { return len(h) }
+func (h secHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h secHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *secHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *secHeap) Pop() any {
+	old := *h
+	v := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return v
+}
