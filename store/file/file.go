@@ -239,7 +239,7 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *
 		// Release also frees a failed record (an operator's way out of an
 		// unknown outcome); every other write needs an in_progress one.
 		held := cur != nil && cur.rec.Token == f.Token &&
-			(cur.rec.State == store.InProgress || op == "release" && cur.rec.State == store.Failed)
+			(cur.rec.State() == store.InProgress || op == "release" && cur.rec.State() == store.Failed)
 		if !held {
 			return store.ErrLeaseLost
 		}

@@ -115,7 +115,7 @@ func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (stor
 // held returns the in_progress record that f's token holds. s.mu is held.
 func (s *Store) held(f store.Fence) (entry, error) {
 	cur, ok := s.records[f.KeyHash]
-	if !ok || cur.State != store.InProgress || cur.Token != f.Token {
+	if !ok || cur.State() != store.InProgress || cur.Token != f.Token {
 		return entry{}, store.ErrLeaseLost
 	}
 	return cur, nil
@@ -159,7 +159,7 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	}
 	defer s.mu.Unlock()
 	cur, ok := s.records[f.KeyHash]
-	if !ok || cur.Token != f.Token || cur.State == store.Succeeded {
+	if !ok || cur.Token != f.Token || cur.State() == store.Succeeded {
 		return store.ErrLeaseLost
 	}
 	delete(s.records, f.KeyHash)

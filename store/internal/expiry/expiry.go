@@ -16,8 +16,16 @@ import (
 // concurrent use.
 type Index[K comparable] struct {
 	mu      sync.Mutex
-	buckets map[int64][]Item[K] // by the second they fall in; guarded by mu
-	secs    secHeap             // the buckets' seconds; guarded by mu
+	buckets map[int64]*bucket[K] // by the second they fall in; guarded by mu
+	secs    secHeap              // the buckets' seconds; guarded by mu
+}
+
+// bucket holds the items of one second. Items mostly arrive in time order
+// (now plus a TTL): sorted says they still are, so that a cleanup within
+// the bucket's second takes the due ones from the front without sorting.
+type bucket[K comparable] struct {
+	items  []Item[K]
+	sorted bool
 }
 
 // Item is one key at one expiry time.
@@ -41,7 +49,7 @@ func (it Item[K]) dueAt(sec int64, nsec int32) bool {
 }
 
 // New returns an empty index.
-func New[K comparable]() *Index[K] { return &Index[K]{buckets: map[int64][]Item[K]{}} }
+func New[K comparable]() *Index[K] { return &Index[K]{buckets: map[int64]*bucket[K]{}} }
 
 // Add indexes key at at.
 func (x *Index[K]) Add(key K, at time.Time) {
@@ -52,50 +60,55 @@ func (x *Index[K]) Add(key K, at time.Time) {
 }
 
 func (x *Index[K]) add(it Item[K]) {
-	b, ok := x.buckets[it.sec]
-	if !ok {
+	b := x.buckets[it.sec]
+	if b == nil {
+		b = &bucket[K]{sorted: true}
+		x.buckets[it.sec] = b
 		heap.Push(&x.secs, it.sec)
 	}
-	x.buckets[it.sec] = append(b, it)
+	if n := len(b.items); n > 0 && it.nsec < b.items[n-1].nsec {
+		b.sorted = false
+	}
+	b.items = append(b.items, it)
 }
 
-// Take removes and returns up to max items (max > 0) due at now, oldest
+// Take removes and returns up to n items (n > 0) due at now, oldest
 // seconds first.
-func (x *Index[K]) Take(now time.Time, max int) []Item[K] {
+func (x *Index[K]) Take(now time.Time, n int) []Item[K] {
 	sec, nsec := now.Unix(), int32(now.Nanosecond())
 	var out []Item[K]
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for len(out) < max && len(x.secs) > 0 && x.secs[0] <= sec {
+	for len(out) < n && len(x.secs) > 0 && x.secs[0] <= sec {
 		s := x.secs[0]
 		b := x.buckets[s]
-		// The last items first: the bucket shrinks in place.
-		i := len(b) - 1
-		for ; i >= 0 && len(out) < max; i-- {
-			if !b[i].dueAt(sec, nsec) {
+		if s < sec {
+			// A past second: every item is due; take from the end.
+			k := max(len(b.items)-(n-len(out)), 0)
+			out = append(out, b.items[k:]...)
+			clear(b.items[k:])
+			b.items = b.items[:k]
+		} else {
+			// Now's own second: the due items are the earliest.
+			if !b.sorted {
+				slices.SortFunc(b.items, func(a, b Item[K]) int { return int(a.nsec) - int(b.nsec) })
+				b.sorted = true
+			}
+			k := 0
+			for k < len(b.items) && len(out) < n && b.items[k].nsec <= nsec {
+				out = append(out, b.items[k])
+				k++
+			}
+			clear(b.items[:k])
+			b.items = b.items[k:]
+			if len(b.items) > 0 {
 				break
 			}
-			out = append(out, b[i])
 		}
-		if i >= 0 && !b[i].dueAt(sec, nsec) {
-			// Now's own second, with items not due yet: sort the rest so
-			// that the due ones come last, and stop there next time.
-			rest := b[:i+1]
-			slices.SortFunc(rest, func(a, b Item[K]) int { return int(b.nsec) - int(a.nsec) })
-			j := len(rest)
-			for j > 0 && rest[j-1].dueAt(sec, nsec) && len(out) < max {
-				out = append(out, rest[j-1])
-				j--
-			}
-			x.buckets[s] = rest[:j]
-			break
-		}
-		if i < 0 {
+		if len(b.items) == 0 {
 			delete(x.buckets, s)
 			heap.Pop(&x.secs)
-			continue
 		}
-		x.buckets[s] = b[:i+1]
 	}
 	return out
 }
@@ -119,7 +132,7 @@ func (x *Index[K]) Due(now time.Time) []Item[K] {
 		if s > sec {
 			continue
 		}
-		for _, it := range b {
+		for _, it := range b.items {
 			if it.dueAt(sec, nsec) {
 				out = append(out, it)
 			}
@@ -134,7 +147,7 @@ func (x *Index[K]) Items() []Item[K] {
 	defer x.mu.Unlock()
 	var out []Item[K]
 	for _, b := range x.buckets {
-		out = append(out, b...)
+		out = append(out, b.items...)
 	}
 	return out
 }
@@ -145,7 +158,7 @@ func (x *Index[K]) Len() int {
 	defer x.mu.Unlock()
 	n := 0
 	for _, b := range x.buckets {
-		n += len(b)
+		n += len(b.items)
 	}
 	return n
 }

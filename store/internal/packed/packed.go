@@ -1,36 +1,53 @@
 package packed
 
 import (
+	"math"
 	"time"
 
 	"github.com/idem-dev/idem/store"
 )
 
-// Record is a store.Record without its value. The zero Record is a record
-// with every field empty.
+// Record is a store.Record without its value, in 80 bytes: a map can hold
+// it (and a value slice beside it) in its own slots, which Go's maps do
+// only for values of at most 128 bytes; larger ones are allocated one by
+// one. The zero Record is a record with every field empty.
 type Record struct {
 	// text holds KeyHash, Scope, Key, Fingerprint, Binding and RequestID
-	// one after another; ends[i] is where the i-th ends.
+	// one after another; ends[i] is where the i-th ends, the last one at
+	// len(text).
 	text  string
-	ends  [6]uint32
-	State store.State
+	ends  [5]uint32
+	state uint8 // index in states
 	Token uint64
-	// Times as seconds and nanoseconds since the Unix epoch: every time a
-	// time.Time can hold, the zero time too, round-trips.
-	created, updated, expires, lease stamp
+	// Times in Unix nanoseconds (noTime: the zero time), clamped to the
+	// years 1678-2262 that an int64 of nanoseconds covers.
+	created, updated, expires, lease int64
 }
 
-type stamp struct {
-	sec  int64
-	nsec int32
+var states = [...]store.State{"", store.InProgress, store.Succeeded, store.Failed}
+
+const noTime = math.MinInt64
+
+func nanos(t time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return noTime
+	case t.Before(minTime):
+		return noTime + 1
+	case t.After(maxTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }
 
-func stampOf(t time.Time) stamp { return stamp{sec: t.Unix(), nsec: int32(t.Nanosecond())} }
+var minTime, maxTime = time.Unix(0, noTime+1), time.Unix(0, math.MaxInt64)
 
-func (s stamp) time() time.Time { return time.Unix(s.sec, int64(s.nsec)).UTC() }
-
-// before reports whether s is before t.
-func (s stamp) before(t stamp) bool { return s.sec < t.sec || s.sec == t.sec && s.nsec < t.nsec }
+func fromNanos(n int64) time.Time {
+	if n == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
 
 // Pack packs r, but for its Value.
 func Pack(r *store.Record) Record {
@@ -40,23 +57,29 @@ func Pack(r *store.Record) Record {
 		n += len(p)
 	}
 	b := make([]byte, 0, n)
-	p := Record{State: canonical(r.State), Token: r.Token,
-		created: stampOf(r.CreatedAt), updated: stampOf(r.UpdatedAt),
-		expires: stampOf(r.ExpiresAt), lease: stampOf(r.LeaseUntil)}
+	p := Record{Token: r.Token,
+		created: nanos(r.CreatedAt), updated: nanos(r.UpdatedAt),
+		expires: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil)}
+	p.SetState(r.State)
 	for i, s := range parts {
 		b = append(b, s...)
-		p.ends[i] = uint32(len(b))
+		if i < len(p.ends) {
+			p.ends[i] = uint32(len(b))
+		}
 	}
 	p.text = string(b)
 	return p
 }
 
 func (p *Record) part(i int) string {
-	from := uint32(0)
+	from, to := uint32(0), uint32(len(p.text))
 	if i > 0 {
 		from = p.ends[i-1]
 	}
-	return p.text[from:p.ends[i]]
+	if i < len(p.ends) {
+		to = p.ends[i]
+	}
+	return p.text[from:to]
 }
 
 // Unpack returns the record with a nil Value; its strings share p's.
@@ -64,9 +87,24 @@ func (p *Record) Unpack() store.Record {
 	return store.Record{
 		KeyHash: p.part(0), Scope: p.part(1), Key: p.part(2), Fingerprint: p.part(3),
 		Binding: p.part(4), RequestID: p.part(5),
-		State: p.State, Token: p.Token,
-		CreatedAt: p.created.time(), UpdatedAt: p.updated.time(),
-		ExpiresAt: p.expires.time(), LeaseUntil: p.lease.time(),
+		State: p.State(), Token: p.Token,
+		CreatedAt: fromNanos(p.created), UpdatedAt: fromNanos(p.updated),
+		ExpiresAt: fromNanos(p.expires), LeaseUntil: fromNanos(p.lease),
+	}
+}
+
+// State returns the record's state.
+func (p *Record) State() store.State { return states[p.state] }
+
+// SetState sets the record's state; a state that is not one of the
+// store's reads back as empty (records are checked before they are
+// packed).
+func (p *Record) SetState(st store.State) {
+	p.state = 0
+	for i, s := range states {
+		if s == st {
+			p.state = uint8(i)
+		}
 	}
 }
 
@@ -80,36 +118,26 @@ func (p *Record) Fingerprint() string { return p.part(3) }
 func (p *Record) Binding() string { return p.part(4) }
 
 // ExpiresAt returns when the record expires.
-func (p *Record) ExpiresAt() time.Time { return p.expires.time() }
+func (p *Record) ExpiresAt() time.Time { return fromNanos(p.expires) }
 
 // Expired reports whether the record no longer exists at now, as
 // store.Record.Expired does.
-func (p *Record) Expired(now time.Time) bool { return !stampOf(now).before(p.expires) }
+func (p *Record) Expired(now time.Time) bool { return nanos(now) >= p.expires }
 
 // Stale reports whether the record is in_progress and its holder's lease
 // is over, as store.Record.Stale does.
 func (p *Record) Stale(now time.Time) bool {
-	return p.State == store.InProgress && !stampOf(now).before(p.lease)
+	return p.State() == store.InProgress && nanos(now) >= p.lease
 }
 
 // ExpiresSameAs reports whether the record expires at t exactly.
-func (p *Record) ExpiresSameAs(t time.Time) bool { return p.expires == stampOf(t) }
+func (p *Record) ExpiresSameAs(t time.Time) bool { return p.expires == nanos(t) }
 
 // SetLeaseUntil sets when the holder's lease ends.
-func (p *Record) SetLeaseUntil(t time.Time) { p.lease = stampOf(t) }
+func (p *Record) SetLeaseUntil(t time.Time) { p.lease = nanos(t) }
 
 // Complete sets what a completion changes: state, update and expiry times.
 func (p *Record) Complete(state store.State, now, expiresAt time.Time) {
-	p.State, p.updated, p.expires = state, stampOf(now), stampOf(expiresAt)
-}
-
-// canonical returns the package constant equal to st, so that a state
-// decoded from disk does not keep a string of its own alive.
-func canonical(st store.State) store.State {
-	for _, c := range [...]store.State{store.InProgress, store.Succeeded, store.Failed} {
-		if st == c {
-			return c
-		}
-	}
-	return st
+	p.SetState(state)
+	p.updated, p.expires = nanos(now), nanos(expiresAt)
 }

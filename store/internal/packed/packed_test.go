@@ -3,6 +3,7 @@ package packed
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/idem-dev/idem/store"
 )
@@ -15,7 +16,7 @@ func TestRoundTrip(t *testing.T) {
 		{KeyHash: "kh", Scope: "sc", Key: "k", Fingerprint: "fp", Binding: "POST /x", RequestID: "req",
 			State: store.Succeeded, Token: 42, Value: []byte("dropped"),
 			CreatedAt: t0, UpdatedAt: t0.Add(time.Second), ExpiresAt: t0.Add(24 * time.Hour), LeaseUntil: t0.Add(time.Minute)},
-		{Key: "only a key", ExpiresAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), CreatedAt: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC)},
+		{Key: "only a key", State: store.Failed, ExpiresAt: time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)},
 	} {
 		p := Pack(&r)
 		got := p.Unpack()
@@ -56,5 +57,33 @@ func TestExpiryMatchesRecord(t *testing.T) {
 	p.Complete(store.Succeeded, at, at.Add(time.Hour))
 	if p.Stale(at.Add(time.Hour)) || p.Expired(at) || !p.ExpiresSameAs(at.Add(time.Hour)) {
 		t.Errorf("after Complete: %+v", p.Unpack())
+	}
+}
+
+// TestClamped checks that times an int64 of nanoseconds cannot hold are
+// clamped, keeping their order against every time it can.
+func TestClamped(t *testing.T) {
+	t.Parallel()
+	r := store.Record{CreatedAt: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), ExpiresAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)}
+	p := Pack(&r)
+	u := p.Unpack()
+	if u.CreatedAt.IsZero() || u.CreatedAt.Year() != 1677 || u.ExpiresAt.Year() != 2262 {
+		t.Fatalf("clamped to %v and %v", u.CreatedAt, u.ExpiresAt)
+	}
+	if p.Expired(time.Now()) || !p.Expired(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatal("a clamped expiry lost its order")
+	}
+}
+
+// TestSize keeps a record and a value slice within the 128 bytes that Go's
+// maps store in their slots.
+func TestSize(t *testing.T) {
+	t.Parallel()
+	type entry struct {
+		Record
+		value []byte
+	}
+	if n := unsafe.Sizeof(entry{}); n > 128 {
+		t.Fatalf("a record with its value is %d bytes, over 128", n)
 	}
 }
