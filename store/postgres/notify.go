@@ -13,7 +13,7 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-var _ store.Notifier = (*Store)(nil)
+var _ store.RecordNotifier = (*Store)(nil)
 
 // channel is the LISTEN/NOTIFY channel of the store's table: stores over
 // other tables never wake each other's waiters. It is derived from the
@@ -53,6 +53,7 @@ func (s *Store) listener() *wakeup.Listener {
 				wake(n.Payload)
 			}
 		})
+		s.notify.Split = splitPayload
 	})
 	return s.notify
 }
@@ -73,6 +74,39 @@ func (s *Store) Notify(ctx context.Context, _, keyHash string) error {
 		return wrapErr(ctx, "notify", err)
 	}
 	return nil
+}
+
+// NotifyRecord implements store.RecordNotifier: the notification carries
+// rec when its payload fits Options.NotifyRecordMax, so that waiters in
+// other processes replay it without reading the table. Otherwise it is
+// Notify.
+func (s *Store) NotifyRecord(ctx context.Context, rec store.Record) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	payload := rec.KeyHash
+	if rec.State != store.InProgress && s.opts.NotifyRecordMax > 0 {
+		if b, ok := appendPayload(nil, &rec, s.opts.NotifyRecordMax); ok {
+			payload = string(b)
+		}
+	}
+	if _, err := s.pool.Exec(ctx, notifySQL, s.channel(), payload); err != nil {
+		return wrapErr(ctx, "notify", err)
+	}
+	return nil
+}
+
+// SubscribeRecord implements store.RecordNotifier: Subscribe, plus the
+// record the waking notification carried, if any.
+func (s *Store) SubscribeRecord(ctx context.Context, _, keyHash string) (<-chan struct{}, func() *store.Record, func(), error) {
+	if err := s.check(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	ch, val, cancel, err := s.listener().SubscribeValue(ctx, keyHash)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("postgres store: subscribe: %w", err)
+	}
+	return ch, func() *store.Record { r, _ := val().(*store.Record); return r }, cancel, nil
 }
 
 // Subscribe implements store.Notifier. The first call starts the store's

@@ -41,6 +41,13 @@ type Options struct {
 	// most; 0 means 1000. Each batch commits on its own, so no row lock is
 	// held for longer than one batch.
 	CleanupBatch int
+	// NotifyRecordMax is the longest notification payload, in bytes, that
+	// carries a completed record to waiters in other processes
+	// (store.RecordNotifier), sparing each a read of the table; a record
+	// that does not fit is announced by its key hash alone and its waiters
+	// read it. 0 means DefaultNotifyRecordMax (7999, PostgreSQL's limit); a
+	// negative value sends key hashes only.
+	NotifyRecordMax int
 }
 
 // WithDefaults returns o with its zero fields set to their defaults.
@@ -53,6 +60,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.CleanupBatch <= 0 {
 		o.CleanupBatch = DefaultCleanupBatch
+	}
+	if o.NotifyRecordMax == 0 {
+		o.NotifyRecordMax = DefaultNotifyRecordMax
 	}
 	return o
 }
