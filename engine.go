@@ -334,8 +334,11 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			woken = true
 		case <-w.remote:
 			t.Stop()
-			if w.record != nil {
-				handed = w.record() // nil unless the notification carried it
+			// A record carried by the notification is the outcome only
+			// when it ends the holding we wait for: one of an earlier
+			// holder, whose notification came late, is left to a read.
+			if r := w.carried(); r != nil && r.Token == ex.Token {
+				handed = r
 			}
 			w.stop()
 			woken = true
@@ -373,6 +376,14 @@ type waiter struct {
 }
 
 func (w *waiter) subscribed() bool { return w.local != nil }
+
+// carried returns the record remote's notification carried, or nil.
+func (w *waiter) carried() *store.Record {
+	if w.record == nil {
+		return nil
+	}
+	return w.record()
+}
 
 func (w *waiter) start(ctx context.Context, e *Engine, scope, keyHash string) {
 	w.local, w.value, w.unsubL = e.waiters.SubscribeValue(keyHash)

@@ -194,3 +194,91 @@ func TestNotifyRecordTooLarge(t *testing.T) {
 		t.Fatalf("NotifyRecordMax -1: the waiter read the table %d times, want 1", gets)
 	}
 }
+
+// TestNotifyRecordOfAnotherHolder: a notification that carries the record
+// of another holding of the key (an earlier holder's, sent late) is not
+// taken for the outcome the waiter waits for: it reads the table, finds
+// the key still held, and waits on for the real outcome.
+func TestNotifyRecordOfAnotherHolder(t *testing.T) {
+	t.Parallel()
+	pool, peerPool := testPool(t, 4), testPool(t, 4)
+	opts := freshSchema(t, pool)
+	a := newTestStore(t, pool, opts)
+	b := &reading{Store: newTestStore(t, peerPool, opts)}
+	p := idem.Policy{Wait: time.Minute, CleanupInterval: -1}
+	noPolling := idem.WithWaitPolling(time.Hour, time.Hour)
+	ea, eb := idem.New(a, p, noPolling), idem.New(b, p, noPolling)
+	defer ea.Close()
+	defer eb.Close()
+	for _, s := range []*Store{a, b.Store} {
+		_, cancel := subscribe(t, s, store.HashKey("test", "warm-up"))
+		cancel()
+	}
+	call := idem.Call{Scope: "test", Key: uniqueName("k"), Fingerprint: "fp", RequestID: "req-1"}
+	started, finish := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		_, err := ea.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			close(started)
+			<-finish
+			return []byte("charged"), nil
+		})
+		held <- err
+	}()
+	<-started
+	got := make(chan idem.Result, 1)
+	go func() {
+		call.RequestID = "req-2"
+		res, err := eb.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			return []byte("ran twice"), nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	waitReserves := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); b.reserves.Load() < n; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the waiter never parked")
+			}
+		}
+	}
+	waitReserves(2)
+	kh := store.HashKey("test", call.Key)
+	cur, err := a.Get(context.Background(), "test", kh, time.Now())
+	if err != nil || cur.State != store.InProgress {
+		t.Fatalf("the holder's record: %+v %v", cur, err)
+	}
+	late := cur
+	late.Token++ // another holding's
+	late.State, late.Value = store.Succeeded, []byte("stale")
+	gets := b.gets.Load()
+	if err := a.NotifyRecord(context.Background(), late); err != nil {
+		t.Fatal(err)
+	}
+	// Woken, the waiter reads the key (still held) and parks again.
+	for deadline := time.Now().Add(10 * time.Second); b.gets.Load() == gets; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not read the table after a notification of another holding")
+		}
+	}
+	select {
+	case res := <-got:
+		t.Fatalf("the waiter returned %q before the holder ended", res.Value)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(finish)
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	select {
+	case res := <-got:
+		if !res.Replayed || string(res.Value) != "charged" {
+			t.Fatalf("waiter: %+v, want the holder's outcome", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the holder")
+	}
+}
