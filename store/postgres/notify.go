@@ -15,13 +15,16 @@ import (
 
 var _ store.RecordNotifier = (*Store)(nil)
 
-// channel is the LISTEN/NOTIFY channel of the store's table: stores over
+// channelOf is the LISTEN/NOTIFY channel of the table of opts: stores over
 // other tables never wake each other's waiters. It is derived from the
 // qualified table name, so it fits PostgreSQL's 63-byte identifiers.
-func (s *Store) channel() string {
-	h := sha256.Sum256([]byte(s.opts.qualified()))
+func channelOf(opts Options) string {
+	h := sha256.Sum256([]byte(opts.qualified()))
 	return "idem_" + hex.EncodeToString(h[:12])
 }
+
+// channel is the store's channel, computed once by New.
+func (s *Store) channel() string { return s.chanName }
 
 // listener returns the store's one listening connection, made on first
 // use with the pool's connection settings (not taken from the pool, which
@@ -67,10 +70,15 @@ const notifySQL = `SELECT pg_notify($1, $2)`
 // payload is the key hash. It costs one round trip, which the engine spends
 // only for policies that wait.
 func (s *Store) Notify(ctx context.Context, _, keyHash string) error {
+	return s.send(ctx, keyHash)
+}
+
+// send sends a notification's payload on the store's channel.
+func (s *Store) send(ctx context.Context, payload string) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, notifySQL, s.channel(), keyHash); err != nil {
+	if _, err := s.pool.Exec(ctx, notifySQL, s.channel(), payload); err != nil {
 		return wrapErr(ctx, "notify", err)
 	}
 	return nil
@@ -81,19 +89,13 @@ func (s *Store) Notify(ctx context.Context, _, keyHash string) error {
 // other processes replay it without reading the table. Otherwise it is
 // Notify.
 func (s *Store) NotifyRecord(ctx context.Context, rec store.Record) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
 	payload := rec.KeyHash
 	if rec.State != store.InProgress && s.opts.NotifyRecordMax > 0 {
 		if b, ok := appendPayload(nil, &rec, s.opts.NotifyRecordMax); ok {
 			payload = string(b)
 		}
 	}
-	if _, err := s.pool.Exec(ctx, notifySQL, s.channel(), payload); err != nil {
-		return wrapErr(ctx, "notify", err)
-	}
-	return nil
+	return s.send(ctx, payload)
 }
 
 // SubscribeRecord implements store.RecordNotifier: Subscribe, plus the

@@ -90,6 +90,8 @@ type Store struct {
 	sql    statements
 	closed atomic.Bool
 
+	// chanName is the table's LISTEN/NOTIFY channel (channelOf).
+	chanName string
 	// notify is the listening connection of Subscribe, made once by
 	// notifyOnce (notify.go).
 	notifyOnce sync.Once
@@ -116,7 +118,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, opts: opts, sql: newStatements(opts.qualified())}, nil
+	return &Store{pool: pool, opts: opts, sql: newStatements(opts.qualified()), chanName: channelOf(opts)}, nil
 }
 
 // Options returns the store's options, defaults filled in.
