@@ -79,7 +79,7 @@
 // bytes, PostgreSQL's limit; the value travels in base64) is announced by
 // its key hash alone, and its waiters read it as before. On a shared
 // 2-core machine (TestWake, 200 rounds, the waiter that carries the record
-// and one that reads it alternating round by round, over six runs), a
+// and one that reads it alternating round by round, over five runs), a
 // waiter on a second store got its replay 142 to 167 µs after the
 // holder's completion at the median (p99 0.23 to 1.2 ms), against 244 to
 // 303 µs (p99 0.47 to 2.6 ms) for the waiter that reads; with a gateway
