@@ -334,6 +334,12 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			woken = true
 		case <-w.remote:
 			t.Stop()
+			// A record carried by the notification is the outcome only
+			// when it ends the holding we wait for: one of an earlier
+			// holder, whose notification came late, is left to a read.
+			if r := w.carried(); r != nil && r.Token == ex.Token {
+				handed = r
+			}
 			w.stop()
 			woken = true
 		case <-t.C:
@@ -365,14 +371,28 @@ func (e *Engine) ended(ctx context.Context, woken bool, scope, keyHash string, n
 type waiter struct {
 	local, remote  <-chan struct{}
 	value          func() any
+	record         func() *store.Record // what remote's notification carried
 	unsubL, unsubR func()
 }
 
 func (w *waiter) subscribed() bool { return w.local != nil }
 
+// carried returns the record remote's notification carried, or nil.
+func (w *waiter) carried() *store.Record {
+	if w.record == nil {
+		return nil
+	}
+	return w.record()
+}
+
 func (w *waiter) start(ctx context.Context, e *Engine, scope, keyHash string) {
 	w.local, w.value, w.unsubL = e.waiters.SubscribeValue(keyHash)
-	if n := e.notifier; n != nil {
+	if rn, ok := e.notifier.(store.RecordNotifier); ok {
+		ch, rec, unsub, err := rn.SubscribeRecord(ctx, scope, keyHash)
+		if err == nil {
+			w.remote, w.record, w.unsubR = ch, rec, unsub
+		}
+	} else if n := e.notifier; n != nil {
 		ch, unsub, err := n.Subscribe(ctx, scope, keyHash)
 		if err == nil {
 			w.remote, w.unsubR = ch, unsub
@@ -544,7 +564,8 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 // announce wakes the callers waiting for keyHash: those in this process at
 // once, handing them final, the record as stored (nil when the key was
 // released), so that they need not read it; those in other processes
-// through the store's Notifier. The remote
+// through the store's Notifier, which hands final over too when it is a
+// store.RecordNotifier. The remote
 // notification costs a round trip, so it is sent only by policies that
 // wait (Policy.Wait): replicas share their routes' policies, so a key
 // nobody waits for is never announced.
@@ -569,10 +590,19 @@ func (e *Engine) announce(ctx context.Context, scope, keyHash string, final *sto
 	}
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyTimeout)
 	defer cancel()
-	if err := n.Notify(nctx, scope, keyHash); err != nil {
+	if err := notify(nctx, n, scope, keyHash, final); err != nil {
 		// Waiters elsewhere fall back on polling.
 		e.logger.Debug("idem: notify failed", "scope", scope, "err", err)
 	}
+}
+
+// notify sends final along when n can carry it (store.RecordNotifier), so
+// that waiters elsewhere need not read it.
+func notify(ctx context.Context, n store.Notifier, scope, keyHash string, final *store.Record) error {
+	if rn, ok := n.(store.RecordNotifier); ok && final != nil {
+		return rn.NotifyRecord(ctx, *final)
+	}
+	return n.Notify(ctx, scope, keyHash)
 }
 
 // notifyTimeout bounds a notification: it is a hint, and the call it ends

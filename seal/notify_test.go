@@ -94,3 +94,32 @@ func TestNotifyAcrossRotation(t *testing.T) {
 	a.Close()
 	b.Close()
 }
+
+// recordRecorder is a backend that can carry records in its
+// notifications (store.RecordNotifier), as PostgreSQL's does.
+type recordRecorder struct{ *recorder }
+
+func (r recordRecorder) NotifyRecord(ctx context.Context, rec store.Record) error {
+	return r.Notify(ctx, rec.Scope, rec.KeyHash)
+}
+
+func (r recordRecorder) SubscribeRecord(ctx context.Context, scope, keyHash string) (<-chan struct{}, func() *store.Record, func(), error) {
+	ch, cancel, err := r.Subscribe(ctx, scope, keyHash)
+	return ch, func() *store.Record { return nil }, cancel, err
+}
+
+// Records never cross a sealed store's notifications: the engine's record
+// is the unsealed one, so the seal's Notifier, which the engine finds
+// first, must not carry records even when its backend can.
+func TestNotifyCarriesNoRecord(t *testing.T) {
+	t.Parallel()
+	backend := recordRecorder{&recorder{Store: memory.New()}}
+	var _ store.RecordNotifier = backend
+	n, ok := store.NotifierOf(seal.Wrap(backend, mustRing(t, secretA)))
+	if !ok {
+		t.Fatal("the seal over a Notifier is not one")
+	}
+	if _, ok := n.(store.RecordNotifier); ok {
+		t.Fatal("the seal's Notifier would carry the engine's unsealed records")
+	}
+}

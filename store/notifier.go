@@ -27,11 +27,37 @@ type Notifier interface {
 	Subscribe(ctx context.Context, scope, keyHash string) (<-chan struct{}, func(), error)
 }
 
+// RecordNotifier is a Notifier that can carry the record a call ended with
+// to the waiters it wakes, so that a waiter in another process replays it
+// without reading the store first: one round trip less between the
+// holder's completion and the waiter's answer. The record is a hint like
+// the notification itself: a store that cannot carry it (too large for
+// its channel) sends a plain notification, and a waiter woken without one
+// reads the store.
+//
+// The record crosses the store's channel as the engine sees it, before any
+// wrapper between the engine and the store transforms it. A wrapper that
+// changes records (one that encrypts them, such as package seal's) must
+// therefore implement Notifier itself, so that NotifierOf stops at it and
+// the engine sends only key hashes.
+type RecordNotifier interface {
+	Notifier
+	// NotifyRecord is Notify for rec.Scope and rec.KeyHash, carrying rec,
+	// which left in_progress, when it fits.
+	NotifyRecord(ctx context.Context, rec Record) error
+	// SubscribeRecord is Subscribe, plus a function that returns, once
+	// the channel is closed, the record the waking notification carried,
+	// or nil when it carried none (a plain Notify, a reconnection, Close).
+	SubscribeRecord(ctx context.Context, scope, keyHash string) (<-chan struct{}, func() *Record, func(), error)
+}
+
 // NotifierOf returns s's Notifier: s itself, or the Notifier of the store
 // it wraps, found through an Unwrap() Store method, so that a wrapper (one
 // that encrypts records, say) need not pass the capability on by hand.
 // Going round a wrapper is safe for notifications: they carry only the key
-// hash the engine chose, and both ends go round it alike.
+// hash the engine chose, and both ends go round it alike; a RecordNotifier
+// also carries the engine's record, which a wrapper that changes records
+// must keep to itself by being a Notifier (see RecordNotifier).
 func NotifierOf(s Store) (Notifier, bool) {
 	for s != nil {
 		if n, ok := s.(Notifier); ok {

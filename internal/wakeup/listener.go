@@ -29,6 +29,12 @@ type Listener struct {
 	// ReadyWait bounds how long Subscribe waits for the connection when it
 	// is not listening yet; 0 means 250 ms.
 	ReadyWait time.Duration
+	// Split, when set, reads a notification that carries a value for its
+	// key's subscribers (SubscribeValue): it returns the key, and a
+	// function that decodes the value, called only when someone waits (nil
+	// when the notification carries none). Without Split the whole
+	// notification is the key.
+	Split func(payload string) (key string, val func() any)
 
 	hub       Hub
 	mu        sync.Mutex
@@ -50,10 +56,18 @@ func NewListener(listen ListenFunc) *Listener {
 // the listener if needed and waits for it, up to ctx and ReadyWait; if it
 // is still not listening then, it returns ErrNotListening.
 func (l *Listener) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	ch, _, cancel, err := l.SubscribeValue(ctx, key)
+	return ch, cancel, err
+}
+
+// SubscribeValue is Subscribe, plus a function that returns, once the
+// channel is closed, the value the waking notification carried (see
+// Split), or nil.
+func (l *Listener) SubscribeValue(ctx context.Context, key string) (<-chan struct{}, func() any, func(), error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, nil, ErrClosed
+		return nil, nil, nil, ErrClosed
 	}
 	if l.cancel == nil {
 		lctx, cancel := context.WithCancel(context.Background())
@@ -72,13 +86,13 @@ func (l *Listener) Subscribe(ctx context.Context, key string) (<-chan struct{}, 
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, ctx.Err()
 		case <-t.C:
-			return nil, nil, ErrNotListening
+			return nil, nil, nil, ErrNotListening
 		}
 	}
-	ch, cancel := l.hub.Subscribe(key)
-	return ch, cancel, nil
+	ch, val, cancel := l.hub.SubscribeValue(key)
+	return ch, val, cancel, nil
 }
 
 // Close stops the listener and waits for its connection to end; it wakes
@@ -101,7 +115,7 @@ func (l *Listener) loop(ctx context.Context, done chan struct{}) {
 	backoff := minBackoff
 	for {
 		connected := false
-		_ = l.listen(ctx, func() { connected = true; l.setListening(true) }, func(key string) { l.hub.Wake(key) })
+		_ = l.listen(ctx, func() { connected = true; l.setListening(true) }, l.wake)
 		l.setListening(false)
 		if ctx.Err() != nil {
 			return
@@ -118,6 +132,16 @@ func (l *Listener) loop(ctx context.Context, done chan struct{}) {
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}
+}
+
+// wake wakes the subscribers of a notification's key, handing them its
+// value when it carries one.
+func (l *Listener) wake(payload string) {
+	if l.Split == nil {
+		l.hub.Wake(payload)
+		return
+	}
+	l.hub.WakeWith(l.Split(payload))
 }
 
 func (l *Listener) setListening(on bool) {

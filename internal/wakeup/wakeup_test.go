@@ -3,6 +3,7 @@ package wakeup
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -114,5 +115,69 @@ func TestListenerNotListening(t *testing.T) {
 	defer l.Close()
 	if _, _, err := l.Subscribe(context.Background(), "k"); !errors.Is(err, ErrNotListening) {
 		t.Fatalf("%v, want ErrNotListening", err)
+	}
+}
+
+// TestListenerSplit: a notification that carries a value hands it to its
+// key's subscribers; one that carries none wakes them with nil, and a
+// reconnection wakes everyone with nil.
+func TestListenerSplit(t *testing.T) {
+	t.Parallel()
+	notes := make(chan string)
+	fail := make(chan struct{})
+	l := NewListener(func(ctx context.Context, ready func(), wake func(string)) error {
+		ready()
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-fail:
+				return errors.New("connection reset")
+			case k := <-notes:
+				wake(k)
+			}
+		}
+	})
+	l.Split = func(p string) (string, func() any) {
+		key, val, ok := strings.Cut(p, "=")
+		if !ok {
+			return p, nil
+		}
+		return key, func() any { return val }
+	}
+	defer l.Close()
+	sub := func(key string) (<-chan struct{}, func() any, func()) {
+		ch, val, cancel, err := l.SubscribeValue(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch, val, cancel
+	}
+	ch, val, cancel := sub("k")
+	other, _, cancelOther := sub("other")
+	defer cancelOther()
+	notes <- "k=outcome"
+	<-ch
+	cancel()
+	if v := val(); v != "outcome" {
+		t.Fatalf("value %v, want outcome", v)
+	}
+	select {
+	case <-other:
+		t.Fatal("another key's subscriber was woken")
+	default:
+	}
+	ch, val, cancel = sub("k")
+	notes <- "k"
+	<-ch
+	cancel()
+	if v := val(); v != nil {
+		t.Fatalf("value %v after a notification without one, want nil", v)
+	}
+	fail <- struct{}{}
+	select {
+	case <-other:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not woken by the reconnection")
 	}
 }

@@ -13,15 +13,18 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-var _ store.Notifier = (*Store)(nil)
+var _ store.RecordNotifier = (*Store)(nil)
 
-// channel is the LISTEN/NOTIFY channel of the store's table: stores over
+// channelOf is the LISTEN/NOTIFY channel of the table of opts: stores over
 // other tables never wake each other's waiters. It is derived from the
 // qualified table name, so it fits PostgreSQL's 63-byte identifiers.
-func (s *Store) channel() string {
-	h := sha256.Sum256([]byte(s.opts.qualified()))
+func channelOf(opts Options) string {
+	h := sha256.Sum256([]byte(opts.qualified()))
 	return "idem_" + hex.EncodeToString(h[:12])
 }
+
+// channel is the store's channel, computed once by New.
+func (s *Store) channel() string { return s.chanName }
 
 // listener returns the store's one listening connection, made on first
 // use with the pool's connection settings (not taken from the pool, which
@@ -53,6 +56,7 @@ func (s *Store) listener() *wakeup.Listener {
 				wake(n.Payload)
 			}
 		})
+		s.notify.Split = splitPayload
 	})
 	return s.notify
 }
@@ -66,13 +70,45 @@ const notifySQL = `SELECT pg_notify($1, $2)`
 // payload is the key hash. It costs one round trip, which the engine spends
 // only for policies that wait.
 func (s *Store) Notify(ctx context.Context, _, keyHash string) error {
+	return s.send(ctx, keyHash)
+}
+
+// send sends a notification's payload on the store's channel.
+func (s *Store) send(ctx context.Context, payload string) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, notifySQL, s.channel(), keyHash); err != nil {
+	if _, err := s.pool.Exec(ctx, notifySQL, s.channel(), payload); err != nil {
 		return wrapErr(ctx, "notify", err)
 	}
 	return nil
+}
+
+// NotifyRecord implements store.RecordNotifier: the notification carries
+// rec when its payload fits Options.NotifyRecordMax, so that waiters in
+// other processes replay it without reading the table. Otherwise it is
+// Notify.
+func (s *Store) NotifyRecord(ctx context.Context, rec store.Record) error {
+	payload := rec.KeyHash
+	if rec.State != store.InProgress && s.opts.NotifyRecordMax > 0 {
+		if b, ok := appendPayload(nil, &rec, s.opts.NotifyRecordMax); ok {
+			payload = string(b)
+		}
+	}
+	return s.send(ctx, payload)
+}
+
+// SubscribeRecord implements store.RecordNotifier: Subscribe, plus the
+// record the waking notification carried, if any.
+func (s *Store) SubscribeRecord(ctx context.Context, _, keyHash string) (<-chan struct{}, func() *store.Record, func(), error) {
+	if err := s.check(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	ch, val, cancel, err := s.listener().SubscribeValue(ctx, keyHash)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("postgres store: subscribe: %w", err)
+	}
+	return ch, func() *store.Record { r, _ := val().(*store.Record); return r }, cancel, nil
 }
 
 // Subscribe implements store.Notifier. The first call starts the store's

@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/storetest"
 )
@@ -65,5 +68,217 @@ func subscribe(t *testing.T, s *Store, keyHash string) (<-chan struct{}, func())
 		if time.Now().After(deadline) {
 			t.Fatalf("Subscribe: %v", err)
 		}
+	}
+}
+
+// reading counts the reads and reservations made through a Store, which
+// it stays (a store.RecordNotifier too).
+type reading struct {
+	*Store
+	gets, reserves atomic.Int64
+}
+
+func (r *reading) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+	r.gets.Add(1)
+	return r.Store.Get(ctx, scope, keyHash, now)
+}
+
+func (r *reading) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
+	defer r.reserves.Add(1) // once it answered: a parked waiter answered twice
+	return r.Store.Reserve(ctx, req)
+}
+
+// wakeAcross runs a holder on a and one waiter on b, which polls only
+// hourly, for a call whose outcome is value, and returns what the waiter
+// got and how many times it read the table.
+func wakeAcross(t *testing.T, a *Store, b *reading, value []byte) (idem.Result, int64) {
+	t.Helper()
+	p := idem.Policy{Wait: time.Minute, CleanupInterval: -1}
+	noPolling := idem.WithWaitPolling(time.Hour, time.Hour)
+	ea, eb := idem.New(a, p, noPolling), idem.New(b, p, noPolling)
+	defer ea.Close()
+	defer eb.Close()
+	for _, s := range []*Store{a, b.Store} { // start both listeners
+		_, cancel := subscribe(t, s, store.HashKey("test", "warm-up"))
+		cancel()
+	}
+	call := idem.Call{Scope: "test", Key: uniqueName("k"), Fingerprint: "fp", RequestID: "req-1"}
+	started, finish := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		_, err := ea.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			close(started)
+			<-finish
+			return value, nil
+		})
+		held <- err
+	}()
+	<-started
+	type outcome struct {
+		res idem.Result
+		err error
+	}
+	got := make(chan outcome, 1)
+	reserves := b.reserves.Load()
+	go func() {
+		call.RequestID = "req-2"
+		res, err := eb.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			return []byte("ran twice"), nil
+		})
+		got <- outcome{res, err}
+	}()
+	// Parked: one reservation found the key held, one more once subscribed.
+	for deadline := time.Now().Add(10 * time.Second); b.reserves.Load() < reserves+2; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never parked")
+		}
+	}
+	gets := b.gets.Load()
+	close(finish)
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	var o outcome
+	select {
+	case o = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken")
+	}
+	if o.err != nil || !o.res.Replayed || !bytes.Equal(o.res.Value, value) || o.res.RequestID != "req-1" {
+		t.Fatalf("waiter: %+v %v, want the holder's outcome replayed", o.res, o.err)
+	}
+	return o.res, b.gets.Load() - gets
+}
+
+// TestNotifyCarriesRecord: across two stores, as across two gateways, the
+// holder's notification carries its record and the waiter replays it
+// without reading the table.
+func TestNotifyCarriesRecord(t *testing.T) {
+	t.Parallel()
+	pool, peerPool := testPool(t, 4), testPool(t, 4)
+	opts := freshSchema(t, pool)
+	a := newTestStore(t, pool, opts)
+	b := &reading{Store: newTestStore(t, peerPool, opts)}
+	if _, gets := wakeAcross(t, a, b, []byte("charged")); gets != 0 {
+		t.Fatalf("the waiter read the table %d times; the notification carried the record", gets)
+	}
+	// The largest value that fits still travels with the notification.
+	big := bytes.Repeat([]byte("x"), 5500)
+	if _, gets := wakeAcross(t, a, b, big); gets != 0 {
+		t.Fatalf("a %d-byte value: the waiter read the table %d times", len(big), gets)
+	}
+}
+
+// TestNotifyRecordTooLarge: a record whose payload exceeds
+// NotifyRecordMax (or PostgreSQL's limit) is announced by its key hash, and
+// the waiter reads it from the table; so with NotifyRecordMax negative.
+func TestNotifyRecordTooLarge(t *testing.T) {
+	t.Parallel()
+	pool, peerPool := testPool(t, 4), testPool(t, 4)
+	opts := freshSchema(t, pool)
+	a := newTestStore(t, pool, opts)
+	b := &reading{Store: newTestStore(t, peerPool, opts)}
+	if _, gets := wakeAcross(t, a, b, bytes.Repeat([]byte("x"), 8000)); gets != 1 {
+		t.Fatalf("an 8000-byte value: the waiter read the table %d times, want 1", gets)
+	}
+	small := opts
+	small.NotifyRecordMax = 200
+	a = newTestStore(t, pool, small)
+	if _, gets := wakeAcross(t, a, b, bytes.Repeat([]byte("x"), 200)); gets != 1 {
+		t.Fatalf("over NotifyRecordMax: the waiter read the table %d times, want 1", gets)
+	}
+	off := opts
+	off.NotifyRecordMax = -1
+	a = newTestStore(t, pool, off)
+	if _, gets := wakeAcross(t, a, b, []byte("charged")); gets != 1 {
+		t.Fatalf("NotifyRecordMax -1: the waiter read the table %d times, want 1", gets)
+	}
+}
+
+// TestNotifyRecordOfAnotherHolder: a notification that carries the record
+// of another holding of the key (an earlier holder's, sent late) is not
+// taken for the outcome the waiter waits for: it reads the table, finds
+// the key still held, and waits on for the real outcome.
+func TestNotifyRecordOfAnotherHolder(t *testing.T) {
+	t.Parallel()
+	pool, peerPool := testPool(t, 4), testPool(t, 4)
+	opts := freshSchema(t, pool)
+	a := newTestStore(t, pool, opts)
+	b := &reading{Store: newTestStore(t, peerPool, opts)}
+	p := idem.Policy{Wait: time.Minute, CleanupInterval: -1}
+	noPolling := idem.WithWaitPolling(time.Hour, time.Hour)
+	ea, eb := idem.New(a, p, noPolling), idem.New(b, p, noPolling)
+	defer ea.Close()
+	defer eb.Close()
+	for _, s := range []*Store{a, b.Store} {
+		_, cancel := subscribe(t, s, store.HashKey("test", "warm-up"))
+		cancel()
+	}
+	call := idem.Call{Scope: "test", Key: uniqueName("k"), Fingerprint: "fp", RequestID: "req-1"}
+	started, finish := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		_, err := ea.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			close(started)
+			<-finish
+			return []byte("charged"), nil
+		})
+		held <- err
+	}()
+	<-started
+	got := make(chan idem.Result, 1)
+	go func() {
+		call.RequestID = "req-2"
+		res, err := eb.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			return []byte("ran twice"), nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	waitReserves := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); b.reserves.Load() < n; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the waiter never parked")
+			}
+		}
+	}
+	waitReserves(2)
+	kh := store.HashKey("test", call.Key)
+	cur, err := a.Get(context.Background(), "test", kh, time.Now())
+	if err != nil || cur.State != store.InProgress {
+		t.Fatalf("the holder's record: %+v %v", cur, err)
+	}
+	late := cur
+	late.Token++ // another holding's
+	late.State, late.Value = store.Succeeded, []byte("stale")
+	gets := b.gets.Load()
+	if err := a.NotifyRecord(context.Background(), late); err != nil {
+		t.Fatal(err)
+	}
+	// Woken, the waiter reads the key (still held) and parks again.
+	for deadline := time.Now().Add(10 * time.Second); b.gets.Load() == gets; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not read the table after a notification of another holding")
+		}
+	}
+	select {
+	case res := <-got:
+		t.Fatalf("the waiter returned %q before the holder ended", res.Value)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(finish)
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	select {
+	case res := <-got:
+		if !res.Replayed || string(res.Value) != "charged" {
+			t.Fatalf("waiter: %+v, want the holder's outcome", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the holder")
 	}
 }

@@ -41,6 +41,13 @@ type Options struct {
 	// most; 0 means 1000. Each batch commits on its own, so no row lock is
 	// held for longer than one batch.
 	CleanupBatch int
+	// NotifyRecordMax is the longest notification payload, in bytes, that
+	// carries a completed record to waiters in other processes
+	// (store.RecordNotifier), sparing each a read of the table; a record
+	// that does not fit is announced by its key hash alone and its waiters
+	// read it. 0 means DefaultNotifyRecordMax (7999, PostgreSQL's limit); a
+	// negative value sends key hashes only.
+	NotifyRecordMax int
 }
 
 // WithDefaults returns o with its zero fields set to their defaults.
@@ -53,6 +60,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.CleanupBatch <= 0 {
 		o.CleanupBatch = DefaultCleanupBatch
+	}
+	if o.NotifyRecordMax == 0 {
+		o.NotifyRecordMax = DefaultNotifyRecordMax
 	}
 	return o
 }
@@ -80,6 +90,8 @@ type Store struct {
 	sql    statements
 	closed atomic.Bool
 
+	// chanName is the table's LISTEN/NOTIFY channel (channelOf).
+	chanName string
 	// notify is the listening connection of Subscribe, made once by
 	// notifyOnce (notify.go).
 	notifyOnce sync.Once
@@ -106,7 +118,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, opts: opts, sql: newStatements(opts.qualified())}, nil
+	return &Store{pool: pool, opts: opts, sql: newStatements(opts.qualified()), chanName: channelOf(opts)}, nil
 }
 
 // Options returns the store's options, defaults filled in.

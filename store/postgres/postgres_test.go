@@ -137,7 +137,7 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Options(); got != (Options{Schema: "public", Table: "idem_records", CleanupBatch: 1000}) {
+	if got := s.Options(); got != (Options{Schema: "public", Table: "idem_records", CleanupBatch: 1000, NotifyRecordMax: 7999}) {
 		t.Errorf("defaults: %+v", got)
 	}
 }
