@@ -7,16 +7,17 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-// Record is a store.Record without its value, in 80 bytes: a map can hold
-// it (and a value slice beside it) in its own slots, which Go's maps do
-// only for values of at most 128 bytes; larger ones are allocated one by
-// one. The zero Record is a record with every field empty.
+// Record is a store.Record in 88 bytes and one string, with or without
+// its value: a map can hold it (and a 32-byte key) in its own slots, which
+// Go's maps do only for keys and values of at most 128 bytes; larger ones
+// are allocated one by one. The zero Record is a record with every field
+// empty.
 type Record struct {
-	// text holds KeyHash, Scope, Key, Fingerprint, Binding and RequestID
-	// one after another; ends[i] is where the i-th ends, the last one at
-	// len(text).
+	// text holds KeyHash, Scope, Key, Fingerprint, Binding, RequestID and
+	// the value (if packed with it) one after another; ends[i] is where
+	// the i-th ends, the value at len(text).
 	text  string
-	ends  [5]uint32
+	ends  [6]uint32
 	state uint8 // index in states
 	Token uint64
 	// Times in Unix nanoseconds (noTime: the zero time), clamped to the
@@ -50,9 +51,15 @@ func fromNanos(n int64) time.Time {
 }
 
 // Pack packs r, but for its Value.
-func Pack(r *store.Record) Record {
+func Pack(r *store.Record) Record { return pack(r, nil) }
+
+// PackWithValue packs r with its Value (Value returns it back): the
+// record and its outcome in one object.
+func PackWithValue(r *store.Record) Record { return pack(r, r.Value) }
+
+func pack(r *store.Record, value []byte) Record {
 	parts := [6]string{r.KeyHash, r.Scope, r.Key, r.Fingerprint, r.Binding, r.RequestID}
-	n := 0
+	n := len(value)
 	for _, p := range parts {
 		n += len(p)
 	}
@@ -63,26 +70,41 @@ func Pack(r *store.Record) Record {
 	p.SetState(r.State)
 	for i, s := range parts {
 		b = append(b, s...)
-		if i < len(p.ends) {
-			p.ends[i] = uint32(len(b))
-		}
+		p.ends[i] = uint32(len(b))
 	}
-	p.text = string(b)
+	p.text = string(append(b, value...))
+	return p
+}
+
+// Value returns a copy of the value the record was packed with, nil if
+// none or empty.
+func (p *Record) Value() []byte {
+	v := p.text[p.ends[5]:]
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
+}
+
+// WithValue returns the record with its value replaced by v.
+func (p Record) WithValue(v []byte) Record {
+	n := p.ends[5]
+	b := make([]byte, 0, int(n)+len(v))
+	b = append(b, p.text[:n]...)
+	p.text = string(append(b, v...))
 	return p
 }
 
 func (p *Record) part(i int) string {
-	from, to := uint32(0), uint32(len(p.text))
+	from := uint32(0)
 	if i > 0 {
 		from = p.ends[i-1]
 	}
-	if i < len(p.ends) {
-		to = p.ends[i]
-	}
-	return p.text[from:to]
+	return p.text[from:p.ends[i]]
 }
 
-// Unpack returns the record with a nil Value; its strings share p's.
+// Unpack returns the record with a nil Value (see Value); its strings
+// share p's.
 func (p *Record) Unpack() store.Record {
 	return store.Record{
 		KeyHash: p.part(0), Scope: p.part(1), Key: p.part(2), Fingerprint: p.part(3),

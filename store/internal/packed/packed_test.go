@@ -79,11 +79,26 @@ func TestClamped(t *testing.T) {
 // maps store in their slots.
 func TestSize(t *testing.T) {
 	t.Parallel()
-	type entry struct {
-		Record
-		value []byte
+	if n := unsafe.Sizeof(Record{}); n > 96 {
+		t.Fatalf("a record is %d bytes, over 96 (and a 32-byte key beside it over 128)", n)
 	}
-	if n := unsafe.Sizeof(entry{}); n > 128 {
-		t.Fatalf("a record with its value is %d bytes, over 128", n)
+}
+
+func TestValue(t *testing.T) {
+	t.Parallel()
+	r := store.Record{KeyHash: "kh", Scope: "s", RequestID: "req", Value: []byte("outcome")}
+	p := PackWithValue(&r)
+	if string(p.Value()) != "outcome" || p.Unpack().RequestID != "req" || p.Unpack().Value != nil {
+		t.Fatalf("packed with value: %q %+v", p.Value(), p.Unpack())
+	}
+	q := p.WithValue([]byte("other"))
+	if string(q.Value()) != "other" || string(p.Value()) != "outcome" || q.Unpack().RequestID != "req" {
+		t.Fatalf("WithValue: %q, original %q", q.Value(), p.Value())
+	}
+	if np := Pack(&r); np.Value() != nil {
+		t.Fatalf("packed without value: %q", np.Value())
+	}
+	if e := p.WithValue(nil); e.Value() != nil {
+		t.Fatalf("empty value reads %q, want nil", e.Value())
 	}
 }
