@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -48,6 +49,14 @@ func segmentName(id uint64) string { return fmt.Sprintf("%016d.log", id) }
 // 64 concurrent writers share about one fsync per group, and no writer ever
 // waits on a timer.
 //
+// A writer about to sync yields once first when the last sync covered more
+// than one writer: the goroutines ready to run (requests on their way to
+// the store) append before it takes the buffer, and share its fsync. In
+// the gateway under the benchmark harness's load (64 connections, first
+// calls) that doubled the bytes each fsync covered (about 5,500 against
+// 3,000) and raised throughput 10-15%; a lone writer, whose last sync
+// covered only itself, never yields.
+//
 // Waiters sleep on the channel, not on a mutex: a mutex would hand the
 // lock from one waiter to the next, each checking that it is covered and
 // leaving, one context switch after another (measured: 64 writers then
@@ -64,6 +73,8 @@ type log struct {
 	spare   []byte              // the buffer of the previous sync, reused; guarded by mu
 	pos     uint64              // bytes appended since Open, the log's logical end; guarded by mu
 	syncing bool                // a syncer is writing; guarded by mu
+	frames  int                 // frames appended since the last sync began; guarded by mu
+	grouped bool                // the last sync covered more than one frame; guarded by mu
 	done    chan struct{}       // closed when the running sync ends; guarded by mu
 
 	synced atomic.Uint64 // the log is durable up to this position
@@ -87,6 +98,7 @@ func (l *log) append(frame []byte) (*segment, int64, uint64) {
 	off := seg.size
 	seg.size += int64(len(frame))
 	l.buf = append(l.buf, frame...)
+	l.frames++
 	l.pos += uint64(len(frame))
 	pos := l.pos
 	l.mu.Unlock()
@@ -96,6 +108,7 @@ func (l *log) append(frame []byte) (*segment, int64, uint64) {
 // wait returns once the log is durable up to pos, syncing it itself when
 // no other writer is.
 func (l *log) wait(pos uint64) error {
+	yielded := false
 	for {
 		if l.synced.Load() >= pos {
 			return nil
@@ -115,8 +128,19 @@ func (l *log) wait(pos uint64) error {
 			<-done
 			continue
 		}
+		if l.grouped && !yielded {
+			// The last sync covered more than one writer: others are
+			// likely on their way. Let the goroutines ready to run append
+			// first, so that this sync covers them too.
+			yielded = true
+			l.mu.Unlock()
+			runtime.Gosched()
+			continue
+		}
 		l.syncing, l.done = true, make(chan struct{})
 		buf, end, seg := l.buf, l.pos, l.active
+		l.grouped = l.frames > 1
+		l.frames = 0
 		l.buf = l.spare[:0]
 		var next *segment
 		var err error
