@@ -73,36 +73,60 @@ store now costs no more CPU per request than the plain proxy. (The plain
 proxy is the standard library's, with only its idle connections raised: a
 proxy given the same buffer pool and GC target would also gain.)
 
-**Why first calls on the embedded store stay below 0.9x.** The gateway
-spends about 130 µs of CPU per first call on the embedded store, against
-about 80 µs on the memory store: the difference is the store, a Pebble read
-(the check before the reservation, through the memtable skiplists and the
-tables' filters: 16% of the profile) and two synced commits (commit
-pipeline, WAL write, fdatasync: about 10%, plus the system calls). On two
-cores shared with the load generator and the upstream, CPU per request sets
-the throughput. The two syncs are the embedded store's promise (an
-acknowledged reservation and outcome survive a crash); dropping the
-reservation's fsync when the policy re-runs stale keys anyway
-(` + "`on_stale: retry`" + `) measured +0-10% on a quiet disk and was not done, as
-crash safety of every acknowledged write is what the store is for.
+**Fixed in the second round** (profiles per request, A/B against the
+previous build in one run):
+
+- Calls with an answer deadline (every gateway route) ran on a new
+  goroutine each, whose stack the runtime grew by copying as the call went
+  through the engine, the store and the proxy: 5% of the gateway's CPU.
+  They now run on workers kept between calls (` + "`internal/workers`" + `).
+- ` + "`httputil.ReverseProxy`" + ` wraps the request body, so the Transport could not
+  tell it was in memory and flushed the headers before the body: two
+  writes and two packets to the upstream per request. The gateway hands it
+  the body it already read: one write (` + "`TestRequestIsOneWrite`" + `).
+- The embedded store: segments allocated ahead (an fsync no longer commits
+  a new file size: 43-51 µs of CPU a sync instead of 69-75), an expiry index
+  of one-second buckets instead of a B-tree (5 µs a request under load), and
+  a syncer that yields once before taking the buffer when the last sync
+  covered several writers (bytes per fsync about 3,000 -> 5,500).
+- The memory store and the embedded store's index keep records packed (one
+  string, integer times; the memory store's keyed by 32 bytes with the
+  value inside): one object a record for the garbage collector instead of
+  about eight.
+
+**Why first calls on the embedded store stay below 0.9x.** Profiled under
+this load, a first call costs the gateway about 115 µs of CPU on the
+embedded store against about 68 µs on the memory store. The store's own
+share is about 20 µs: two fdatasyncs (reservation and outcome, each
+required before acknowledging) shared by the writes of about 18 calls, 11.5
+µs a call, the write system call, the index and the frame. The rest is the
+same work done at a lower rate: with each call waiting for two fsyncs, the
+sockets, the scheduler and the garbage collector batch less per call. On
+two cores shared with the load generator and the upstream, CPU per request
+sets the throughput, and rounds of this harness vary by as much as the
+gap (0.6-1.1x across rounds of one run).
 
 **PostgreSQL.** A first call is two round trips (the reserve statement, then
 the completing UPDATE), each a synchronous commit, through a pool of 16
 connections: about 6,000-7,000 such pairs per second is PostgreSQL's own
 ceiling here (` + "`pgbench`" + ` in [docs/bench/STORES.md](docs/bench/STORES.md)), shared with
-the rest of the machine. Even a replay is one round trip through the reserve
-statement, which is why replays on PostgreSQL stay below the proxy; a read
-before the reservation would speed replays and slow first calls.
+the rest of the machine. A replay is one read of a live row (no row lock,
+no WAL): about 62-75 µs of CPU in the gateway and 50-65 µs in PostgreSQL.
 
-**Redis.** Two ` + "`EVALSHA`" + ` round trips per first call; go-redis spends one write
-and one read system call per command. A client with automatic pipelining
-(rueidis) would batch concurrent requests' scripts; not tried yet.
+**Redis.** Two ` + "`EVALSHA`" + ` round trips per first call through rueidis: redis-server
+spends about 30 µs of CPU a call (the reserve script about 5 µs of it; the
+rest is the protocol and the sockets), and the gateway about 14 µs in
+rueidis's write loop alone. Flush delays and pipelining settings did not
+change the CPU per call; fewer round trips would.
 
-**In-process middleware.** On the memory store it costs about 25 µs of CPU
-per request over the bare handler (fingerprint, holding the response until
-its outcome is recorded, the record, the replay headers); gofiber's
-middleware costs almost nothing because it does much less (no fingerprint,
-no tenant, a per-process lock, any status kept).
+**In-process middleware.** On the memory store, under this load, it costs
+about 8 µs of CPU per first call over the bare handler: the reservation and
+completion in the store (2.2 µs), the lease (a cancelable context and a
+renewal timer, 1.2 µs), the fingerprint and key hash (two SHA-256 and the
+canonical JSON, 1.1 µs), the handler's request with the request ID and
+token (1 µs), holding and encoding the response (1 µs); plus the garbage
+collector's share. gofiber's middleware does much less (no fingerprint, no
+tenant, no lease, a per-process lock, any status kept).
 
 Store-level measurements (group commit on the embedded store, PostgreSQL
 next to pgbench, Redis next to raw EVALSHA, cleanup of 1,000,000 expired
