@@ -2,6 +2,7 @@ package packed
 
 import (
 	"math"
+	"strings"
 	"time"
 
 	"github.com/idem-dev/idem/store"
@@ -63,16 +64,18 @@ func pack(r *store.Record, value []byte) Record {
 	for _, p := range parts {
 		n += len(p)
 	}
-	b := make([]byte, 0, n)
+	var b strings.Builder // its String copies nothing: one allocation
+	b.Grow(n)
 	p := Record{Token: r.Token,
 		created: nanos(r.CreatedAt), updated: nanos(r.UpdatedAt),
 		expires: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil)}
 	p.SetState(r.State)
 	for i, s := range parts {
-		b = append(b, s...)
-		p.ends[i] = uint32(len(b))
+		b.WriteString(s)
+		p.ends[i] = uint32(b.Len())
 	}
-	p.text = string(append(b, value...))
+	b.Write(value)
+	p.text = b.String()
 	return p
 }
 
@@ -89,9 +92,11 @@ func (p *Record) Value() []byte {
 // WithValue returns the record with its value replaced by v.
 func (p Record) WithValue(v []byte) Record {
 	n := p.ends[5]
-	b := make([]byte, 0, int(n)+len(v))
-	b = append(b, p.text[:n]...)
-	p.text = string(append(b, v...))
+	var b strings.Builder
+	b.Grow(int(n) + len(v))
+	b.WriteString(p.text[:n])
+	b.Write(v)
+	p.text = b.String()
 	return p
 }
 
