@@ -58,10 +58,12 @@
 // Removing only the oldest segment means a delete entry never outlives an
 // older entry of its key, so a released key never comes back.
 //
-// Memory: each live record's metadata stays in memory (about 610 bytes a
-// key with the gateway's fingerprints and scopes, measured with 40,000
-// keys); stored responses do not. Ten million live keys need about 6 GiB. For more live keys than memory allows, the
-// Pebble store (store/pebble, DSN pebble:PATH) keeps its index on disk.
+// Memory: each live record's metadata stays in memory, packed (about 520
+// bytes a key with the gateway's fingerprints and scopes, its index entry
+// and expiry items included, measured on the heap with 40,000 reserved and
+// completed keys); stored responses do not. Ten million live keys need
+// about 5 GiB. For more live keys than memory allows, the Pebble store
+// (store/pebble, DSN pebble:PATH) keeps its index on disk.
 //
 // # Why a log of our own, not Pebble
 //
@@ -74,19 +76,18 @@
 // append. Measured side by side in one run (BenchmarkPairs: durable
 // reserve+complete pairs, ~250 B records under SHA-256 key hashes, written
 // to docs/bench/STORES.md by `make bench-stores`, on the project's 2-core
-// machine with nothing else running, 2026-11-26):
+// machine, 2026-11-26 07:47 UTC, with segments allocated ahead and the
+// syncer's yield):
 //
-//	                 c1 pairs/s   c1 CPU/pair   c64 pairs/s   c64 CPU/pair   allocs/pair
-//	this store (log)      2,514      155 µs        48,137        16.4 µs        11
-//	Pebble store          2,228      214 µs        34,356        36.5 µs        25
+//	                 c1 pairs/s   c1 CPU/pair   c64 pairs/s   c64 CPU/pair
+//	this store (log)      4,980       94 µs         57,761        12.5 µs
+//	Pebble store          2,820      198 µs         34,590        36.0 µs
 //
-// (An earlier run while other jobs loaded the machine gave 1,352-1,401 and
-// 23,749-36,787 pairs/s for the log, 805-1,087 and 15,858-18,228 for
-// Pebble, with the same CPU per pair.)
+// (The first version of the log, appending to a growing file, measured
+// 2,514 and 48,137 pairs/s at 155 and 16.4 µs a pair in a quiet run.)
 //
-// At concurrency 1 both are bound by two fdatasyncs per pair (the kernel
-// spends about 75 µs of CPU on each on this machine); under load the log
-// needs less than half Pebble's CPU per pair and runs 1.3-2x its
+// At concurrency 1 both are bound by two fdatasyncs per pair; under load
+// the log needs about a third of Pebble's CPU per pair and runs 1.7x its
 // throughput. The first version of the log's group commit had its waiters
 // queue on a mutex and reached only 6,600-11,400 pairs/s at c64: waiters
 // now sleep on a channel that the syncer closes.
