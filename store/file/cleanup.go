@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+
+	"github.com/idem-dev/idem/store/internal/expiry"
 )
 
 // Cleanup implements store.Store. It walks the expiry index from its start
@@ -21,32 +23,19 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 	defer s.closeMu.RUnlock()
 	s.cleanMu.Lock()
 	defer s.cleanMu.Unlock()
-	n := 0
-	for limit <= 0 || n < limit {
-		want := 256
-		if limit > 0 && limit-n < want {
-			want = limit - n
+	n, err := s.exp.Sweep(ctx, now, limit, func(it expiry.Item[keyID]) bool {
+		s.scanned++
+		st := &s.stripes[stripeOf(it.Key)]
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if e := st.entries[it.Key]; e != nil && e.rec.Expired(now) && it.At(e.rec.ExpiresAt()) {
+			s.index(st, it.Key, e, nil)
+			return true
 		}
-		items := s.exp.Take(now, want)
-		if len(items) == 0 {
-			break
-		}
-		for i, it := range items {
-			if ctx.Err() != nil {
-				s.exp.PutBack(items[i:])
-				return n, fmt.Errorf("file: cleanup: %w", ctx.Err())
-			}
-			s.scanned++
-			st := &s.stripes[stripeOf(it.Key)]
-			st.mu.Lock()
-			// An item of an earlier write, or of a released record, is
-			// not the record's: skip it, it is gone now.
-			if e := st.entries[it.Key]; e != nil && e.rec.Expired(now) && it.At(e.rec.ExpiresAt()) {
-				s.index(st, it.Key, e, nil)
-				n++
-			}
-			st.mu.Unlock()
-		}
+		return false
+	})
+	if err != nil {
+		return n, fmt.Errorf("file: cleanup: %w", err)
 	}
 	if err := s.reclaim(ctx); err != nil {
 		return n, fmt.Errorf("file: cleanup: %w", err)

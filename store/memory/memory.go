@@ -178,26 +178,13 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	n := 0
-	for limit <= 0 || n < limit {
-		want := 256
-		if limit > 0 && limit-n < want {
-			want = limit - n
+	return s.expiry.Sweep(ctx, now, limit, func(it expiry.Item[id]) bool {
+		if cur, ok := s.records[it.Key]; ok && it.At(cur.ExpiresAt()) && cur.Expired(now) {
+			delete(s.records, it.Key)
+			return true
 		}
-		items := s.expiry.Take(now, want)
-		if len(items) == 0 {
-			break
-		}
-		for _, it := range items {
-			// An item of an earlier write, or of a released record, is not
-			// the record's: skip it, it is gone now.
-			if cur, ok := s.records[it.Key]; ok && it.At(cur.ExpiresAt()) && cur.Expired(now) {
-				delete(s.records, it.Key)
-				n++
-			}
-		}
-	}
-	return n, nil
+		return false
+	})
 }
 
 // Len returns the number of records held, expired or not.

@@ -2,6 +2,7 @@ package expiry
 
 import (
 	"container/heap"
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -174,4 +175,34 @@ func (h *secHeap) Pop() any {
 	v := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return v
+}
+
+// Sweep takes the items due at now, a batch at a time, and calls remove
+// for each until limit records were removed (every due one when limit <=
+// 0). remove reports whether it removed a record: an item of an earlier
+// write or of a released record is not the record's, and is just dropped.
+// ctx is checked between items; once it is done, the items not visited are
+// put back and Sweep returns its error with the count so far.
+func (x *Index[K]) Sweep(ctx context.Context, now time.Time, limit int, remove func(Item[K]) bool) (int, error) {
+	n := 0
+	for limit <= 0 || n < limit {
+		want := 256
+		if limit > 0 && limit-n < want {
+			want = limit - n
+		}
+		items := x.Take(now, want)
+		if len(items) == 0 {
+			break
+		}
+		for i, it := range items {
+			if err := ctx.Err(); err != nil {
+				x.PutBack(items[i:])
+				return n, err
+			}
+			if remove(it) {
+				n++
+			}
+		}
+	}
+	return n, nil
 }

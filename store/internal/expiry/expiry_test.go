@@ -1,6 +1,8 @@
 package expiry
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,5 +51,37 @@ func TestTake(t *testing.T) {
 	}
 	if !later[0].At(t0.Add(900*time.Millisecond)) || later[0].At(t0) {
 		t.Fatalf("Item.At: %+v", later[0])
+	}
+}
+
+// TestSweep checks that Sweep stops at limit removals (items that remove
+// nothing do not count), and that a done context puts back what it did not
+// visit.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	x := New[int]()
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	for i := range 1000 {
+		x.Add(i, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	odd := func(it Item[int]) bool { return it.Key%2 == 1 } // even items are stale
+	n, err := x.Sweep(context.Background(), t0.Add(time.Hour), 300, odd)
+	if err != nil || n != 300 {
+		t.Fatalf("Sweep(limit 300) = %d, %v", n, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	visited := 0
+	n, err = x.Sweep(ctx, t0.Add(time.Hour), 0, func(it Item[int]) bool {
+		if visited++; visited == 10 {
+			cancel()
+		}
+		return odd(it)
+	})
+	if !errors.Is(err, context.Canceled) || visited != 10 {
+		t.Fatalf("cancelled Sweep: %d removed, %d visited, %v", n, visited, err)
+	}
+	rest, _ := x.Sweep(context.Background(), t0.Add(time.Hour), 0, odd)
+	if n+rest != 200 {
+		t.Fatalf("after the cancelled sweep %d + %d odd items removed, want the 200 left", n, rest)
 	}
 }
