@@ -88,44 +88,54 @@ func (r *reading) Reserve(ctx context.Context, req store.ReserveRequest) (store.
 	return r.Store.Reserve(ctx, req)
 }
 
-// wakeAcross runs a holder on a and one waiter on b, which polls only
-// hourly, for a call whose outcome is value, and returns what the waiter
-// got and how many times it read the table.
-func wakeAcross(t *testing.T, a *Store, b *reading, value []byte) (idem.Result, int64) {
+// crossWake is a holder on one store and a waiter on another, which polls
+// only hourly, parked on the holder's key.
+type crossWake struct {
+	call   idem.Call
+	finish chan struct{} // closed: the holder returns value
+	held   chan error    // the holder's error
+	got    chan waited   // the waiter's outcome
+}
+
+type waited struct {
+	res idem.Result
+	err error
+}
+
+// startCrossWake starts a holder on a whose call returns value once
+// finish is closed, and a waiter on b, and returns once the waiter parked.
+func startCrossWake(t *testing.T, a *Store, b *reading, value []byte) *crossWake {
 	t.Helper()
 	p := idem.Policy{Wait: time.Minute, CleanupInterval: -1}
 	noPolling := idem.WithWaitPolling(time.Hour, time.Hour)
 	ea, eb := idem.New(a, p, noPolling), idem.New(b, p, noPolling)
-	defer ea.Close()
-	defer eb.Close()
+	t.Cleanup(func() { ea.Close(); eb.Close() })
 	for _, s := range []*Store{a, b.Store} { // start both listeners
 		_, cancel := subscribe(t, s, store.HashKey("test", "warm-up"))
 		cancel()
 	}
-	call := idem.Call{Scope: "test", Key: uniqueName("k"), Fingerprint: "fp", RequestID: "req-1"}
-	started, finish := make(chan struct{}), make(chan struct{})
-	held := make(chan error, 1)
+	w := &crossWake{
+		call:   idem.Call{Scope: "test", Key: uniqueName("k"), Fingerprint: "fp", RequestID: "req-1"},
+		finish: make(chan struct{}), held: make(chan error, 1), got: make(chan waited, 1),
+	}
+	started := make(chan struct{})
 	go func() {
-		_, err := ea.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+		_, err := ea.Do(context.Background(), w.call, func(context.Context) ([]byte, error) {
 			close(started)
-			<-finish
+			<-w.finish
 			return value, nil
 		})
-		held <- err
+		w.held <- err
 	}()
 	<-started
-	type outcome struct {
-		res idem.Result
-		err error
-	}
-	got := make(chan outcome, 1)
 	reserves := b.reserves.Load()
 	go func() {
+		call := w.call
 		call.RequestID = "req-2"
 		res, err := eb.Do(context.Background(), call, func(context.Context) ([]byte, error) {
 			return []byte("ran twice"), nil
 		})
-		got <- outcome{res, err}
+		w.got <- waited{res, err}
 	}()
 	// Parked: one reservation found the key held, one more once subscribed.
 	for deadline := time.Now().Add(10 * time.Second); b.reserves.Load() < reserves+2; time.Sleep(100 * time.Microsecond) {
@@ -133,14 +143,29 @@ func wakeAcross(t *testing.T, a *Store, b *reading, value []byte) (idem.Result, 
 			t.Fatal("the waiter never parked")
 		}
 	}
-	gets := b.gets.Load()
-	close(finish)
-	if err := <-held; err != nil {
+	return w
+}
+
+// end lets the holder return and checks it recorded its outcome.
+func (w *crossWake) end(t *testing.T) {
+	t.Helper()
+	close(w.finish)
+	if err := <-w.held; err != nil {
 		t.Fatalf("holder: %v", err)
 	}
-	var o outcome
+}
+
+// wakeAcross runs a holder on a and one waiter on b, which polls only
+// hourly, for a call whose outcome is value, and returns what the waiter
+// got and how many times it read the table.
+func wakeAcross(t *testing.T, a *Store, b *reading, value []byte) (idem.Result, int64) {
+	t.Helper()
+	w := startCrossWake(t, a, b, value)
+	gets := b.gets.Load()
+	w.end(t)
+	var o waited
 	select {
-	case o = <-got:
+	case o = <-w.got:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not woken")
 	}
@@ -205,47 +230,8 @@ func TestNotifyRecordOfAnotherHolder(t *testing.T) {
 	opts := freshSchema(t, pool)
 	a := newTestStore(t, pool, opts)
 	b := &reading{Store: newTestStore(t, peerPool, opts)}
-	p := idem.Policy{Wait: time.Minute, CleanupInterval: -1}
-	noPolling := idem.WithWaitPolling(time.Hour, time.Hour)
-	ea, eb := idem.New(a, p, noPolling), idem.New(b, p, noPolling)
-	defer ea.Close()
-	defer eb.Close()
-	for _, s := range []*Store{a, b.Store} {
-		_, cancel := subscribe(t, s, store.HashKey("test", "warm-up"))
-		cancel()
-	}
-	call := idem.Call{Scope: "test", Key: uniqueName("k"), Fingerprint: "fp", RequestID: "req-1"}
-	started, finish := make(chan struct{}), make(chan struct{})
-	held := make(chan error, 1)
-	go func() {
-		_, err := ea.Do(context.Background(), call, func(context.Context) ([]byte, error) {
-			close(started)
-			<-finish
-			return []byte("charged"), nil
-		})
-		held <- err
-	}()
-	<-started
-	got := make(chan idem.Result, 1)
-	go func() {
-		call.RequestID = "req-2"
-		res, err := eb.Do(context.Background(), call, func(context.Context) ([]byte, error) {
-			return []byte("ran twice"), nil
-		})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- res
-	}()
-	waitReserves := func(n int64) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); b.reserves.Load() < n; time.Sleep(100 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the waiter never parked")
-			}
-		}
-	}
-	waitReserves(2)
+	w := startCrossWake(t, a, b, []byte("charged"))
+	call := w.call
 	kh := store.HashKey("test", call.Key)
 	cur, err := a.Get(context.Background(), "test", kh, time.Now())
 	if err != nil || cur.State != store.InProgress {
@@ -265,18 +251,15 @@ func TestNotifyRecordOfAnotherHolder(t *testing.T) {
 		}
 	}
 	select {
-	case res := <-got:
-		t.Fatalf("the waiter returned %q before the holder ended", res.Value)
+	case o := <-w.got:
+		t.Fatalf("the waiter returned %q (%v) before the holder ended", o.res.Value, o.err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(finish)
-	if err := <-held; err != nil {
-		t.Fatalf("holder: %v", err)
-	}
+	w.end(t)
 	select {
-	case res := <-got:
-		if !res.Replayed || string(res.Value) != "charged" {
-			t.Fatalf("waiter: %+v, want the holder's outcome", res)
+	case o := <-w.got:
+		if o.err != nil || !o.res.Replayed || string(o.res.Value) != "charged" {
+			t.Fatalf("waiter: %+v %v, want the holder's outcome", o.res, o.err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not woken by the holder")
