@@ -64,20 +64,7 @@ func TestListener(t *testing.T) {
 	notes := make(chan string)
 	connects := make(chan struct{}, 10)
 	fail := make(chan struct{})
-	l := NewListener(func(ctx context.Context, ready func(), wake func(string)) error {
-		connects <- struct{}{}
-		ready()
-		for {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-fail:
-				return errors.New("connection reset")
-			case k := <-notes:
-				wake(k)
-			}
-		}
-	})
+	l := NewListener(fakeConn(notes, fail, connects))
 	ch, cancel, err := l.Subscribe(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
@@ -125,19 +112,7 @@ func TestListenerSplit(t *testing.T) {
 	t.Parallel()
 	notes := make(chan string)
 	fail := make(chan struct{})
-	l := NewListener(func(ctx context.Context, ready func(), wake func(string)) error {
-		ready()
-		for {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-fail:
-				return errors.New("connection reset")
-			case k := <-notes:
-				wake(k)
-			}
-		}
-	})
+	l := NewListener(fakeConn(notes, fail, nil))
 	l.Split = func(p string) (string, func() any) {
 		key, val, ok := strings.Cut(p, "=")
 		if !ok {
@@ -179,5 +154,26 @@ func TestListenerSplit(t *testing.T) {
 	case <-other:
 	case <-time.After(10 * time.Second):
 		t.Fatal("not woken by the reconnection")
+	}
+}
+
+// fakeConn is a listener's connection that says when it (re)connects on
+// connects (if not nil), delivers notes, and fails when fail is closed.
+func fakeConn(notes <-chan string, fail <-chan struct{}, connects chan<- struct{}) func(ctx context.Context, ready func(), wake func(string)) error {
+	return func(ctx context.Context, ready func(), wake func(string)) error {
+		if connects != nil {
+			connects <- struct{}{}
+		}
+		ready()
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-fail:
+				return errors.New("connection reset")
+			case k := <-notes:
+				wake(k)
+			}
+		}
 	}
 }
