@@ -2,6 +2,7 @@
 package report
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/idem-dev/idem/bench/internal/results"
@@ -131,4 +132,38 @@ func raceRows(doc *results.Doc) []raceRow {
 		}
 	}
 	return out
+}
+
+// pairedRatios returns, for every round in which both ran, contender id's
+// throughput in scenario over base's in the same round: a ratio of two
+// runs minutes apart, not of two medians taken over the whole run, so a
+// machine that drifts between rounds moves both sides of each ratio.
+func pairedRatios(doc *results.Doc, scenario, id, base string) []float64 {
+	of := func(c string) map[int]float64 {
+		m := map[int]float64{}
+		for _, run := range doc.Runs {
+			if run.Contender == c && run.Scenario == scenario {
+				m[run.Round] = run.Throughput
+			}
+		}
+		return m
+	}
+	a, b := of(id), of(base)
+	var out []float64
+	for round, x := range a {
+		if y := b[round]; y > 0 {
+			out = append(out, x/y)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// spread says how paired ratios ranged: ", rounds 0.64-0.83", or "" for fewer
+// than two.
+func spread(xs []float64) string {
+	if len(xs) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(", rounds %.2f-%.2f", xs[0], xs[len(xs)-1])
 }

@@ -123,9 +123,12 @@ func writeGoals(w func(string, ...any), doc *results.Doc) {
 			w("| %s >= %.2fx the plain proxy on %s | not measured | - |\n", g.what, g.goal, scenarioTitle[g.sc])
 			continue
 		}
-		x := ratio(rs, *r)
-		w("| %s >= %.2fx the plain proxy on %s | %.2fx (%s vs %s req/s; p99 %s ms vs %s ms) | %s |\n",
-			g.what, g.goal, scenarioTitle[g.sc], x, num(r.Throughput), num(find(rs, "proxy").Throughput),
+		// The median of the rounds' own ratios decides; the medians'
+		// ratio is shown beside it.
+		pr := pairedRatios(doc, g.sc, g.id, "proxy")
+		x := median(pr)
+		w("| %s >= %.2fx the plain proxy on %s | %.2fx (median of each round's ratio%s; medians of the rounds %s vs %s req/s, p99 %s ms vs %s ms) | %s |\n",
+			g.what, g.goal, scenarioTitle[g.sc], x, spread(pr), num(r.Throughput), num(find(rs, "proxy").Throughput),
 			ms(r.P99), ms(find(rs, "proxy").P99), yesNo(x >= g.goal))
 	}
 	// idem's middleware over net/http against gofiber's over fiber.
@@ -135,9 +138,10 @@ func writeGoals(w func(string, ...any), doc *results.Doc) {
 		if mw == nil || up == nil || fb == nil || bare == nil || up.Throughput == 0 || bare.Throughput == 0 {
 			continue
 		}
-		mx, fx := mw.Throughput/up.Throughput, fb.Throughput/bare.Throughput
-		w("| idem middleware's overhead over net/http no larger than gofiber's over fiber, %s | idem %.2fx net/http (+%.0f CPU µs/req), gofiber %.2fx fiber (+%.0f CPU µs/req) | %s |\n",
-			scenarioTitle[sc], mx, mw.CPU-up.CPU, fx, fb.CPU-bare.CPU, yesNo(mx >= fx))
+		mr, fr := pairedRatios(doc, sc, "mw-memory", "upstream"), pairedRatios(doc, sc, "fiber", "fiber-bare")
+		mx, fx := median(mr), median(fr)
+		w("| idem middleware's overhead over net/http no larger than gofiber's over fiber, %s | idem %.2fx net/http (+%.0f CPU µs/req%s), gofiber %.2fx fiber (+%.0f CPU µs/req%s) | %s |\n",
+			scenarioTitle[sc], mx, mw.CPU-up.CPU, spread(mr), fx, fb.CPU-bare.CPU, spread(fr), yesNo(mx >= fx))
 	}
 	var worst int64
 	var stores []string
@@ -202,7 +206,7 @@ func writeMethod(w func(string, ...any), doc *results.Doc) {
 	w("- Each contender is its own process, started and stopped by the harness: peak RSS is the process's `VmHWM` (reset through `/proc/PID/clear_refs` before each scenario), so it covers the warm-up and the measured run of that scenario only.\n")
 	w("- Proxy contenders (the plain `httputil.ReverseProxy` and idem's gateway) front the same trivial upstream, a Go net/http server whose `POST /charges` counts its executions per key and answers 43 bytes of JSON; they are compared with the plain proxy. In-process contenders (idem's middleware and the peers) run the same operation inside their own server; they are compared with the upstream called directly.\n")
 	w("- Load: [vegeta](https://github.com/tsenart/vegeta)'s library at its maximum rate with %d workers over %d kept-alive connections (each worker sends its next request when its last is answered, as `wrk -c%d` does). Each scenario runs a %s warm-up, then %s measured.\n", c.Connections, c.Connections, c.Connections, c.Warmup, c.Duration)
-	w("- %d rounds; each round runs every contender once, in turn (A B C ... A B C ...), so that drift on the machine spreads over all of them. Tables show the median of the rounds (the worst for correctness figures: success, executions per key).\n", c.Rounds)
+	w("- %d rounds; each round runs every contender once, in turn (A B C ... A B C ...), so that drift on the machine spreads over all of them. Tables show the median of the rounds (the worst for correctness figures: success, executions per key). The goals are decided on the median of each round's own ratio (contender over baseline in the same round), and the range of those ratios is shown: on this shared machine a round can differ from the next by as much as the gap being measured.\n", c.Rounds)
 	w("- The load generator, the contender, the upstream and the stores share the machine's %d cores: a contender that needs less CPU per request leaves more to the others. Absolute figures are lower than a dedicated load machine would show; the ratios are the point.\n", doc.Machine.Cores)
 	w("- Keys are UUID-shaped (36 characters), the only length gofiber's middleware accepts by default. Executions are counted by the process that runs the operation: the upstream behind a proxy, the contender itself otherwise.\n\n")
 	w("| contender | kind | store | compared with | notes |\n|---|---|---|---|---|\n")
