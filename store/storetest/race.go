@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -201,64 +200,26 @@ func (r *ProcessRace) Run(t *testing.T, s store.Store, config string) []RaceResu
 	t.Helper()
 	c := r.defaults()
 	dir := t.TempDir()
-	type child struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		ready chan error
-	}
-	var children []child
+	var children []*testkit.Child
 	for p := 1; p <= c.Procs; p++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), r.env("CHILD")+"="+strconv.Itoa(p), r.env("CONFIG")+"="+config,
-			r.env("OUT")+"="+filepath.Join(dir, strconv.Itoa(p)+".jsonl"))
-		cmd.Stderr = os.Stderr
-		setParentDeathSignal(cmd)
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		ready := make(chan error, 1)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				if sc.Text() == "ready" {
-					ready <- nil
-					_, _ = io.Copy(io.Discard, stdout)
-					return
-				}
-			}
-			ready <- fmt.Errorf("child %d exited before it was ready", p)
-		}()
-		children = append(children, child{cmd, stdin, ready})
+		children = append(children, testkit.StartChild(t, r.env("CHILD")+"="+strconv.Itoa(p), r.env("CONFIG")+"="+config,
+			r.env("OUT")+"="+filepath.Join(dir, strconv.Itoa(p)+".jsonl")))
 	}
 	// Start everybody once every child has opened its store.
-	for _, ch := range children {
-		select {
-		case err := <-ch.ready:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("a child never got ready")
+	for i, ch := range children {
+		if !ch.WaitLine("ready", time.Minute) {
+			t.Fatalf("racer %d never got ready", i+1)
 		}
 	}
 	start := time.Now().Add(200 * time.Millisecond)
 	for _, ch := range children {
-		if _, err := fmt.Fprintf(ch.stdin, "go %d\n", start.UnixNano()); err != nil {
+		if _, err := fmt.Fprintf(ch.Stdin, "go %d\n", start.UnixNano()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	results := c.race(context.Background(), s, config, 0, start)
 	for i, ch := range children {
-		if err := ch.cmd.Wait(); err != nil {
+		if err := ch.Cmd.Wait(); err != nil {
 			t.Fatalf("racer %d: %v", i+1, err)
 		}
 		f, err := os.Open(filepath.Join(dir, strconv.Itoa(i+1)+".jsonl"))
