@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/internal/chaos"
@@ -45,15 +44,7 @@ defaults:
 func TestChaos(t *testing.T) {
 	long := os.Getenv("IDEM_CHAOS") == "long"
 	t.Run("postgres", func(t *testing.T) {
-		base := testenv.Postgres(t)
-		schema := fmt.Sprintf("idem_chaos_%d", rand.Uint32())
-		dsn := withParam(base, "idem_schema="+schema)
-		t.Cleanup(func() {
-			if pool, err := pgxpool.New(context.Background(), base); err == nil {
-				_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-				pool.Close()
-			}
-		})
+		dsn, _ := pgSchema(t, "idem_chaos")
 		if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
 			t.Fatalf("migrate: %v %s %s", err, out, errOut)
 		}

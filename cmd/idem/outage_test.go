@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idem-dev/idem/internal/testenv"
 )
 
@@ -111,15 +109,7 @@ func (p *tcpProxy) restore() {
 func TestStoreOutage(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
-		base := testenv.Postgres(t)
-		schema := fmt.Sprintf("idem_outage_%d", rand.Uint32())
-		dsn := withParam(base, "idem_schema="+schema)
-		t.Cleanup(func() {
-			if pool, err := pgxpool.New(context.Background(), base); err == nil {
-				_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-				pool.Close()
-			}
-		})
+		dsn, _ := pgSchema(t, "idem_outage")
 		if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
 			t.Fatalf("migrate: %v %s %s", err, out, errOut)
 		}

@@ -21,16 +21,7 @@ import (
 func TestSharedStore(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
-		base := testenv.Postgres(t)
-		schema := fmt.Sprintf("idem_e2e_%d", rand.Uint32())
-		dsn := withParam(base, "idem_schema="+schema)
-		t.Cleanup(func() {
-			ctx := context.Background()
-			if pool, err := pgxpool.New(ctx, base); err == nil {
-				_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-				pool.Close()
-			}
-		})
+		dsn, _ := pgSchema(t, "idem_e2e")
 		out, errOut, err := runIdem(t, "migrate", "--store", dsn)
 		if err != nil || !strings.Contains(out, "schema at version") {
 			t.Fatalf("migrate: %v %s %s", err, out, errOut)
@@ -122,6 +113,22 @@ func sharedStore(t *testing.T, dsn string) {
 			t.Errorf("stop: %v", err)
 		}
 	}
+}
+
+// pgSchema returns the DSN of the test PostgreSQL server with a schema of
+// its own (named prefix_N), dropped when t ends, and the schema's name.
+func pgSchema(t *testing.T, prefix string) (dsn, schema string) {
+	t.Helper()
+	base := testenv.Postgres(t)
+	schema = fmt.Sprintf("%s_%d", prefix, rand.Uint32())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if pool, err := pgxpool.New(ctx, base); err == nil {
+			_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			pool.Close()
+		}
+	})
+	return withParam(base, "idem_schema="+schema), schema
 }
 
 func withParam(dsn, param string) string {
