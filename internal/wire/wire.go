@@ -1,5 +1,5 @@
 // Package wire reads the length-prefixed binary records that the embedded
-// stores write.
+// stores write, and the records PostgreSQL's notifications carry.
 package wire
 
 import (
@@ -39,6 +39,20 @@ func (d *Reader) Uvarint() uint64 {
 	v, n := binary.Uvarint(d.B)
 	if n <= 0 {
 		d.Err = errors.New("bad length")
+		return 0
+	}
+	d.B = d.B[n:]
+	return v
+}
+
+// Varint returns the next signed varint (as binary.AppendVarint writes it).
+func (d *Reader) Varint() int64 {
+	if d.Err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.B)
+	if n <= 0 {
+		d.Err = errors.New("bad varint")
 		return 0
 	}
 	d.B = d.B[n:]

@@ -64,3 +64,20 @@ func TestReaderHugeLength(t *testing.T) {
 		t.Fatal("unterminated varint: no error")
 	}
 }
+
+func TestReaderVarint(t *testing.T) {
+	t.Parallel()
+	var b []byte
+	for _, v := range []int64{0, -1, 1, -1 << 40, 1 << 62} {
+		b = binary.AppendVarint(b, v)
+	}
+	d := wire.Reader{B: b}
+	for _, want := range []int64{0, -1, 1, -1 << 40, 1 << 62} {
+		if got := d.Varint(); got != want {
+			t.Fatalf("Varint = %d, want %d", got, want)
+		}
+	}
+	if d.Varint(); d.Err == nil {
+		t.Fatal("reading past the end set no error")
+	}
+}

@@ -95,7 +95,7 @@ func decodeRecord(keyHash, enc string) (*store.Record, bool) {
 		State: store.State(str[4]), RequestID: str[5], Token: d.Uvarint(),
 	}
 	for _, t := range []*time.Time{&rec.CreatedAt, &rec.UpdatedAt, &rec.ExpiresAt, &rec.LeaseUntil} {
-		*t = time.UnixMicro(varint(&d)).UTC()
+		*t = time.UnixMicro(d.Varint()).UTC()
 	}
 	if n := d.Uvarint(); n > 0 {
 		rec.Value = append([]byte{}, d.Bytes(n-1)...)
@@ -104,14 +104,4 @@ func decodeRecord(keyHash, enc string) (*store.Record, bool) {
 		return nil, false
 	}
 	return rec, true
-}
-
-// varint reads what binary.AppendVarint wrote (zig-zag encoded).
-func varint(d *wire.Reader) int64 {
-	ux := d.Uvarint()
-	x := int64(ux >> 1)
-	if ux&1 != 0 {
-		x = ^x
-	}
-	return x
 }
