@@ -86,8 +86,10 @@ func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.R
 	a.cap = &a.capture
 	a.started = make(chan struct{})
 	// The handler may outlive this request: its context must not end when
-	// the client is answered.
-	r = r.WithContext(context.WithoutCancel(r.Context()))
+	// the client is answered. (The gateway detached it already.)
+	if r.Context().Done() != nil {
+		r = r.WithContext(context.WithoutCancel(r.Context()))
+	}
 	a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
 	done := make(chan struct{})
 	callWorkers.Go(func() {

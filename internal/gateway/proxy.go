@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,8 +44,7 @@ type Proxy struct {
 	deadline    time.Duration
 	log         *slog.Logger
 	inflight    sync.WaitGroup // requests being served, and upstream calls going on after their client was answered
-	stop        context.Context
-	abort       context.CancelCauseFunc
+	calls       calls          // upstream calls in flight, for Abort
 	routes      *idemhttp.Routes
 }
 
@@ -52,7 +52,7 @@ type Proxy struct {
 // scope as the middleware does.
 func (p *Proxy) Routes() *idemhttp.Routes { return p.routes }
 
-// ErrShutdown is the cause of upstream calls cut off by Abort.
+// ErrShutdown is how an upstream call cut off by Abort failed.
 var ErrShutdown = errors.New("gateway: shut down before the upstream answered")
 
 // NewTransport returns the upstream transport: http.DefaultTransport's
@@ -83,7 +83,6 @@ func New(opts Options) (*Proxy, error) {
 		opts.Transport = NewTransport(opts.UpstreamDeadline)
 	}
 	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger, deadline: opts.UpstreamDeadline}
-	p.stop, p.abort = context.WithCancelCause(context.Background())
 	if p.reqIDHeader == "" {
 		p.reqIDHeader = "X-Request-Id"
 	}
@@ -148,7 +147,10 @@ func New(opts Options) (*Proxy, error) {
 // the shape of the route's profile, and tells the middleware whether the
 // call was sent.
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error, onErr func(string), upstream *url.URL) {
-	e := classify(err, r.Context())
+	if p.calls.isAborted() && r.Context().Err() != nil {
+		err = fmt.Errorf("%w: %w", ErrShutdown, err)
+	}
+	e := classify(err)
 	onErr(e.metric)
 	p.log.Warn("idem: upstream failed", "url", upstream.Redacted(), "path", r.URL.Path,
 		"request_id", r.Header.Get(p.reqIDHeader), "sent", e.sent, "err", err)
@@ -179,7 +181,7 @@ type upstreamError struct {
 // and the key is never released). A body cut off after the headers does
 // not come here: ReverseProxy panics with http.ErrAbortHandler, which the
 // middleware records as an unknown outcome.
-func classify(err error, ctx context.Context) upstreamError {
+func classify(err error) upstreamError {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return upstreamError{kind: idemhttp.KindUpstreamUnavailable, metric: "unreachable",
@@ -187,7 +189,7 @@ func classify(err error, ctx context.Context) upstreamError {
 	}
 	var ne net.Error
 	switch {
-	case errors.Is(context.Cause(ctx), ErrShutdown):
+	case errors.Is(err, ErrShutdown):
 		return upstreamError{sent: true, kind: idemhttp.KindUpstreamUnavailable, metric: "error",
 			detail: "the gateway shut down before the upstream answered: the call may have run, so its outcome is unknown"}
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
@@ -207,10 +209,8 @@ func (p *Proxy) bounded(next http.Handler) http.Handler {
 		defer p.inflight.Done()
 		ctx, cancel := context.WithTimeout(r.Context(), p.deadline)
 		defer cancel()
-		ctx, cancelCause := context.WithCancelCause(ctx)
-		defer cancelCause(nil)
-		stop := context.AfterFunc(p.stop, func() { cancelCause(context.Cause(p.stop)) })
-		defer stop()
+		c := p.calls.add(cancel)
+		defer p.calls.remove(c)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -218,7 +218,7 @@ func (p *Proxy) bounded(next http.Handler) http.Handler {
 // Abort cuts off the upstream calls still running, so that their keys are
 // recorded as outcome unknown rather than left in progress: for shutdown,
 // once in-flight requests had their time.
-func (p *Proxy) Abort() { p.abort(ErrShutdown) }
+func (p *Proxy) Abort() { p.calls.abort() }
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.inflight.Add(1)
@@ -227,10 +227,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(p.reqIDHeader)
 	if !saneID(id) || len(r.Header.Values(p.reqIDHeader)) > 1 {
 		id = idemhttp.NewRequestID()
-		// A shallow copy with its own headers: the body, URL and the rest
-		// are not changed, so a deep Clone per request is not needed.
-		r = r.WithContext(r.Context())
-		r.Header = r.Header.Clone()
+		// Set on the request's own header map: nothing reads it after
+		// the handler, and the middleware and ReverseProxy copy it before
+		// they change it. A clone was a map and a slice per request.
 		r.Header.Set(p.reqIDHeader, id)
 	}
 	w.Header().Set(p.reqIDHeader, id)
