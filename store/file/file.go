@@ -79,7 +79,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
 	s := &Store{
-		log:    &log{dir: dir, maxSegment: opts.SegmentBytes, segs: map[uint64]*segment{}, nextID: 1},
+		log:    newLog(dir, opts.SegmentBytes),
 		lock:   lock,
 		logger: opts.Logger,
 		exp:    expiry.New[keyID](),

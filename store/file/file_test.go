@@ -2,6 +2,7 @@ package file
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -652,39 +653,87 @@ func writeAt(path string, off int64, b []byte) error {
 	return err
 }
 
-// TestPreallocated checks that segments are allocated ahead of their
-// writes (so that fdatasync commits no size change), that the zeros after
-// the last frame read as the log's end when the store reopens, and that
-// writes after reopening land after the last frame, not after the zeros.
-func TestPreallocated(t *testing.T) {
+// TestZeroFilled checks that segments are written with zeros ahead of
+// their frames (so that fdatasync commits no block allocation), that no
+// fill ever overwrites a frame, across fills and segment rotations, with
+// the sync waiting on a fill or growing the file past it, that the zeros
+// after the last frame read as the log's end when the store reopens, and
+// that writes after reopening land after the last frame, not after the
+// zeros.
+func TestZeroFilled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := openT(t, dir)
-	a := reserveReq("a", storetest.T0, time.Hour)
-	if _, err := s.Reserve(ctx, a); err != nil {
+	// Segments of a little more than one fill each.
+	s := openT(t, dir, func(o *Options) { o.SegmentBytes = zeroAhead + zeroAhead/4 })
+	if _, err := s.Reserve(ctx, reserveReq("a", storetest.T0, time.Hour)); err != nil {
 		t.Fatal(err)
 	}
+	s.log.fills.Wait()
 	path, end := s.log.active.path, s.log.active.size
-	s.Close()
-	fi, err := os.Stat(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Size() < end+preallocChunk {
-		t.Fatalf("segment is %d bytes with %d written: not allocated ahead", fi.Size(), end)
+	if int64(len(data)) < end+zeroGap+zeroAhead {
+		t.Fatalf("segment is %d bytes with %d written: not filled ahead", len(data), end)
 	}
-	s = openT(t, dir)
-	if got := s.log.active.size; got != end {
-		t.Fatalf("reopened log ends at %d, want %d", got, end)
+	if !allZero(data[end:]) {
+		t.Fatal("the bytes after the last frame are not zeros")
 	}
-	b := reserveReq("b", storetest.T0, time.Hour)
-	if _, err := s.Reserve(ctx, b); err != nil {
+	// About 15 MiB of frames from 16 writers: several fills and segment
+	// rotations, with frames arriving while fills run, and catching up
+	// with fills made slow.
+	s.log.slowFill = func() { time.Sleep(20 * time.Millisecond) }
+	const writers, each = 16, 375
+	val := bytes.Repeat([]byte("v"), 2500)
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range each {
+				req := reserveReq(fmt.Sprintf("w%d-%d", w, i), storetest.T0, time.Hour)
+				if _, err := s.Reserve(ctx, req); err != nil {
+					errs <- err
+					return
+				}
+				if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
+					Value: val, Now: storetest.T0, ExpiresAt: storetest.T0.Add(time.Hour)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.log.segs); n < 3 {
+		t.Fatalf("%d segments: the test did not rotate", n)
+	}
+	// One more write once every fill ended: the last segment gets a
+	// fill of its own, so that the store reopens inside its zeros.
+	s.log.fills.Wait()
+	if _, err := s.Reserve(ctx, reserveReq("c", storetest.T0, time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	s = openT(t, dir)
-	if recs := checkIndex(t, s); len(recs) != 2 {
-		t.Fatalf("%d records after two reopenings, want 2", len(recs))
+	if recs := checkIndex(t, s); len(recs) != 2+writers*each {
+		t.Fatalf("%d records after reopening, want %d", len(recs), 2+writers*each)
+	}
+	last := s.log.active
+	if fi, err := os.Stat(last.path); err != nil || fi.Size() <= last.size {
+		t.Fatalf("the last segment (%v) holds no zeros after its frames: the test did not reopen inside zeros", err)
+	}
+	if _, err := s.Reserve(ctx, reserveReq("b", storetest.T0, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openT(t, dir)
+	if recs := checkIndex(t, s); len(recs) != 3+writers*each {
+		t.Fatalf("%d records after two reopenings, want %d", len(recs), 3+writers*each)
 	}
 }

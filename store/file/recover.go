@@ -125,7 +125,8 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 			f.Close()
 			return nil, err
 		}
-		seg.size, seg.written, seg.alloc = int64(off), int64(off), int64(off)
+		seg.size, seg.written = int64(off), int64(off)
+		seg.ready.Store(int64(off))
 		_, err := f.Seek(int64(off), 0)
 		return seg, err
 	}
@@ -178,7 +179,10 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 		}
 		off += frameHeader + n
 	}
-	seg.size, seg.written, seg.alloc = int64(off), int64(off), int64(len(data))
+	// The zeros after off may be fallocated space, not written zeros: the
+	// next fill writes them again.
+	seg.size, seg.written = int64(off), int64(off)
+	seg.ready.Store(int64(off))
 	_, err = f.Seek(int64(off), 0)
 	return seg, err
 }

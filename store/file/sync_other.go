@@ -2,12 +2,6 @@
 
 package file
 
-import (
-	"errors"
-	"os"
-)
+import "os"
 
 func fdatasync(f *os.File) error { return f.Sync() }
-
-// preallocate is Linux's only; elsewhere the log grows its files.
-func preallocate(*os.File, int64) error { return errors.ErrUnsupported }

@@ -84,8 +84,11 @@ previous build in one run):
   tell it was in memory and flushed the headers before the body: two
   writes and two packets to the upstream per request. The gateway hands it
   the body it already read: one write (` + "`TestRequestIsOneWrite`" + `).
-- The embedded store: segments allocated ahead (an fsync no longer commits
-  a new file size: 43-51 µs of CPU a sync instead of 69-75), an expiry index
+- The embedded store: segments written with zeros ahead of the frames, off
+  the writers' path (an fsync then commits neither a new size nor newly
+  written blocks: 45-63 µs of CPU a sync, 75-86 in fallocated space, 90-107
+  appending; in BenchmarkPairs at 64 writers 1.3-1.8x the pairs/s at
+  0.7-0.85x the CPU a pair of fallocated segments), an expiry index
   of one-second buckets instead of a B-tree (5 µs a request under load), and
   a syncer that yields once before taking the buffer when the last sync
   covered several writers (bytes per fsync about 3,000 -> 5,500).
