@@ -81,8 +81,10 @@ func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.R
 		a.res, a.err = rt.eng.Do(r.Context(), c, a.op)
 		return a, true
 	}
-	a := &attempt{} // shared with the goroutine below, which may outlive this call
-	a.capture = capture{rw: w, max: m.maxResp, status: http.StatusOK, rt: rt}
+	// Shared with the goroutine below, which may outlive this call: it is
+	// pooled only once that goroutine is done with it.
+	a := getAttempt()
+	a.capture.rw, a.capture.max, a.capture.status, a.capture.rt = w, m.maxResp, http.StatusOK, rt
 	a.cap = &a.capture
 	a.started = make(chan struct{})
 	// The handler may outlive this request: its context must not end when
@@ -94,26 +96,26 @@ func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.R
 	done := make(chan struct{})
 	callWorkers.Go(func() {
 		defer close(done)
-		a.res, a.err = rt.eng.Do(r.Context(), c, a.run)
+		a.res, a.err = rt.eng.Do(r.Context(), c, a.op)
 		if a.cap.isDetached() {
 			m.logDetached(rt, c, a)
 		}
 	})
 	select {
 	case <-done:
-		return a, false
+		return a, true
 	case <-a.started:
 	}
 	t := time.NewTimer(rt.AnswerWithin)
 	defer t.Stop()
 	select {
 	case <-done:
-		return a, false
+		return a, true
 	case <-t.C:
 	}
 	if !a.cap.detach() {
 		<-done // the response is already streaming to the client
-		return a, false
+		return a, true
 	}
 	return &attempt{detached: true}, false
 }
