@@ -77,12 +77,7 @@ func Run(ctx context.Context, opts Options, doc *results.Doc) error {
 	// Leave the shared servers as they were found, near enough: the
 	// records of a run are hundreds of thousands of keys.
 	for _, c := range cs {
-		if c.RedisDB != 0 {
-			_ = flushRedis(context.WithoutCancel(ctx), opts.Setup.Redis, c.RedisDB)
-		}
-		if c.Postgres {
-			_ = truncatePostgres(context.WithoutCancel(ctx), opts.Setup.Postgres)
-		}
+		_ = emptyStore(context.WithoutCancel(ctx), opts.Setup, c)
 	}
 	for _, c := range cs {
 		rc := c.Contender
