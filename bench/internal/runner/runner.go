@@ -1,5 +1,7 @@
 // Package runner runs the contenders in turn, round after round, through
-// the load and race scenarios, and collects what they did.
+// the load and race scenarios, and collects what they did. It also runs the
+// duels that decide the goals: a contender and its baseline side by side,
+// the load alternating between them (duel.go).
 package runner
 
 import (
@@ -35,6 +37,13 @@ type Options struct {
 	Scenarios []load.Scenario
 	// Work is a directory for logs and the contenders' files.
 	Work string
+	// DuelSlice is how long each side of a duel gets the load at a time;
+	// DuelPairs how many A B pairs of slices a duel measures.
+	DuelSlice time.Duration
+	DuelPairs int
+	// DuelListen and DuelAdmin are where a duel's baseline listens, its
+	// contender being at Setup.Listen and Setup.Admin.
+	DuelListen, DuelAdmin string
 }
 
 // Run measures every contender and adds what it found to doc.
