@@ -120,7 +120,7 @@ func writeOverheadGoal(w func(string, ...any), doc *results.Doc, o goal.Overhead
 		if rounds != "" {
 			rounds = "; rounds: " + rounds
 		}
-		w("| %s | idem %s net/http, gofiber %s fiber%s | %s |\n", what, duelFigure(di), duelFigure(dp), rounds, yesNo(mx >= fx))
+		w("| %s | idem over net/http %s, gofiber over fiber %s%s | %s |\n", what, duelFigure(di), duelFigure(dp), rounds, yesNo(mx >= fx))
 		return
 	}
 	if rounds != "" {

@@ -79,6 +79,8 @@ type duelSide struct {
 	req    load.Request
 	fresh  *load.Keys
 	known  load.Known
+	// busy is the CPU time the process spent in its own slices.
+	busy time.Duration
 }
 
 // side indexes a duel's sides.
@@ -125,6 +127,10 @@ func runDuel(ctx context.Context, opts Options, c, b contender.Contender, sc loa
 		}
 		return sides[s].slice(sc, opts.Connections, opts.DuelSlice, up)
 	}
+	cpu0, err := sideCPU(sides)
+	if err != nil {
+		return res, err
+	}
 	// Warm-up: one untimed slice each, so that neither side's first slice
 	// pays for connections, caches or a heap still growing.
 	for _, s := range []side{contenderSide, baselineSide} {
@@ -140,7 +146,30 @@ func runDuel(ctx context.Context, opts Options, c, b contender.Contender, sc loa
 			return res, fmt.Errorf("%s exited during the duel: %v", sd.c.ID, err)
 		}
 	}
+	cpu1, err := sideCPU(sides)
+	if err != nil {
+		return res, err
+	}
+	// What a process burns while the other has the load (a store's
+	// background work) is charged to no slice: say how much it was.
+	for i, sd := range sides {
+		total := cpu1[i] - cpu0[i]
+		log.Printf("  %s: %s of CPU over the duel, %s of it outside its own slices", sd.c.ID, total, total-sd.busy)
+	}
 	return res, nil
+}
+
+// sideCPU reads the CPU time of both sides' processes.
+func sideCPU(sides [2]*duelSide) ([2]time.Duration, error) {
+	var out [2]time.Duration
+	for i, sd := range sides {
+		t, err := cpuTime(sd.p)
+		if err != nil {
+			return out, err
+		}
+		out[i] = t
+	}
+	return out, nil
 }
 
 // abba returns the order of the sides in pair i: contender first in even
@@ -241,6 +270,7 @@ func (sd *duelSide) slice(sc load.Scenario, conns int, d time.Duration, up *proc
 	if err != nil {
 		return results.Slice{}, err
 	}
+	sd.busy += cpu1 - cpu0
 	s := results.Slice{Requests: m.Requests, Throughput: m.Throughput, Success: m.Success}
 	if m.Requests > 0 {
 		s.CPUPerReq = perReq(cpu1-cpu0, m.Requests)
