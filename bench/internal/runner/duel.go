@@ -95,9 +95,16 @@ const (
 // they share, if they proxy), then alternates sc's load between them.
 func runDuel(ctx context.Context, opts Options, c, b contender.Contender, sc load.Scenario) (results.Duel, error) {
 	res := results.Duel{Contender: c.ID, Baseline: b.ID, Scenario: string(sc), Slice: opts.DuelSlice}
-	dir, err := workDir(opts.Work, fmt.Sprintf("duel-%s-%s-%s", c.ID, b.ID, sc), 0)
+	dir, err := freshDir(filepath.Join(opts.Work, fmt.Sprintf("duel-%s-%s-%s", c.ID, b.ID, sc)))
 	if err != nil {
 		return res, err
+	}
+	// Once both are stopped (deferred below), their records go: the
+	// embedded store's files with the duel, the shared stores' as Run
+	// leaves them after the rounds. The logs stay for a post-mortem.
+	for _, x := range []contender.Contender{c, b} {
+		defer os.RemoveAll(filepath.Join(dir, x.ID, "idem-data"))
+		defer func() { _ = emptyStore(context.WithoutCancel(ctx), opts.Setup, x) }()
 	}
 	var g proc.Group
 	defer g.StopAll()

@@ -100,7 +100,11 @@ func Run(ctx context.Context, opts Options, doc *results.Doc) error {
 
 // workDir returns a fresh directory for one contender's round.
 func workDir(base, id string, round int) (string, error) {
-	dir := filepath.Join(base, fmt.Sprintf("%s-r%d", id, round))
+	return freshDir(filepath.Join(base, fmt.Sprintf("%s-r%d", id, round)))
+}
+
+// freshDir empties dir, or creates it.
+func freshDir(dir string) (string, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return "", err
 	}
