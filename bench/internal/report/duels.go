@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/idem-dev/idem/bench/internal/goal"
 	"github.com/idem-dev/idem/bench/internal/results"
@@ -22,7 +23,7 @@ func findDuel(doc *results.Doc, id, base, scenario string) *results.Duel {
 // interleaved pairs, IQR 0.90-0.95; +12 CPU µs/req)".
 func duelFigure(d *results.Duel) string {
 	r, cpu := results.Summarize(d.Ratios()), results.Summarize(d.CPUDiffs())
-	return fmt.Sprintf("%.2fx (median of %d interleaved pairs, IQR %.2f-%.2f; %+.0f CPU µs/req)", r.Median, r.N, r.Q1, r.Q3, cpu.Median)
+	return fmt.Sprintf("%.2fx (median of %d interleaved pairs, IQR %.2f-%.2f; %s CPU µs/req)", r.Median, r.N, r.Q1, r.Q3, signed(cpu.Median))
 }
 
 // sliceMedian is the median over d's pairs of one side's figure.
@@ -50,13 +51,13 @@ func writeDuels(w func(string, ...any), doc *results.Doc) {
 		r, cpu, up := results.Summarize(d.Ratios()), results.Summarize(d.CPUDiffs()), results.Summarize(d.UpstreamCPUDiffs())
 		upCell := "-"
 		if hasUpstream(d) {
-			upCell = fmt.Sprintf("%+.0f", up.Median)
+			upCell = signed(up.Median)
 		}
-		w("| %s | %s | %s | %d x %s | %.2fx | %.2f-%.2f | %.0f | %.0f | %+.0f (IQR %+.0f to %+.0f) | %s |\n",
+		w("| %s | %s | %s | %d x %s | %.2fx | %.2f-%.2f | %.0f | %.0f | %s (IQR %s to %s) | %s |\n",
 			baselineName(doc, d.Contender), baselineName(doc, d.Baseline), scenarioTitle[d.Scenario], r.N, d.Slice, r.Median, r.Q1, r.Q3,
 			sliceMedian(d, func(p results.Pair) float64 { return p.Contender.CPUPerReq }),
 			sliceMedian(d, func(p results.Pair) float64 { return p.Baseline.CPUPerReq }),
-			cpu.Median, cpu.Q1, cpu.Q3, upCell)
+			signed(cpu.Median), signed(cpu.Q1), signed(cpu.Q3), upCell)
 	}
 	w("\n")
 }
@@ -163,4 +164,14 @@ func duelsBehind(doc *results.Doc) []string {
 			baselineName(doc, d.Contender), scenarioTitle[d.Scenario], baselineName(doc, d.Baseline), r.Median, r.N, r.Q1, r.Q3))
 	}
 	return out
+}
+
+// signed formats a difference of µs with its sign, rounded; a difference
+// that rounds to nothing is "+0", not "-0".
+func signed(v float64) string {
+	v = math.Round(v)
+	if v == 0 {
+		v = 0 // math.Round(-0.3) is a negative zero, which prints as -0
+	}
+	return fmt.Sprintf("%+.0f", v)
 }

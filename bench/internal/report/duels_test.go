@@ -77,3 +77,12 @@ func TestOverheadGoal(t *testing.T) {
 		t.Errorf("gofiber ahead: %q", l)
 	}
 }
+
+// TestSigned: differences keep their sign, but a nothing is "+0".
+func TestSigned(t *testing.T) {
+	for v, want := range map[float64]string{-0.3: "+0", 0: "+0", -0.6: "-1", 2.4: "+2", -28.5: "-29"} {
+		if got := signed(v); got != want {
+			t.Errorf("signed(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
