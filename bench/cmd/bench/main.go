@@ -106,6 +106,10 @@ func main() {
 		},
 		Started: time.Now().UTC(),
 	}
+	if *duelsOnly {
+		// The saved config says what ran: no rounds, no scale runs.
+		doc.Config.Rounds, doc.Config.Scale = 0, "off"
+	}
 	doc.Machine = runner.Machine()
 	log.Printf("work directory (logs): %s", *work)
 	if !*skipLoadRun && !*duelsOnly {
