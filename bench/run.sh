@@ -3,10 +3,11 @@
 # the Node peers, starts PostgreSQL and Redis if needed, measures every
 # contender and writes BENCHMARKS.md and docs/bench/ at the repository root.
 #
-#   bench/run.sh                      # the full run (about 20 minutes on 2 cores)
+#   bench/run.sh                      # the full run, duels included (about 25 minutes on 2 cores)
 #   BENCH_SCALE=full bench/run.sh     # adds 10^7 live keys on PostgreSQL
 #   bench/run.sh -rounds 1 -duration 2s -scale quick   # a quick look
 #   bench/run.sh -report-only         # rebuild the report from docs/bench/results.json
+#   bench/run.sh -duels-only          # only the duels that decide the goals (3-4 minutes)
 #
 # Extra arguments go to the harness (go run ./cmd/bench -h lists them).
 set -euo pipefail

@@ -46,7 +46,10 @@ func main() {
 		pg          = flag.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN")
 		redisURL    = flag.String("redis", "redis://127.0.0.1:6379", "Redis URL, without a database number (the run uses databases 8-13)")
 		command     = flag.String("command", "bench/run.sh", "the command line to print in BENCHMARKS.md")
-		skipLoadRun = flag.Bool("skip-load", false, "skip the load and race scenarios (scale runs only)")
+		skipLoadRun = flag.Bool("skip-load", false, "skip the load and race scenarios and the duels (scale runs only)")
+		duelSlice   = flag.Duration("duel-slice", time.Second, "how long each side of a duel gets the load at a time")
+		duelPairs   = flag.Int("duel-pairs", 10, "A B pairs of slices per duel (0: no duels)")
+		duelsOnly   = flag.Bool("duels-only", false, "run the duels only: no rounds, no race, no scale runs")
 	)
 	flag.Parse()
 	chartDir := filepath.Join(*root, "docs", "bench")
@@ -89,6 +92,7 @@ func main() {
 		Rounds: *rounds, Warmup: *warmup, Duration: *duration, Connections: *conns,
 		KnownKeys: *known, RaceKeys: *raceKeys, RacePerKey: *racePerKey, RaceDelay: *raceDelay,
 		Only: split(*only), Work: *work,
+		DuelSlice: *duelSlice, DuelPairs: *duelPairs, DuelListen: "127.0.0.1:18084", DuelAdmin: "127.0.0.1:18085",
 	}
 	for _, s := range split(*scenarios) {
 		opts.Scenarios = append(opts.Scenarios, load.Scenario(s))
@@ -98,17 +102,29 @@ func main() {
 		Config: results.Config{
 			Rounds: *rounds, Duration: *duration, Warmup: *warmup, Connections: *conns, KnownKeys: *known,
 			RaceKeys: *raceKeys, RacePerKey: *racePerKey, RaceDelay: *raceDelay, Scale: *scaleMode,
+			DuelSlice: *duelSlice, DuelPairs: *duelPairs,
 		},
 		Started: time.Now().UTC(),
 	}
+	if *duelsOnly {
+		// The saved config says what ran: no rounds, no scale runs.
+		doc.Config.Rounds, doc.Config.Scale = 0, "off"
+	}
 	doc.Machine = runner.Machine()
 	log.Printf("work directory (logs): %s", *work)
-	if !*skipLoadRun {
+	if !*skipLoadRun && !*duelsOnly {
 		if err := runner.Run(ctx, opts, doc); err != nil {
 			log.Fatal(err)
 		}
 	}
-	if *scaleMode != "off" {
+	// The duels decide the goals; the rounds' ratios are shown beside
+	// them.
+	if !*skipLoadRun && *duelPairs > 0 {
+		if err := runner.Duels(ctx, opts, doc); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *scaleMode != "off" && !*duelsOnly {
 		sopts := scale.Options{
 			Mode: *scaleMode, Dir: filepath.Join(*work, "scale"),
 			Postgres: withParam(*pg, "idem_schema=idem_scale"), Redis: *redisURL + "/13",

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-dev/idem/bench/internal/goal"
 	"github.com/idem-dev/idem/bench/internal/results"
 )
 
@@ -26,16 +27,6 @@ var scenarioText = map[string]string{
 	"replay": "Every request retries one of %d keys that completed before the run: idem answers from the store and the operation does not run.",
 	"mix":    "Nine requests in ten carry a new key, one in ten retries one of the %d known keys.",
 }
-
-// Goals are the targets idem holds itself to, over the plain proxy.
-const (
-	goalFirst  = 0.9
-	goalReplay = 2.5
-	// goalRedisFirst and goalPostgresReplay: what a shared store may cost a
-	// gateway over the plain proxy.
-	goalRedisFirst     = 0.85
-	goalPostgresReplay = 1.0
-)
 
 // Write writes BENCHMARKS.md to mdPath and the charts into chartDir.
 func Write(doc *results.Doc, mdPath, chartDir string) error {
@@ -68,6 +59,7 @@ func Write(doc *results.Doc, mdPath, chartDir string) error {
 	w("Run of %s, %s long. ", doc.Started.Format("2006-01-02 15:04 MST"), doc.Finished.Sub(doc.Started).Round(time.Second))
 	writeMachine(w, doc)
 	writeGoals(w, doc)
+	writeDuels(w, doc)
 	writeBehind(w, doc)
 	writeMethod(w, doc)
 	for _, sc := range scenarioOrder {
@@ -108,40 +100,11 @@ func writeMachine(w func(string, ...any), doc *results.Doc) {
 func writeGoals(w func(string, ...any), doc *results.Doc) {
 	w("## Goals\n\n")
 	w("| goal | measured | met |\n|---|---|---|\n")
-	for _, g := range []struct {
-		id, what, sc string
-		goal         float64
-	}{
-		{"gw-file", "gateway on the embedded store", "first", goalFirst},
-		{"gw-file", "gateway on the embedded store", "replay", goalReplay},
-		{"gw-redis", "gateway on Redis", "first", goalRedisFirst},
-		{"gw-postgres", "gateway on PostgreSQL", "replay", goalPostgresReplay},
-	} {
-		rs := rows(doc, g.sc)
-		r := find(rs, g.id)
-		if r == nil {
-			w("| %s >= %.2fx the plain proxy on %s | not measured | - |\n", g.what, g.goal, scenarioTitle[g.sc])
-			continue
-		}
-		// The median of the rounds' own ratios decides; the medians'
-		// ratio is shown beside it.
-		pr := pairedRatios(doc, g.sc, g.id, "proxy")
-		x := median(pr)
-		w("| %s >= %.2fx the plain proxy on %s | %.2fx (median of each round's ratio%s; medians of the rounds %s vs %s req/s, p99 %s ms vs %s ms) | %s |\n",
-			g.what, g.goal, scenarioTitle[g.sc], x, spread(pr), num(r.Throughput), num(find(rs, "proxy").Throughput),
-			ms(r.P99), ms(find(rs, "proxy").P99), yesNo(x >= g.goal))
+	for _, g := range goal.Ratios {
+		writeRatioGoal(w, doc, g)
 	}
-	// idem's middleware over net/http against gofiber's over fiber.
-	for _, sc := range []string{"first", "replay"} {
-		rs := rows(doc, sc)
-		mw, up, fb, bare := find(rs, "mw-memory"), find(rs, "upstream"), find(rs, "fiber"), find(rs, "fiber-bare")
-		if mw == nil || up == nil || fb == nil || bare == nil || up.Throughput == 0 || bare.Throughput == 0 {
-			continue
-		}
-		mr, fr := pairedRatios(doc, sc, "mw-memory", "upstream"), pairedRatios(doc, sc, "fiber", "fiber-bare")
-		mx, fx := median(mr), median(fr)
-		w("| idem middleware's overhead over net/http no larger than gofiber's over fiber, %s | idem %.2fx net/http (+%.0f CPU µs/req%s), gofiber %.2fx fiber (+%.0f CPU µs/req%s) | %s |\n",
-			scenarioTitle[sc], mx, mw.CPU-up.CPU, spread(mr), fx, fb.CPU-bare.CPU, spread(fr), yesNo(mx >= fx))
+	for _, o := range goal.Overheads {
+		writeOverheadGoal(w, doc, o)
 	}
 	var worst int64
 	var stores []string
@@ -189,6 +152,7 @@ func writeBehind(w func(string, ...any), doc *results.Doc) {
 			}
 		}
 	}
+	lines = append(lines, duelsBehind(doc)...)
 	if len(lines) == 0 {
 		w("In this run no idem contender fell below its baseline, and no peer outran idem's middleware on the same store.\n\n")
 	} else {
@@ -205,8 +169,21 @@ func writeMethod(w func(string, ...any), doc *results.Doc) {
 	w("## Method\n\n")
 	w("- Each contender is its own process, started and stopped by the harness: peak RSS is the process's `VmHWM` (reset through `/proc/PID/clear_refs` before each scenario), so it covers the warm-up and the measured run of that scenario only.\n")
 	w("- Proxy contenders (the plain `httputil.ReverseProxy` and idem's gateway) front the same trivial upstream, a Go net/http server whose `POST /charges` counts its executions per key and answers 43 bytes of JSON; they are compared with the plain proxy. In-process contenders (idem's middleware and the peers) run the same operation inside their own server; they are compared with the upstream called directly.\n")
-	w("- Load: [vegeta](https://github.com/tsenart/vegeta)'s library at its maximum rate with %d workers over %d kept-alive connections (each worker sends its next request when its last is answered, as `wrk -c%d` does). Each scenario runs a %s warm-up, then %s measured.\n", c.Connections, c.Connections, c.Connections, c.Warmup, c.Duration)
-	w("- %d rounds; each round runs every contender once, in turn (A B C ... A B C ...), so that drift on the machine spreads over all of them. Tables show the median of the rounds (the worst for correctness figures: success, executions per key). The goals are decided on the median of each round's own ratio (contender over baseline in the same round), and the range of those ratios is shown: on this shared machine a round can differ from the next by as much as the gap being measured.\n", c.Rounds)
+	w("- Load: [vegeta](https://github.com/tsenart/vegeta)'s library at its maximum rate with %d workers over %d kept-alive connections (each worker sends its next request when its last is answered, as `wrk -c%d` does).", c.Connections, c.Connections, c.Connections)
+	if len(doc.Runs) > 0 {
+		w(" Each scenario runs a %s warm-up, then %s measured.", c.Warmup, c.Duration)
+	}
+	w("\n")
+	if len(doc.Runs) > 0 {
+		decided := "The goals are"
+		if len(doc.Duels) > 0 {
+			decided = "A goal without a duel is"
+		}
+		w("- %d rounds; each round runs every contender once, in turn (A B C ... A B C ...), so that drift on the machine spreads over all of them. Tables show the median of the rounds (the worst for correctness figures: success, executions per key). %s decided on the median of each round's own ratio (contender over baseline in the same round), and the range of those ratios is shown: on this shared machine a round can differ from the next by as much as the gap being measured.\n", c.Rounds, decided)
+	}
+	if len(doc.Duels) > 0 {
+		w("- Duels decide the goals. On these shared cores the same process's CPU per request moves by 20-40%% from one few-second window to the next, so two runs even one round apart are not measured under the same conditions. In a duel the contender and its baseline run at the same time, each its own process on its own port (two proxies share one upstream), each with its own connections and keys. The load goes to one for %s, then to the other, in the order A B B A A B B A ..., %d pairs after one untimed slice each; the side that waits is idle. Two adjacent slices see nearly the same machine, so each pair gives one throughput ratio and one difference of CPU per request; alternating which side goes first cancels a steady drift. The goal is decided on the median ratio over the pairs, with the interquartile range (where the middle half of the pairs fell) beside it. A proxy's upstream works only for the side that has the load, so its CPU during a slice is charged to that side.\n", c.DuelSlice, c.DuelPairs)
+	}
 	w("- The load generator, the contender, the upstream and the stores share the machine's %d cores: a contender that needs less CPU per request leaves more to the others. Absolute figures are lower than a dedicated load machine would show; the ratios are the point.\n", doc.Machine.Cores)
 	w("- Keys are UUID-shaped (36 characters), the only length gofiber's middleware accepts by default. Executions are counted by the process that runs the operation: the upstream behind a proxy, the contender itself otherwise.\n\n")
 	w("| contender | kind | store | compared with | notes |\n|---|---|---|---|---|\n")

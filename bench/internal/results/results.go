@@ -19,6 +19,7 @@ type Doc struct {
 	Contenders []Contender `json:"contenders"`
 	Runs       []Run       `json:"runs"`
 	Races      []Race      `json:"races"`
+	Duels      []Duel      `json:"duels,omitempty"`
 	Scale      []Latency   `json:"scale"`
 	Cleanup    []Cleanup   `json:"cleanup"`
 	// Notes are things the run noticed (a contender that failed to
@@ -48,6 +49,10 @@ type Config struct {
 	RacePerKey  int           `json:"race_per_key"`
 	RaceDelay   time.Duration `json:"race_delay"`
 	Scale       string        `json:"scale"`
+	// DuelSlice and DuelPairs: each duel's slice of load and number of
+	// A B pairs.
+	DuelSlice time.Duration `json:"duel_slice,omitempty"`
+	DuelPairs int           `json:"duel_pairs,omitempty"`
 }
 
 // Contender describes one contender as the report shows it.

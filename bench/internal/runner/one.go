@@ -30,15 +30,8 @@ func runOne(ctx context.Context, opts Options, c contender.Contender, round int,
 	// The contender's files (the embedded store) go away with its round;
 	// its log stays for a post-mortem.
 	defer os.RemoveAll(filepath.Join(dir, "idem-data"))
-	if c.RedisDB != 0 {
-		if err := flushRedis(ctx, s.Redis, c.RedisDB); err != nil {
-			return nil, nil, fmt.Errorf("flush redis db %d: %w", c.RedisDB, err)
-		}
-	}
-	if c.Postgres {
-		if err := truncatePostgres(ctx, s.Postgres); err != nil {
-			return nil, nil, fmt.Errorf("truncate postgres: %w", err)
-		}
+	if err := emptyStore(ctx, s, c); err != nil {
+		return nil, nil, err
 	}
 
 	var g proc.Group

@@ -1,5 +1,7 @@
 // Package runner runs the contenders in turn, round after round, through
-// the load and race scenarios, and collects what they did.
+// the load and race scenarios, and collects what they did. It also runs the
+// duels that decide the goals: a contender and its baseline side by side,
+// the load alternating between them (duel.go).
 package runner
 
 import (
@@ -35,6 +37,13 @@ type Options struct {
 	Scenarios []load.Scenario
 	// Work is a directory for logs and the contenders' files.
 	Work string
+	// DuelSlice is how long each side of a duel gets the load at a time;
+	// DuelPairs how many A B pairs of slices a duel measures.
+	DuelSlice time.Duration
+	DuelPairs int
+	// DuelListen and DuelAdmin are where a duel's baseline listens, its
+	// contender being at Setup.Listen and Setup.Admin.
+	DuelListen, DuelAdmin string
 }
 
 // Run measures every contender and adds what it found to doc.
@@ -77,12 +86,7 @@ func Run(ctx context.Context, opts Options, doc *results.Doc) error {
 	// Leave the shared servers as they were found, near enough: the
 	// records of a run are hundreds of thousands of keys.
 	for _, c := range cs {
-		if c.RedisDB != 0 {
-			_ = flushRedis(context.WithoutCancel(ctx), opts.Setup.Redis, c.RedisDB)
-		}
-		if c.Postgres {
-			_ = truncatePostgres(context.WithoutCancel(ctx), opts.Setup.Postgres)
-		}
+		_ = emptyStore(context.WithoutCancel(ctx), opts.Setup, c)
 	}
 	for _, c := range cs {
 		rc := c.Contender
@@ -96,7 +100,11 @@ func Run(ctx context.Context, opts Options, doc *results.Doc) error {
 
 // workDir returns a fresh directory for one contender's round.
 func workDir(base, id string, round int) (string, error) {
-	dir := filepath.Join(base, fmt.Sprintf("%s-r%d", id, round))
+	return freshDir(filepath.Join(base, fmt.Sprintf("%s-r%d", id, round)))
+}
+
+// freshDir empties dir, or creates it.
+func freshDir(dir string) (string, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return "", err
 	}

@@ -9,8 +9,25 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem/bench/internal/contender"
 	"github.com/idem-dev/idem/internal/dsn"
 )
+
+// emptyStore empties the shared store of c, if it has one, so that a run
+// starts from no records whatever ran before it.
+func emptyStore(ctx context.Context, s contender.Setup, c contender.Contender) error {
+	if c.RedisDB != 0 {
+		if err := flushRedis(ctx, s.Redis, c.RedisDB); err != nil {
+			return fmt.Errorf("flush redis db %d: %w", c.RedisDB, err)
+		}
+	}
+	if c.Postgres {
+		if err := truncatePostgres(ctx, s.Postgres); err != nil {
+			return fmt.Errorf("truncate postgres: %w", err)
+		}
+	}
+	return nil
+}
 
 // flushRedis empties Redis database db, which belongs to one contender.
 func flushRedis(ctx context.Context, base string, db int) error {
