@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +51,78 @@ func TestConformanceCacheDescribe(t *testing.T) {
 		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(t, s.(*Store)) },
 		Racers:    32,
 	})
+}
+
+// TestConformanceReadFirst runs the suite with every reservation reading
+// its key first (Options.ReadFirstAfter below 0): the read must answer
+// exactly as the reservation statement would, and leave to it every key it
+// cannot answer.
+func TestConformanceReadFirst(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t, 16)
+	peerPool := testPool(t, 16)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			opts := freshSchema(t, pool)
+			opts.ReadFirstAfter = -1
+			return newTestStore(t, pool, opts)
+		},
+		Peer: func(t *testing.T, s store.Store) store.Store {
+			return newTestStore(t, peerPool, s.(*Store).Options())
+		},
+		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(t, s.(*Store)) },
+	})
+}
+
+// TestReadFirstFollowsTraffic: by default the store starts with the
+// reservation statement, reads first once retries are most of its traffic,
+// still reserves new keys then, and goes back when first calls return.
+func TestReadFirstFollowsTraffic(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t, 4)
+	s := newTestStore(t, pool, freshSchema(t, pool))
+	ctx := context.Background()
+	now := time.Now()
+	reserve := func(key string, token uint64) store.Reservation {
+		t.Helper()
+		res, err := s.Reserve(ctx, request(key, now, token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	const keys = 40
+	for i := range keys {
+		k := fmt.Sprintf("k%d", i)
+		if !reserve(k, uint64(i+1)).Acquired {
+			t.Fatalf("%s: not acquired", k)
+		}
+		if err := s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: store.HashKey("test", k), Token: uint64(i + 1)},
+			State: store.Succeeded, Value: []byte(k), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.readFirst() || s.reads.Load() != 0 {
+		t.Fatalf("reads first after first calls only (%d reads)", s.reads.Load())
+	}
+	for i := range keys {
+		res := reserve(fmt.Sprintf("k%d", i), 1000)
+		if res.Acquired || string(res.Existing.Value) != fmt.Sprintf("k%d", i) {
+			t.Fatalf("retry of k%d: %+v", i, res)
+		}
+	}
+	if !s.readFirst() || s.reads.Load() == 0 {
+		t.Fatalf("does not read first after %d retries in a row (%d reads)", keys, s.reads.Load())
+	}
+	if !reserve("new-0", 2000).Acquired {
+		t.Fatal("a new key was not reserved while reading first")
+	}
+	for i := 1; i < keys; i++ {
+		reserve(fmt.Sprintf("new-%d", i), uint64(2000+i))
+	}
+	if s.readFirst() {
+		t.Fatalf("still reads first after %d first calls in a row", keys)
+	}
 }
 
 func request(key string, now time.Time, token uint64) store.ReserveRequest {
@@ -137,7 +210,7 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Options(); got != (Options{Schema: "public", Table: "idem_records", CleanupBatch: 1000, NotifyRecordMax: 7999}) {
+	if got := s.Options(); got != (Options{Schema: "public", Table: "idem_records", CleanupBatch: 1000, NotifyRecordMax: 7999, ReadFirstAfter: 0.7}) {
 		t.Errorf("defaults: %+v", got)
 	}
 }
