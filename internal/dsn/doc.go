@@ -16,6 +16,7 @@
 //
 //	postgres://...?idem_schema=idem&idem_table=records   schema and table
 //	redis://...?idem_prefix=myapp:                       key name prefix (redis-cluster:// too)
+//	redis://...?idem_connections=1&idem_flush_delay=100us  pipelining (see openRedis)
 //
 // PostgreSQL's pool takes pgx's own pool_max_conns parameter.
 package dsn

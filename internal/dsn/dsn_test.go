@@ -284,6 +284,24 @@ func TestOpenRedis(t *testing.T) {
 	}
 	defer o.Close()
 	roundTrip(t, o)
+	// The pipelining knobs: each value opens a working store, and a bad
+	// one is refused with the parameter's name.
+	for _, q := range []string{"idem_flush_delay=0", "idem_flush_delay=250us&idem_connections=4", "idem_connections=1"} {
+		o, err := Open(context.Background(), url+"?idem_prefix=idem-dsn-test:&"+q, Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		roundTrip(t, o)
+		o.Close()
+	}
+	for q, want := range map[string]string{
+		"idem_flush_delay=soon": "idem_flush_delay", "idem_flush_delay=-1ms": "idem_flush_delay", "idem_flush_delay=2s": "idem_flush_delay",
+		"idem_connections=3": "idem_connections", "idem_connections=0": "idem_connections", "idem_connections=512": "idem_connections",
+	} {
+		if _, err := Open(context.Background(), url+"?"+q, Options{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %s", q, err, want)
+		}
+	}
 }
 
 func TestOpenUnreachable(t *testing.T) {
