@@ -266,17 +266,25 @@ func (l *log) fillAhead(seg *segment) {
 			l.zcond.Broadcast()
 			l.zmu.Unlock()
 		}()
-		// A failed fill (a full disk, a segment closed by compaction)
-		// just stops: the sync then grows the file as it would without
-		// one, and reports its own errors.
+		// A file of its own: Linux reports a failed writeback once to
+		// each open file, so an fdatasync of the fill on the log's own
+		// file could take the error of the frames' pages, and the sync
+		// that follows would then succeed over lost frames. A failed
+		// fill (a full disk, say) just stops: the sync then grows the
+		// file as it would without one, and reports its own errors.
+		zf, err := os.OpenFile(seg.path, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer zf.Close()
 		for off := f.from; off < f.from+zeroAhead; off += zeroPiece {
 			if l.slowFill != nil {
 				l.slowFill()
 			}
-			if _, err := seg.f.WriteAt(zeros, off); err != nil {
+			if _, err := zf.WriteAt(zeros, off); err != nil {
 				return
 			}
-			if err := fdatasync(seg.f); err != nil {
+			if err := fdatasync(zf); err != nil {
 				return
 			}
 			l.zmu.Lock()
