@@ -76,18 +76,20 @@
 // append. Measured side by side in one run (BenchmarkPairs: durable
 // reserve+complete pairs, ~250 B records under SHA-256 key hashes, written
 // to docs/bench/STORES.md by `make bench-stores`, on the project's 2-core
-// machine, 2026-11-26 07:47 UTC, with segments allocated ahead and the
-// syncer's yield):
+// machine, 2026-11-26 10:10 UTC, with segments written with zeros ahead of
+// the frames and the syncer's yield):
 //
 //	                 c1 pairs/s   c1 CPU/pair   c64 pairs/s   c64 CPU/pair
-//	this store (log)      4,980       94 µs         57,761        12.5 µs
-//	Pebble store          2,820      198 µs         34,590        36.0 µs
+//	this store (log)      5,049       97 µs         95,222        10.3 µs
+//	Pebble store          2,921      197 µs         30,325        43.9 µs
 //
 // (The first version of the log, appending to a growing file, measured
-// 2,514 and 48,137 pairs/s at 155 and 16.4 µs a pair in a quiet run.)
+// 2,514 and 48,137 pairs/s at 155 and 16.4 µs a pair in a quiet run; with
+// segments allocated ahead by fallocate instead of written with zeros,
+// 4,980 and 57,761 at 94 and 12.5 µs.)
 //
 // At concurrency 1 both are bound by two fdatasyncs per pair; under load
-// the log needs about a third of Pebble's CPU per pair and runs 1.7x its
+// the log needs about a quarter of Pebble's CPU per pair and runs 3x its
 // throughput. The first version of the log's group commit had its waiters
 // queue on a mutex and reached only 6,600-11,400 pairs/s at c64: waiters
 // now sleep on a channel that the syncer closes.
