@@ -13,6 +13,7 @@ help: ## list the targets
 test: test-deps vet fmt-check ## the test command: installs what tests need, then vet, gofmt, and every test with the race detector
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd trigger/temporal && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
 test-deps: ## install what the tests need beyond Go and the services (versitygw, promtool, chromium, ...), once; cached
 	./scripts/test-deps.sh
