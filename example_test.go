@@ -41,7 +41,7 @@ func ExampleEngine_Do() {
 	// true
 }
 
-// Seed 004's idempotent submit: every submission of a key gets the same task
+// The S3 task queue's idempotent submit: every submission of a key gets the same task
 // ID, scoped by task type.
 func ExampleEngine_Do_submit() {
 	eng := idem.New(memory.New(), idem.Policy{})
@@ -81,7 +81,7 @@ func ExampleHashJSONBytes() {
 	// Output: true false
 }
 
-// Seed 001 checks only the fields that make an answer what it is.
+// The mobile app checks only the fields that make an answer what it is.
 func ExampleHashJSONFields() {
 	a, _ := idem.HashJSONFields([]byte(`{"stepId":"s1","questionId":"q1","answerValue":3,"clientTs":1}`), "stepId", "questionId", "answerValue")
 	b, _ := idem.HashJSONFields([]byte(`{"clientTs":2,"answerValue":3,"questionId":"q1","stepId":"s1"}`), "stepId", "questionId", "answerValue")

@@ -23,7 +23,7 @@ import (
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
-// api is seed 001's answers/save behind idem's middleware, counting
+// api is the mobile app's answers/save behind idem's middleware, counting
 // executions per key.
 type api struct {
 	url  string
@@ -151,7 +151,7 @@ func TestInProgressIsRetriedUntilReplay(t *testing.T) {
 	}
 }
 
-// Seed 001's offline flow: the request is stored before it is sent; the app
+// The mobile app's offline flow: the request is stored before it is sent; the app
 // dies before the response; on restart the pending request is sent again
 // with the same key, and the server replays it.
 func TestOutboxSurvivesACrash(t *testing.T) {

@@ -116,7 +116,7 @@ var nineUTC = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 
 // Two replicas of the payments API's reconciliation job share one store,
 // one deployed with TZ=UTC and one with TZ=Asia/Kolkata. Each slot runs
-// once, keyed in UTC as seed 002's examples are.
+// once, keyed in UTC as the activity runner's examples are.
 func TestReplicasInDifferentTimeZones(t *testing.T) {
 	t.Parallel()
 	b := setupRunner(t, nineUTC.Add(-time.Minute), idem.Policy{})
@@ -309,7 +309,7 @@ func TestSlotOfDeadReplicaRerunsAfterLease(t *testing.T) {
 	b.onceEach(t, slot, trigger.SlotKey(activity, nineUTC.Add(2*time.Hour)))
 }
 
-// Seed 002 keeps dedupe_key_strategy and misfire_policy in two fields and
+// The activity runner keeps dedupe_key_strategy and misfire_policy in two fields and
 // requires them to agree; a definition where they differ is refused before
 // anything runs.
 func TestStrategyMustMatchMisfire(t *testing.T) {

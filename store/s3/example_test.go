@@ -16,12 +16,12 @@ import (
 	s3store "github.com/idem-dev/idem/store/s3"
 )
 
-// Example is seed 004's idempotent submit: records in the queue's own
+// Example is the S3 task queue's idempotent submit: records in the queue's own
 // bucket under idempotency/, kept 30 days, and a lifecycle rule that lets S3
 // delete them afterwards.
 //
 // It has no Output section because it needs an S3 server (here a local
-// versitygw, as scripts/s3-server.sh starts it); the seed 004 tests run the
+// versitygw, as scripts/s3-server.sh starts it); the task queue's tests run the
 // same steps.
 func Example() {
 	ctx := context.Background()

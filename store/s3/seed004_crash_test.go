@@ -135,14 +135,14 @@ func crashChildMain() int {
 	mode := os.Getenv(crashChildEnv)
 	var cfg crashConfig
 	if err := json.Unmarshal([]byte(os.Getenv(crashConfigEnv)), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "seed 004 child:", err)
+		fmt.Fprintln(os.Stderr, "crash child:", err)
 		return 2
 	}
 	srv := &server{endpoint: cfg.Endpoint, key: cfg.Key, secret: cfg.Secret, bucket: cfg.Bucket}
 	q := &taskQueue{client: srv.client(nil), bucket: cfg.Bucket, prefix: cfg.Prefix}
 	var err error
 	if q.store, err = s3store.New(q.client, s3store.Options{Bucket: cfg.Bucket, Prefix: cfg.Prefix}); err != nil {
-		fmt.Fprintln(os.Stderr, "seed 004 child:", err)
+		fmt.Fprintln(os.Stderr, "crash child:", err)
 		return 2
 	}
 	q.setNow(cfg.Now)
@@ -156,7 +156,7 @@ func crashChildMain() int {
 			select {} // until SIGKILL
 		}
 		_, _, err := q.submit(ctx, "charge_customer", chargeInput, cfg.Keys[0], submitOpts{})
-		fmt.Fprintln(os.Stderr, "seed 004 child: the crashing submitter returned:", err)
+		fmt.Fprintln(os.Stderr, "crash child: the crashing submitter returned:", err)
 		return 2
 	}
 	fmt.Println("ready")

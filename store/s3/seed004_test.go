@@ -1,6 +1,6 @@
 package s3store_test
 
-// Seed 004: idempotent submit for an S3-only task queue. The queue below is
+// The S3 task queue: idempotent submit for an S3-only task queue. The queue below is
 // the seed's, reduced to what idempotency touches: submit(task_type, input,
 // key) creates tasks/{shard}/{task_id}.json and returns the task ID, through
 // the engine over the S3 store, so that the idempotency record lives at
@@ -28,7 +28,7 @@ import (
 	s3store "github.com/idem-dev/idem/store/s3"
 )
 
-// taskQueue is seed 004's queue: tasks and idempotency records in one
+// taskQueue is the task queue scenario's queue: tasks and idempotency records in one
 // bucket, under one prefix.
 type taskQueue struct {
 	client *s3.Client
@@ -70,7 +70,7 @@ type submitted struct {
 }
 
 // submitOpts choose the scope: the task type (default), a queue, or a
-// custom string (seed 004's three scopes).
+// custom string (the task queue's three scopes).
 type submitOpts struct {
 	Queue string
 	Scope string

@@ -147,7 +147,7 @@ func TestLifecycleRule(t *testing.T) {
 		days   int32
 		filter string
 	}{
-		{"", 30 * 24 * time.Hour, 31, "idempotency/"}, // seed 004
+		{"", 30 * 24 * time.Hour, 31, "idempotency/"}, // the S3 task queue's default
 		{"billing", 24 * time.Hour, 2, "billing/idempotency/"},
 		{"a/", 25 * time.Hour, 3, "a/idempotency/"},
 		{"", time.Minute, 2, "idempotency/"},

@@ -90,7 +90,7 @@ func rawObject(t *testing.T, srv *server, key string) (*s3.GetObjectOutput, []by
 }
 
 // TestObjectLayout checks the stored object itself: its name, its JSON
-// (seed 004's field names), and the expiry metadata that Cleanup reads.
+// (the S3 task queue's field names), and the expiry metadata that Cleanup reads.
 func TestObjectLayout(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)

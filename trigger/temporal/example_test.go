@@ -12,7 +12,7 @@ import (
 	tt "github.com/idem-dev/idem/trigger/temporal"
 )
 
-// Seed 002's flow on Temporal: an hourly schedule that compresses missed
+// The activity runner's flow on Temporal: an hourly schedule that compresses missed
 // runs, an event router, and the workers that run both.
 func Example() {
 	ctx := context.Background()
