@@ -24,7 +24,8 @@ type entry struct {
 // reader sees a write that a crash could still undo. Writers of different
 // stripes append concurrently and share their fsyncs.
 //
-// Entries are held by value, so a write allocates no entry.
+// Entries are held by value: the garbage collector walks each stripe's map
+// rather than one object per key, and a write allocates no entry.
 type stripe struct {
 	mu      sync.Mutex
 	entries map[keyID]entry // guarded by mu
