@@ -85,7 +85,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		exp:    expiry.New[keyID](),
 	}
 	for i := range s.stripes {
-		s.stripes[i].entries = map[keyID]entry{}
+		s.stripes[i].entries = map[keyID]*entry{}
 	}
 	if err := s.recover(); err != nil {
 		s.log.close()
@@ -146,17 +146,17 @@ func (s *Store) put(st *stripe, id keyID, r *store.Record, p packed.Record, cur 
 	seq := s.seq.Add(1)
 	b, valAt := appendFrame((*bp)[:0], kindPut, seq, id, r)
 	seg, off, pos := s.log.append(b)
-	e := entry{rec: p, seq: seq, seg: seg, off: off, size: int64(len(b)), valAt: valAt, valLen: len(r.Value)}
+	e := &entry{rec: p, seq: seq, seg: seg, off: off, size: int64(len(b)), valAt: valAt, valLen: len(r.Value)}
 	if cap(b) <= 64<<10 { // a 4 MiB response's buffer is not kept
 		*bp = b
 		framePool.Put(bp)
 	}
-	s.index(st, id, cur, &e)
+	s.index(st, id, cur, e)
 	return s.log.wait(pos)
 }
 
-// index points id at a copy of e (nil: removes it), keeping the segments'
-// live bytes and the expiry index in step. The stripe is held.
+// index points id at e (nil: removes it), keeping the segments' live bytes
+// and the expiry index in step. The stripe is held.
 func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
 	if cur != nil {
 		cur.seg.live.Add(-cur.size)
@@ -166,7 +166,7 @@ func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
 		return
 	}
 	e.seg.live.Add(e.size)
-	st.entries[id] = *e
+	st.entries[id] = e
 	if cur == nil || !cur.rec.ExpiresSameAs(e.rec.ExpiresAt()) {
 		s.exp.Add(id, e.rec.ExpiresAt())
 	}
@@ -188,23 +188,20 @@ func (s *Store) record(e *entry) (store.Record, error) {
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	var res store.Reservation
 	err := s.withKey(ctx, "reserve", req.Record.KeyHash, func(st *stripe, id keyID) error {
-		var prev *entry
-		if cur, ok := st.entries[id]; ok {
-			prev = &cur
-		}
-		if prev != nil && !prev.rec.Expired(req.Now) {
-			c := &prev.rec
+		cur := st.entries[id]
+		if cur != nil && !cur.rec.Expired(req.Now) {
+			c := &cur.rec
 			if !(req.TakeOverStale && c.Stale(req.Now) &&
 				c.Fingerprint() == req.Record.Fingerprint && c.Binding() == req.Record.Binding) {
 				var err error
-				res.Existing, err = s.record(prev)
+				res.Existing, err = s.record(cur)
 				return err
 			}
 			res.TookOver = true
 		}
 		r := req.Record
 		r.State, r.Value = store.InProgress, nil
-		if err := s.put(st, id, &r, packed.Pack(&r), prev); err != nil {
+		if err := s.put(st, id, &r, packed.Pack(&r), cur); err != nil {
 			return err
 		}
 		res.Acquired = true
@@ -220,12 +217,12 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (store.Record, error) {
 	var r store.Record
 	err := s.withKey(ctx, "get", keyHash, func(st *stripe, id keyID) error {
-		e, ok := st.entries[id]
-		if !ok || e.rec.Expired(now) {
+		e := st.entries[id]
+		if e == nil || e.rec.Expired(now) {
 			return store.ErrNotFound
 		}
 		var err error
-		r, err = s.record(&e)
+		r, err = s.record(e)
 		return err
 	})
 	if err != nil {
@@ -236,12 +233,12 @@ func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (stor
 
 // held runs fn on the in_progress entry that f's token holds, under its
 // stripe, or returns ErrLeaseLost.
-func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, cur entry) error) error {
+func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, cur *entry) error) error {
 	return s.withKey(ctx, op, f.KeyHash, func(st *stripe, id keyID) error {
-		cur, ok := st.entries[id]
+		cur := st.entries[id]
 		// Release also frees a failed record (an operator's way out of an
 		// unknown outcome); every other write needs an in_progress one.
-		held := ok && cur.rec.Token == f.Token &&
+		held := cur != nil && cur.rec.Token == f.Token &&
 			(cur.rec.State() == store.InProgress || op == "release" && cur.rec.State() == store.Failed)
 		if !held {
 			return store.ErrLeaseLost
@@ -252,35 +249,35 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *
 
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
-	return s.held(ctx, "renew", f, func(st *stripe, id keyID, cur entry) error {
+	return s.held(ctx, "renew", f, func(st *stripe, id keyID, cur *entry) error {
 		p := cur.rec
 		p.SetLeaseUntil(leaseUntil)
 		r := p.Unpack()
-		return s.put(st, id, &r, p, &cur)
+		return s.put(st, id, &r, p, cur)
 	})
 }
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
-	return s.held(ctx, "complete", c.Fence, func(st *stripe, id keyID, cur entry) error {
+	return s.held(ctx, "complete", c.Fence, func(st *stripe, id keyID, cur *entry) error {
 		p := cur.rec
 		p.Complete(c.State, c.Now, c.ExpiresAt)
 		r := p.Unpack()
 		r.Value = c.Value
-		return s.put(st, id, &r, p, &cur)
+		return s.put(st, id, &r, p, cur)
 	})
 }
 
 // Release implements store.Store. It appends a delete entry, so that the
 // released record does not come back when the log is replayed.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
-	return s.held(ctx, "release", f, func(st *stripe, id keyID, cur entry) error {
+	return s.held(ctx, "release", f, func(st *stripe, id keyID, cur *entry) error {
 		bp := framePool.Get().(*[]byte)
 		b, _ := appendFrame((*bp)[:0], kindDel, s.seq.Add(1), id, nil)
 		_, _, pos := s.log.append(b)
 		*bp = b
 		framePool.Put(bp)
-		s.index(st, id, &cur, nil)
+		s.index(st, id, cur, nil)
 		return s.log.wait(pos)
 	})
 }

@@ -103,7 +103,7 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 		st := &s.stripes[i]
 		st.mu.Lock()
 		for id, e := range st.entries {
-			r, err := s.record(&e)
+			r, err := s.record(e)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,12 +23,9 @@ type entry struct {
 // durable: so two Reserves of one key cannot both see it absent, and no
 // reader sees a write that a crash could still undo. Writers of different
 // stripes append concurrently and share their fsyncs.
-//
-// Entries are held by value: the garbage collector walks each stripe's map
-// rather than one object per key, and a write allocates no entry.
 type stripe struct {
 	mu      sync.Mutex
-	entries map[keyID]entry // guarded by mu
+	entries map[keyID]*entry // guarded by mu
 }
 
 const stripes = 256
