@@ -297,18 +297,18 @@ func Migrate(ctx context.Context, dsn string) (postgres.Report, error) {
 	return rep, nil
 }
 
-// openRedis opens a Redis store on a rueidis client: it pipelines the
-// commands of concurrent requests over one connection, about half go-redis's
-// CPU per call (store/redis's package doc has the figures).
+// openRedis opens a Redis store on a rueidis client, which pipelines the
+// commands of concurrent requests: about half go-redis's CPU per call
+// (store/redis's package doc has the figures).
 //
-// The commands of concurrent requests go over one connection
-// (idem_connections=1, a power of two) and its writer waits up to 100 µs
+// The commands go over one connection (idem_connections=1, a power of
+// two) and its writer waits up to 100 µs
 // after each write for more of them while several are waiting
 // (idem_flush_delay=100us; 0 turns it off; a lone request never waits):
 // one write and one read then carry several, on both sides. Measured on the
 // project's 2-core machine, the gateway's first calls against a plain
 // proxy in interleaved duels: 0.74-0.78x with rueidis's defaults (two
-// connections there, no delay), 0.85-0.91x with these; at 4 concurrent
+// connections there, no delay), 0.83-0.91x with these; at 4 concurrent
 // requests, 4,527 against 4,721-4,768 requests a second (p50 0.83 ms
 // against 0.76-0.78), and the same at 1 and 16.
 func openRedis(ctx context.Context, d DSN) (*Opened, error) {
