@@ -218,6 +218,21 @@ func startUpstream(s contender.Setup, dir string, g *proc.Group) (*proc.Proc, er
 	return up, up.WaitHTTP("http://"+s.Upstream+app.PathHealth, 10*time.Second)
 }
 
+// startContender starts c with setup s, its files in dir and its log in
+// logDir, and waits until it answers.
+func startContender(c contender.Contender, s contender.Setup, dir, logDir string, g *proc.Group) (*proc.Proc, error) {
+	var env []string
+	if c.Env != nil {
+		env = c.Env(s)
+	}
+	p, err := proc.Start(c.ID, c.Argv(s, dir), env, dir, filepath.Join(logDir, c.ID+".log"))
+	if err != nil {
+		return nil, err
+	}
+	g.Add(p)
+	return p, p.WaitHTTP("http://"+s.Listen+app.PathHealth, 30*time.Second)
+}
+
 // startSide empties c's store, starts c with setup s in a directory of its
 // own under dir, and preloads its known keys when sc retries them.
 func startSide(ctx context.Context, opts Options, c contender.Contender, s contender.Setup, dir string,
@@ -229,19 +244,11 @@ func startSide(ctx context.Context, opts Options, c contender.Contender, s conte
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
 		return nil, err
 	}
-	var env []string
-	if c.Env != nil {
-		env = c.Env(s)
-	}
-	p, err := proc.Start(c.ID, c.Argv(s, sdir), env, sdir, filepath.Join(dir, c.ID+".log"))
+	p, err := startContender(c, s, sdir, dir, g)
 	if err != nil {
 		return nil, err
 	}
-	g.Add(p)
 	base := "http://" + s.Listen
-	if err := p.WaitHTTP(base+app.PathHealth, 30*time.Second); err != nil {
-		return nil, err
-	}
 	sd := &duelSide{
 		c: c, p: p, client: load.NewClient(opts.Connections),
 		req:   load.Request{URL: base, KeyHeader: c.KeyHeader},
@@ -260,18 +267,18 @@ func startSide(ctx context.Context, opts Options, c contender.Contender, s conte
 // process, and the shared upstream if any, spent meanwhile: the other
 // side is idle, so the upstream's work is this side's.
 func (sd *duelSide) slice(sc load.Scenario, conns int, d time.Duration, up *proc.Proc) (results.Slice, error) {
-	cpu0, err := sd.p.CPUTime()
+	cpu0, err := cpuTime(sd.p)
 	if err != nil {
-		return results.Slice{}, fmt.Errorf("%s CPU time: %w", sd.c.ID, err)
+		return results.Slice{}, err
 	}
 	up0, err := cpuTime(up)
 	if err != nil {
 		return results.Slice{}, err
 	}
 	m := load.Attack(sd.client, load.Targeter(sc, sd.req, sd.fresh, sd.known), conns, d)
-	cpu1, err := sd.p.CPUTime()
+	cpu1, err := cpuTime(sd.p)
 	if err != nil {
-		return results.Slice{}, fmt.Errorf("%s CPU time: %w", sd.c.ID, err)
+		return results.Slice{}, err
 	}
 	up1, err := cpuTime(up)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/idem-dev/idem/bench/internal/app"
 	"github.com/idem-dev/idem/bench/internal/contender"
 	"github.com/idem-dev/idem/bench/internal/load"
 	"github.com/idem-dev/idem/bench/internal/proc"
@@ -40,26 +39,13 @@ func runOne(ctx context.Context, opts Options, c contender.Contender, round int,
 	countsURL := base
 	var up *proc.Proc
 	if c.NeedsUpstream {
-		up, err = proc.Start("upstream", contender.UpstreamArgv(s), nil, dir, filepath.Join(dir, "upstream.log"))
-		if err != nil {
+		if up, err = startUpstream(s, dir, &g); err != nil {
 			return nil, nil, err
 		}
-		g.Add(up)
 		countsURL = "http://" + s.Upstream
-		if err := up.WaitHTTP(countsURL+app.PathHealth, 10*time.Second); err != nil {
-			return nil, nil, err
-		}
 	}
-	var env []string
-	if c.Env != nil {
-		env = c.Env(s)
-	}
-	p, err := proc.Start(c.ID, c.Argv(s, dir), env, dir, filepath.Join(dir, c.ID+".log"))
+	p, err := startContender(c, s, dir, dir, &g)
 	if err != nil {
-		return nil, nil, err
-	}
-	g.Add(p)
-	if err := p.WaitHTTP(base+app.PathHealth, 30*time.Second); err != nil {
 		return nil, nil, err
 	}
 
@@ -150,8 +136,8 @@ func measure(ctx context.Context, opts Options, p, up *proc.Proc, client *http.C
 	if cpuErr == nil && m.Requests > 0 {
 		// CPU per request explains much on a shared 2-core machine: what
 		// one contender burns, the load generator and upstream lack.
-		run.CPUPerReq = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(m.Requests)
-		run.UpstreamCPUPerReq = float64(upCPU1-upCPU0) / float64(time.Microsecond) / float64(m.Requests)
+		run.CPUPerReq = perReq(cpu1-cpu0, m.Requests)
+		run.UpstreamCPUPerReq = perReq(upCPU1-upCPU0, m.Requests)
 	}
 	counts, err := load.Counts(countsURL, false)
 	if err != nil {
