@@ -304,16 +304,21 @@ func answers(cur *store.Record, req store.ReserveRequest) bool {
 // answerable reads the key's record and reports whether it answers req
 // without the reservation statement.
 func (s *Store) answerable(ctx context.Context, kh []byte, req store.ReserveRequest) (store.Record, bool, error) {
+	cur, found, err := s.read(ctx, "reserve", kh, req.Now)
+	return cur, found && answers(&cur, req), err
+}
+
+// read returns kh's record if it is live at now, and whether there was one.
+func (s *Store) read(ctx context.Context, op string, kh []byte, now time.Time) (store.Record, bool, error) {
 	var got row
-	err := s.pool.QueryRow(ctx, s.sql.get, kh, req.Now).Scan(got.dest()...)
+	err := s.pool.QueryRow(ctx, s.sql.get, kh, now).Scan(got.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Record{}, false, nil
 	}
 	if err != nil {
-		return store.Record{}, false, wrapErr(ctx, "reserve", err)
+		return store.Record{}, false, wrapErr(ctx, op, err)
 	}
-	cur := got.record(kh)
-	return cur, answers(&cur, req), nil
+	return got.record(kh), true, nil
 }
 
 // readFirst reports whether Reserve reads before reserving (see
@@ -351,15 +356,11 @@ func (s *Store) Get(ctx context.Context, _, keyHashHex string, now time.Time) (s
 	if err != nil {
 		return store.Record{}, err
 	}
-	var got row
-	err = s.pool.QueryRow(ctx, s.sql.get, kh, now).Scan(got.dest()...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Record{}, store.ErrNotFound
+	r, found, err := s.read(ctx, "get", kh, now)
+	if err == nil && !found {
+		err = store.ErrNotFound
 	}
-	if err != nil {
-		return store.Record{}, wrapErr(ctx, "get", err)
-	}
-	return got.record(kh), nil
+	return r, err
 }
 
 // Renew implements store.Store.
