@@ -53,7 +53,9 @@ const (
 	zeroGap   = 256 << 10
 )
 
-var zeros = make([]byte, zeroPiece)
+// zeros is a piece of zeros, made when the first fill starts rather than
+// in every program that links the store.
+var zeros = sync.OnceValue(func() []byte { return make([]byte, zeroPiece) })
 
 func segmentName(id uint64) string { return fmt.Sprintf("%016d.log", id) }
 
@@ -281,7 +283,7 @@ func (l *log) fillAhead(seg *segment) {
 			if l.slowFill != nil {
 				l.slowFill()
 			}
-			if _, err := zf.WriteAt(zeros, off); err != nil {
+			if _, err := zf.WriteAt(zeros(), off); err != nil {
 				return
 			}
 			if err := fdatasync(zf); err != nil {
