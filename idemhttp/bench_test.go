@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store/memory"
 )
 
@@ -38,6 +39,10 @@ func BenchmarkMiddleware(b *testing.B) {
 	serve := func(b *testing.B, h http.Handler, key func(i int64) string) {
 		b.ReportAllocs()
 		var seq atomic.Int64
+		// CPU per request beside ns/op: ns/op runs on both cores at once
+		// and moves with whatever else the machine runs.
+		cpu0 := testkit.ProcessCPU()
+		defer func() { b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op") }()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				req := httptest.NewRequest("POST", "/charges", strings.NewReader(body))

@@ -10,13 +10,13 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/storetest"
 )
@@ -204,13 +204,8 @@ func runPairs(n, conc int, pair func(uint64) error, b *testing.B) {
 	}
 }
 
-// cpuTime is the CPU time (user + system) the process has used, in ns:
-// unlike wall time, it hardly depends on what else the machine runs.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
+// cpuTime is the process's CPU time in ns.
+func cpuTime() int64 { return int64(testkit.ProcessCPU()) }
 
 func dropBench(c *redis.Client, prefix string) {
 	ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -97,9 +98,9 @@ func RunConcurrent(n, conc int, fn func(i uint64) error) (time.Duration, error) 
 func RunRate(b *testing.B, conc int, unit string, fn func(i uint64) error) {
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := testkit.ProcessCPU()
 	elapsed, err := RunConcurrent(b.N, conc, fn)
-	cpu := processCPU() - cpu0
+	cpu := testkit.ProcessCPU() - cpu0
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)

@@ -8,4 +8,14 @@
 // (the memory store's) a sift through every live record's entry; neither
 // is needed, since cleanup wants only "everything due now", not an order
 // within a second.
+//
+// Cleanup does want that order within the current second when records
+// live less than a second or two (the middleware's benchmark keeps them
+// 250 ms and cleans up every 25 ms): sorting the second's bucket on each
+// cleanup cost 0.54 µs of CPU per first execution there. A bucket
+// therefore stays sorted as items arrive, moving an item back the few
+// hundred places a writer delayed by the store's lock puts it out of
+// order, and a new bucket starts with room for as many items as the one
+// before it received, instead of growing by copies (0.42 to 0.13 µs per
+// first execution for adding, in the same profile).
 package expiry

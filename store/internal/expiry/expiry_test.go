@@ -85,3 +85,64 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("after the cancelled sweep %d + %d odd items removed, want the 200 left", n, rest)
 	}
 }
+
+// TestAddKeepsOrder checks that an item added some places out of time
+// order keeps its bucket sorted, and that one added further out of it, or
+// one too many moves, leaves the bucket to be sorted: either way items
+// come out every one once, due ones only, in time order.
+func TestAddKeepsOrder(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	const n = 2 * insertLimit
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * 100 * time.Microsecond) }
+	for _, tc := range []struct {
+		name   string
+		late   []int // items added after all the others, in this order
+		sorted bool
+	}{
+		{"near", []int{n - 3}, true},
+		{"at the limit", []int{n - 1 - insertLimit}, true},
+		{"far", []int{n - 2 - insertLimit}, false},
+		{"several", []int{n - 10, n - 500, n - 20, n - 1000}, true},
+		{"too many moves", []int{n/2 + 400, n/2 + 300, n/2 + 200, n/2 + 100, n / 2}, false},
+	} {
+		x := New[int]()
+		late := map[int]bool{}
+		for _, i := range tc.late {
+			late[i] = true
+		}
+		for i := range n {
+			if !late[i] {
+				x.Add(i, at(i))
+			}
+		}
+		for _, i := range tc.late {
+			x.Add(i, at(i))
+		}
+		if b := x.buckets[t0.Unix()]; b.sorted != tc.sorted {
+			t.Errorf("%s: sorted = %v, want %v", tc.name, b.sorted, tc.sorted)
+		}
+		got := x.Take(at(n/2), n)
+		if len(got) != n/2+1 {
+			t.Fatalf("%s: took %d items due at item %d, want %d", tc.name, len(got), n/2, n/2+1)
+		}
+		for i, it := range got {
+			if it.Key != i {
+				t.Fatalf("%s: item %d is %d, want items in time order", tc.name, i, it.Key)
+			}
+		}
+		rest := x.Take(t0.Add(time.Hour), n)
+		seen := map[int]bool{}
+		for _, it := range rest {
+			seen[it.Key] = true
+		}
+		for i := n/2 + 1; i < n; i++ {
+			if !seen[i] {
+				t.Fatalf("%s: item %d lost", tc.name, i)
+			}
+		}
+		if len(rest) != n/2-1 {
+			t.Fatalf("%s: %d items left, want the %d later ones once each", tc.name, len(rest), n/2-1)
+		}
+	}
+}
