@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
@@ -68,7 +67,10 @@ func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) 
 		p.Key = key
 		return idem.Call{}, nil, p
 	}
-	reqID := r.Header.Get(m.reqIDHeader)
+	var reqID string
+	if v := r.Header[m.reqIDHeader]; len(v) > 0 { // canonical already
+		reqID = v[0]
+	}
 	if reqID == "" {
 		reqID = NewRequestID()
 	}
@@ -98,8 +100,8 @@ func (m *middleware) handlerRequest(ctx context.Context, r *http.Request, body [
 // handlerHeader is a copy of the client's header with the request ID and
 // the token set, as Clone then Set would make it, in three allocations: the
 // map, sized for all, one array for every value, the token's digits.
+// reqIDHeader is in canonical form.
 func handlerHeader(h http.Header, reqIDHeader, reqID string, token uint64, hasToken bool) http.Header {
-	reqIDHeader = textproto.CanonicalMIMEHeaderKey(reqIDHeader)
 	nv := 2
 	for _, vs := range h {
 		nv += len(vs)

@@ -18,13 +18,12 @@ import (
 // buffer and the engine's operation are made once and reused.
 type attempt struct {
 	cap      *capture
-	capture  capture       // cap's storage: one allocation for both
-	op       idem.Func     // a.run, bound once per pooled attempt
-	started  chan struct{} // closed when the handler starts, under Route.AnswerWithin
-	ran      bool          // the handler ran for this request
-	detached bool          // the client was answered 504 while the handler went on
-	token    uint64        // the reservation's fencing token, when the handler ran
-	panicked any           // what the handler panicked with
+	capture  capture   // cap's storage: one allocation for both
+	op       idem.Func // a.run, bound once per pooled attempt
+	ran      bool      // the handler ran for this request
+	detached bool      // the client was answered 504 while the handler went on
+	token    uint64    // the reservation's fencing token, when the handler ran
+	panicked any       // what the handler panicked with
 	res      idem.Result
 	err      error
 
@@ -35,11 +34,27 @@ type attempt struct {
 	rt    *route
 	body  []byte
 	reqID string
+
+	// Under Route.AnswerWithin, the engine runs on a worker (a.background):
+	// ev gets evStarted when the handler starts and evDone when the
+	// engine returned. ev, the timer and bg are kept with the pooled
+	// attempt, which is pooled only when ev is drained.
+	within bool
+	ev     chan uint8
+	timer  *time.Timer
+	bg     func() // a.background, bound once per pooled attempt
+	ctx    context.Context
+	call   idem.Call
 }
+
+const (
+	evStarted uint8 = iota
+	evDone
+)
 
 var attempts = sync.Pool{New: func() any {
 	a := &attempt{}
-	a.op = a.run
+	a.op, a.bg = a.run, a.background
 	return a
 }}
 
@@ -63,7 +78,7 @@ func (a *attempt) release() {
 	if buf.Cap() > maxPooledBody {
 		buf = bytes.Buffer{}
 	}
-	*a = attempt{op: a.op, capture: capture{h: h, body: buf}}
+	*a = attempt{op: a.op, bg: a.bg, ev: a.ev, timer: a.timer, capture: capture{h: h, body: buf}}
 	attempts.Put(a)
 }
 
@@ -81,43 +96,51 @@ func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.R
 		a.res, a.err = rt.eng.Do(r.Context(), c, a.op)
 		return a, true
 	}
-	// Shared with the goroutine below, which may outlive this call: it is
-	// pooled only once that goroutine is done with it.
+	// Shared with the worker, which may outlive this call: it is pooled
+	// only once the worker is done with it.
 	a := getAttempt()
 	a.capture.rw, a.capture.max, a.capture.status, a.capture.rt = w, m.maxResp, http.StatusOK, rt
 	a.cap = &a.capture
-	a.started = make(chan struct{})
+	a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
 	// The handler may outlive this request: its context must not end when
 	// the client is answered. (The gateway detached it already.)
-	if r.Context().Done() != nil {
-		r = r.WithContext(context.WithoutCancel(r.Context()))
+	a.ctx, a.call, a.within = r.Context(), c, true
+	if a.ctx.Done() != nil {
+		a.ctx = context.WithoutCancel(a.ctx)
 	}
-	a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
-	done := make(chan struct{})
-	callWorkers.Go(func() {
-		defer close(done)
-		a.res, a.err = rt.eng.Do(r.Context(), c, a.op)
-		if a.cap.isDetached() {
-			m.logDetached(rt, c, a)
-		}
-	})
-	select {
-	case <-done:
-		return a, true
-	case <-a.started:
+	if a.ev == nil {
+		a.ev = make(chan uint8, 2) // the worker never blocks on it
 	}
-	t := time.NewTimer(rt.AnswerWithin)
-	defer t.Stop()
-	select {
-	case <-done:
+	callWorkers.Go(a.bg)
+	if <-a.ev == evDone {
 		return a, true
-	case <-t.C:
+	}
+	if a.timer == nil {
+		a.timer = time.NewTimer(rt.AnswerWithin)
+	} else {
+		a.timer.Reset(rt.AnswerWithin)
+	}
+	select {
+	case <-a.ev:
+		a.timer.Stop()
+		return a, true
+	case <-a.timer.C:
 	}
 	if !a.cap.detach() {
-		<-done // the response is already streaming to the client
+		<-a.ev // the response is already streaming to the client
 		return a, true
 	}
 	return &attempt{detached: true}, false
+}
+
+// background runs the engine for execute on a worker. It must not touch a
+// once evDone is sent: execute may pool a then.
+func (a *attempt) background() {
+	a.res, a.err = a.rt.eng.Do(a.ctx, a.call, a.op)
+	if a.cap.isDetached() {
+		a.m.logDetached(a.rt, a.call, a)
+	}
+	a.ev <- evDone
 }
 
 // callWorkers run the calls of routes with an answer deadline, on
@@ -129,8 +152,8 @@ var callWorkers = workers.New(100 * time.Millisecond)
 // run is the engine's operation: the handler, writing into the capture.
 func (a *attempt) run(ctx context.Context) (v []byte, err error) {
 	a.ran = true
-	if a.started != nil {
-		close(a.started)
+	if a.within {
+		a.ev <- evStarted
 	}
 	tok, hasToken := idem.TokenFromContext(ctx)
 	a.token = tok

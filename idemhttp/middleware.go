@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/textproto"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -103,6 +104,8 @@ func (m *middleware) withDefaults(mac func([]byte) string) {
 	if m.reqIDHeader == "" {
 		m.reqIDHeader = "X-Request-Id"
 	}
+	// Canonical once, so that handlerHeader and Header.Get need not.
+	m.reqIDHeader = textproto.CanonicalMIMEHeaderKey(m.reqIDHeader)
 	if m.log == nil {
 		m.log = slog.Default()
 	}
