@@ -333,13 +333,14 @@ func (p *canonParser) literal(dst []byte, lit string) ([]byte, error) {
 
 type canonMember struct {
 	name       []byte // decoded; aliases the input when it has no escapes
-	start, end int    // of its canonical value in dst
+	start, end int    // of its canonical `"name":value` in dst
 }
 
-// object writes the members' canonical values after dst's end as they come,
-// then appends them again in name order and moves that over the first
-// copies: dst is the only buffer, and a small object's members are
-// tracked on the stack.
+// object writes the members in canonical form after dst's end as they
+// come. Members already in name order (as many encoders write them) are
+// then the object's canonical form as written; otherwise they are appended
+// again in name order and that is moved over the first copies: dst is the
+// only buffer, and a small object's members are tracked on the stack.
 func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 	p.i++ // {
 	p.space()
@@ -350,6 +351,8 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 	var stack [8]canonMember
 	members := stack[:0]
 	mark := len(dst)
+	dst = append(dst, '{')
+	inOrder := true
 	for {
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
@@ -365,7 +368,13 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 		}
 		p.i++
 		p.space()
+		if len(members) > 0 {
+			dst = append(dst, ',')
+			inOrder = inOrder && bytes.Compare(members[len(members)-1].name, name) < 0
+		}
 		start := len(dst)
+		dst = appendString(dst, name)
+		dst = append(dst, ':')
 		if dst, err = p.value(dst, depth+1); err != nil {
 			return dst, err
 		}
@@ -383,6 +392,9 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 		}
 		p.i++
 	}
+	if inOrder {
+		return append(dst, '}'), nil
+	}
 	slices.SortFunc(members, func(a, b canonMember) int { return bytes.Compare(a.name, b.name) })
 	sorted := len(dst)
 	dst = append(dst, '{')
@@ -393,8 +405,6 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 			}
 			dst = append(dst, ',')
 		}
-		dst = appendString(dst, m.name)
-		dst = append(dst, ':')
 		dst = append(dst, dst[m.start:m.end]...)
 	}
 	dst = append(dst, '}')
@@ -582,26 +592,31 @@ func (p *canonParser) hex4() (rune, bool) {
 func appendString[S ~[]byte | ~string](b []byte, s S) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
+	plain := 0 // s[plain:i] needs no escape: copied in one append
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[plain:i]...)
+		plain = i + 1
+		switch c {
+		case '"', '\\':
 			b = append(b, '\\', c)
-		case c == '\n':
+		case '\n':
 			b = append(b, '\\', 'n')
-		case c == '\r':
+		case '\r':
 			b = append(b, '\\', 'r')
-		case c == '\t':
+		case '\t':
 			b = append(b, '\\', 't')
-		case c == '\b':
+		case '\b':
 			b = append(b, '\\', 'b')
-		case c == '\f':
+		case '\f':
 			b = append(b, '\\', 'f')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 		default:
-			b = append(b, c)
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 		}
 	}
+	b = append(b, s[plain:]...)
 	return append(b, '"')
 }

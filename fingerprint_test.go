@@ -155,3 +155,25 @@ func FuzzValidateKey(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkHashRequest is a request's fingerprint: a body whose members
+// come in name order (as Go's and many encoders write them), one that
+// must be sorted, and a body that is not JSON, hashed as it is.
+func BenchmarkHashRequest(b *testing.B) {
+	for _, c := range []struct {
+		name, body string
+		json       bool
+	}{
+		{"in order", `{"amount":1000,"currency":"eur","customer":"cus_123"}`, true},
+		{"to sort", `{"customer":"cus_123","currency":"eur","amount":1000,"metadata":{"order_id":"6735","note":"two pairs of socks"}}`, true},
+		{"raw", `amount=1000&currency=eur&customer=cus_123`, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			body := []byte(c.body)
+			for b.Loop() {
+				idem.HashRequest("POST", "/charges", body, c.json)
+			}
+		})
+	}
+}
