@@ -16,6 +16,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/gateway"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store/memory"
 )
 
@@ -47,6 +48,7 @@ func BenchmarkGateway(b *testing.B) {
 
 	newGateway := func(b *testing.B) http.Handler {
 		cfg := &config.Config{Upstream: upstream.URL, Store: "memory:"}
+
 		cfg.WithDefaults()
 		built, err := cfg.Build()
 		if err != nil {
@@ -59,6 +61,7 @@ func BenchmarkGateway(b *testing.B) {
 		eng := idem.New(memory.New(), built.Policy, idem.WithLogger(lg))
 		b.Cleanup(func() { eng.Close() })
 		built.Options.Logger = lg
+
 		p, err := gateway.New(gateway.Options{Upstream: u, Engine: eng, Middleware: built.Options, Logger: lg})
 		if err != nil {
 			b.Fatal(err)
@@ -99,6 +102,8 @@ func benchServer(b *testing.B, front *httptest.Server, key func(int64) string) {
 	// harness's 64 connections do: ns/op then tracks CPU, not latency.
 	b.SetParallelism(16)
 	b.ResetTimer()
+	cpu0 := testkit.ProcessCPU()
+	defer func() { b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op") }()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			send(b, client, front.URL, key(seq.Add(1)))
