@@ -21,7 +21,8 @@ type Index[K comparable] struct {
 	mu      sync.Mutex
 	buckets map[int64]*bucket[K] // by the second they fall in; guarded by mu
 	secs    secHeap              // the buckets' seconds; guarded by mu
-	newest  *bucket[K]           // the bucket made last; guarded by mu
+	newest  *bucket[K]           // the bucket made last, until it is emptied; guarded by mu
+	lastAdd int                  // how many items the bucket made last received; guarded by mu
 }
 
 // bucket holds the items of one second. Items mostly arrive in time order
@@ -70,9 +71,12 @@ func (x *Index[K]) add(it Item[K]) {
 	if b == nil {
 		b = &bucket[K]{sorted: true}
 		if x.newest != nil {
+			x.lastAdd = x.newest.added
+		}
+		if x.lastAdd > 0 {
 			// Steady traffic fills a second's bucket as it filled the
 			// one before: room for as many saves growing it by copies.
-			b.items = make([]Item[K], 0, x.newest.added)
+			b.items = make([]Item[K], 0, x.lastAdd)
 		}
 		x.newest = b
 		x.buckets[it.sec] = b
@@ -144,6 +148,10 @@ func (x *Index[K]) Take(now time.Time, n int) []Item[K] {
 		if len(b.items) == 0 {
 			delete(x.buckets, s)
 			heap.Pop(&x.secs)
+			if b == x.newest {
+				// Its array goes with it; its count stays for the next.
+				x.lastAdd, x.newest = b.added, nil
+			}
 		}
 	}
 	return out

@@ -146,3 +146,29 @@ func TestAddKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestNewBucketRoom checks that a new second's bucket starts with room for
+// as many items as the bucket made before it received, also once that one
+// was emptied, and that an emptied bucket is not kept for its count.
+func TestNewBucketRoom(t *testing.T) {
+	t.Parallel()
+	x := New[int]()
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	for i := range 300 {
+		x.Add(i, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	x.Add(300, t0.Add(time.Second))
+	if c := cap(x.buckets[t0.Unix()+1].items); c != 300 {
+		t.Fatalf("second bucket's room: %d, want 300", c)
+	}
+	if got := x.Take(t0.Add(time.Hour), 1000); len(got) != 301 {
+		t.Fatalf("took %d items, want 301", len(got))
+	}
+	if x.newest != nil {
+		t.Fatal("an emptied bucket is still kept")
+	}
+	x.Add(301, t0.Add(5*time.Second))
+	if c := cap(x.buckets[t0.Unix()+5].items); c != 1 {
+		t.Fatalf("room after the emptied bucket of 1 item: %d, want 1", c)
+	}
+}
