@@ -32,27 +32,20 @@ func (d *Reader) Bytes(n uint64) []byte {
 func (d *Reader) Byte() byte { return d.Bytes(1)[0] }
 
 // Uvarint returns the next unsigned varint.
-func (d *Reader) Uvarint() uint64 {
-	if d.Err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.B)
-	if n <= 0 {
-		d.Err = errors.New("bad length")
-		return 0
-	}
-	d.B = d.B[n:]
-	return v
-}
+func (d *Reader) Uvarint() uint64 { return next(d, binary.Uvarint, "bad length") }
 
 // Varint returns the next signed varint (as binary.AppendVarint writes it).
-func (d *Reader) Varint() int64 {
+func (d *Reader) Varint() int64 { return next(d, binary.Varint, "bad varint") }
+
+// next decodes the next number with decode, which reports its width as
+// encoding/binary's varint decoders do: 0 or less when there is none.
+func next[T uint64 | int64](d *Reader, decode func([]byte) (T, int), bad string) T {
 	if d.Err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.B)
+	v, n := decode(d.B)
 	if n <= 0 {
-		d.Err = errors.New("bad varint")
+		d.Err = errors.New(bad)
 		return 0
 	}
 	d.B = d.B[n:]
