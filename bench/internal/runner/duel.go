@@ -267,20 +267,12 @@ func startSide(ctx context.Context, opts Options, c contender.Contender, s conte
 // process, and the shared upstream if any, spent meanwhile: the other
 // side is idle, so the upstream's work is this side's.
 func (sd *duelSide) slice(sc load.Scenario, conns int, d time.Duration, up *proc.Proc) (results.Slice, error) {
-	cpu0, err := cpuTime(sd.p)
-	if err != nil {
-		return results.Slice{}, err
-	}
-	up0, err := cpuTime(up)
+	cpu0, up0, err := cpuTimes(sd.p, up)
 	if err != nil {
 		return results.Slice{}, err
 	}
 	m := load.Attack(sd.client, load.Targeter(sc, sd.req, sd.fresh, sd.known), conns, d)
-	cpu1, err := cpuTime(sd.p)
-	if err != nil {
-		return results.Slice{}, err
-	}
-	up1, err := cpuTime(up)
+	cpu1, up1, err := cpuTimes(sd.p, up)
 	if err != nil {
 		return results.Slice{}, err
 	}
@@ -291,6 +283,15 @@ func (sd *duelSide) slice(sc load.Scenario, conns int, d time.Duration, up *proc
 		s.UpstreamCPUPerReq = perReq(up1-up0, m.Requests)
 	}
 	return s, nil
+}
+
+// cpuTimes reads the CPU time of a duel side's process and of the shared
+// upstream (0 when there is none).
+func cpuTimes(p, up *proc.Proc) (own, upstream time.Duration, err error) {
+	if own, err = cpuTime(p); err == nil {
+		upstream, err = cpuTime(up)
+	}
+	return own, upstream, err
 }
 
 // cpuTime is p's CPU time, or 0 when there is no p.
