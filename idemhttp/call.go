@@ -67,10 +67,7 @@ func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) 
 		p.Key = key
 		return idem.Call{}, nil, p
 	}
-	var reqID string
-	if v := r.Header[m.reqIDHeader]; len(v) > 0 { // canonical already
-		reqID = v[0]
-	}
+	reqID := r.Header.Get(m.reqIDHeader)
 	if reqID == "" {
 		reqID = NewRequestID()
 	}

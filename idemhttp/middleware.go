@@ -104,7 +104,7 @@ func (m *middleware) withDefaults(mac func([]byte) string) {
 	if m.reqIDHeader == "" {
 		m.reqIDHeader = "X-Request-Id"
 	}
-	// Canonical once, so that handlerHeader and Header.Get need not.
+	// Canonical once, so that handlerHeader need not on every request.
 	m.reqIDHeader = textproto.CanonicalMIMEHeaderKey(m.reqIDHeader)
 	if m.log == nil {
 		m.log = slog.Default()
