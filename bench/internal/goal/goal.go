@@ -4,6 +4,8 @@
 // measured and shown.
 package goal
 
+import "slices"
+
 // Ratio is a throughput goal: Contender's throughput over Baseline's, in
 // Scenario, at least Min.
 type Ratio struct {
@@ -47,12 +49,9 @@ type Duel struct {
 func Duels() []Duel {
 	var out []Duel
 	add := func(d Duel) {
-		for _, x := range out {
-			if x == d {
-				return
-			}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
 		}
-		out = append(out, d)
 	}
 	for _, r := range Ratios {
 		add(Duel{r.Contender, r.Baseline, r.Scenario})
