@@ -155,6 +155,11 @@ func outage(t *testing.T, dsn string) {
 		statuses  = map[int]int{}
 		succeeded = map[string]string{} // key -> body of its 201s
 		mismatch  []string
+		// held counts traffic requests sent before the cut and answered
+		// after the store came back: their outcome write was retried
+		// across the outage (Engine.endWrite) rather than answered 503.
+		held             int
+		cutAt, restoreAt atomic.Int64
 	)
 	for w := range 4 {
 		wg.Add(1)
@@ -162,12 +167,16 @@ func outage(t *testing.T, dsn string) {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
 				k := fmt.Sprintf("during-%d-%d", w, i%25)
+				sent := time.Now().UnixNano()
 				r, err := send(k, 1000+i%25)
 				if err != nil {
 					continue
 				}
 				mu.Lock()
 				statuses[r.Status]++
+				if c, rs := cutAt.Load(), restoreAt.Load(); c != 0 && sent < c && rs != 0 && time.Now().UnixNano() > rs {
+					held++
+				}
 				if r.Status == 201 {
 					if prev, ok := succeeded[k]; ok && prev != string(r.Body) {
 						mismatch = append(mismatch, k)
@@ -181,6 +190,7 @@ func outage(t *testing.T, dsn string) {
 	}
 	time.Sleep(300 * time.Millisecond)
 
+	cutAt.Store(time.Now().UnixNano())
 	proxy.cut()
 	// Fail closed: 503 problem+json with Retry-After, for new keys and
 	// for replays alike, and nothing runs.
@@ -217,6 +227,7 @@ func outage(t *testing.T, dsn string) {
 		t.Errorf("the upstream ran %d times during the outage", during-charges)
 	}
 
+	restoreAt.Store(time.Now().UnixNano())
 	proxy.restore()
 	deadline = time.Now().Add(30 * time.Second)
 	for {
@@ -251,10 +262,20 @@ func outage(t *testing.T, dsn string) {
 	if len(mismatch) > 0 {
 		t.Errorf("keys answered with two different bodies: %v", mismatch)
 	}
-	if statuses[503] == 0 || statuses[201] == 0 {
-		t.Errorf("traffic saw %v; want both 201 and 503", statuses)
+	// Each traffic worker either sent during the outage and got 503, or
+	// was in flight at the cut and held until the store came back. When
+	// all four were in flight at the cut (a slow upstream under -race),
+	// none gets a 503, and that is right too.
+	for s := range statuses {
+		if s != 201 && s != 503 {
+			t.Errorf("traffic saw %v; want only 201 and 503", statuses)
+			break
+		}
 	}
-	t.Logf("traffic statuses: %v; executions for %d keys", statuses, len(stats.Executions))
+	if statuses[201] == 0 || statuses[503] == 0 && held == 0 {
+		t.Errorf("traffic saw %v with %d held across the outage; want 201s, and 503s or held requests", statuses, held)
+	}
+	t.Logf("traffic statuses: %v, %d held across the outage; executions for %d keys", statuses, held, len(stats.Executions))
 	if err := g.stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Errorf("stop: %v", err)
 	}
