@@ -438,35 +438,13 @@ func newToken(now time.Time) uint64 {
 	}
 }
 
-// tokenContext is the context fn runs with: the run's cancelable context,
-// plus the reservation's fencing token for TokenFromContext and its
-// description for HoldFrom. Fields of hold rather than context.WithValue:
-// no allocation of their own.
-type tokenContext struct {
-	context.Context
-	token uint64
-	held  held
-}
-
-type tokenKey struct{}
-
-func (c *tokenContext) Value(key any) any {
-	switch key {
-	case tokenKey{}:
-		return c.token
-	case holdKey{}:
-		return &c.held
-	}
-	return c.Context.Value(key)
-}
-
 // TokenFromContext returns, inside a Func, the fencing token of the
 // reservation it runs under: the token that holds the key's record. The
 // gateway forwards it upstream (the Idempotency-Token header) so that an
 // upstream can reject a holder that lost its lease to another. It reports
 // false outside a Func run by Do.
 func TokenFromContext(ctx context.Context) (uint64, bool) {
-	if c, ok := ctx.(*tokenContext); ok {
+	if c, ok := ctx.(*runContext); ok {
 		// The Func's own context: no boxing of the token through Value.
 		return c.token, c.token != 0
 	}
@@ -485,7 +463,7 @@ func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Fu
 	finished := false
 	defer func() {
 		h.stop()
-		h.cancel(nil)
+		h.end(nil)
 		if !finished {
 			// fn panicked (or called runtime.Goexit) after it started: it
 			// may have done its work, so the outcome is unknown. Record
@@ -673,11 +651,10 @@ func failureValue(err error) []byte {
 // operations end long before the first renewal, and a timer that never
 // fires costs almost nothing.
 type hold struct {
-	tokenContext
-	e      *Engine
-	f      store.Fence
-	cancel context.CancelCauseFunc
-	every  time.Duration
+	runContext
+	e     *Engine
+	f     store.Fence
+	every time.Duration
 
 	mu      sync.Mutex
 	stopped bool        // guarded by mu
@@ -687,8 +664,7 @@ type hold struct {
 
 // newHold starts renewing f's lease; the operation runs with h.ctx().
 func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
-	runCtx, cancel := context.WithCancelCause(ctx)
-	h := &hold{tokenContext: tokenContext{Context: runCtx, token: f.Token}, e: e, f: f, cancel: cancel, every: e.policy.Lease / 3}
+	h := &hold{runContext: runContext{parent: ctx, token: f.Token}, e: e, f: f, every: e.policy.Lease / 3}
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.every, h.tick)
 	h.mu.Unlock()
@@ -696,7 +672,7 @@ func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
 }
 
 // ctx is the context the operation runs with.
-func (h *hold) ctx() context.Context { return &h.tokenContext }
+func (h *hold) ctx() context.Context { return &h.runContext }
 
 func (h *hold) tick() {
 	h.mu.Lock()
@@ -707,11 +683,11 @@ func (h *hold) tick() {
 	h.running.Add(1)
 	h.mu.Unlock()
 	defer h.running.Done()
-	e, ctx := h.e, h.tokenContext.Context
+	e, ctx := h.e, h.ctx()
 	err := e.store.Renew(ctx, h.f, e.now().Add(e.policy.Lease))
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
-		h.cancel(ErrLeaseLost)
+		h.end(ErrLeaseLost)
 		return
 	case err != nil && ctx.Err() == nil:
 		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)

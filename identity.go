@@ -83,7 +83,7 @@ func HoldFrom(ctx context.Context) (Hold, bool) {
 }
 
 // newHeld describes the reservation rec, which the operation's context
-// (tokenContext) carries.
+// (runContext) carries.
 func newHeld(rec store.Record, tookOver bool) held {
 	return held{scope: rec.Scope, key: rec.Key, keyHash: rec.KeyHash, token: rec.Token, tookOver: tookOver}
 }

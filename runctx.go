@@ -1,0 +1,124 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// runContext is the context an operation runs with: the caller's context,
+// the reservation's fencing token (TokenFromContext) and description
+// (HoldFrom), and a cancelation of its own, with cause ErrLeaseLost when
+// the lease is lost and context.Canceled when the run ends.
+//
+// The cancelable context (context.WithCancelCause of the caller's) is made
+// only when something needs it: Done, or a lost lease while the operation
+// runs. Below a net/http handler WithCancelCause registers the new context
+// with the request's, which allocates a map; an operation that never
+// selects on its context's Done is spared that: in the load harness, the
+// middleware's first calls took 0.8 µs less CPU (+6.5 µs over net/http
+// against +7.3, two duels of each), and two allocations fewer in
+// BenchmarkMiddleware. An operation that does call Done pays what it did
+// before.
+//
+// Until it is made, Err and Cause answer as the made context would: the
+// caller's error and cause while the caller's context ends first, and
+// context.Canceled once the run has ended.
+type runContext struct {
+	parent context.Context
+	token  uint64
+	held   held
+
+	made  atomic.Bool // inner and cancel are set; never unset
+	ended atomic.Bool // canceled before inner was made, caller's context live then
+
+	mu     sync.Mutex
+	inner  context.Context         // set under mu before made
+	cancel context.CancelCauseFunc // set under mu before made
+}
+
+type tokenKey struct{}
+
+func (c *runContext) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+func (c *runContext) Done() <-chan struct{} { return c.get().Done() }
+
+func (c *runContext) Err() error {
+	switch {
+	case c.made.Load():
+		return c.inner.Err()
+	case c.ended.Load():
+		return context.Canceled
+	}
+	return c.parent.Err()
+}
+
+func (c *runContext) Value(key any) any {
+	switch key {
+	case tokenKey{}:
+		return c.token
+	case holdKey{}:
+		return &c.held
+	}
+	switch {
+	case c.made.Load():
+		return c.inner.Value(key)
+	case c.ended.Load():
+		// context.Cause finds the cancelation through Value: it must find
+		// the ended one, not the caller's.
+		return c.get().Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+// get returns the cancelable context, made on first use.
+func (c *runContext) get() context.Context {
+	if c.made.Load() {
+		return c.inner
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.made.Load() {
+		c.makeLocked()
+	}
+	return c.inner
+}
+
+// makeLocked makes the cancelable context; c.mu is held. A run that has
+// ended gets one canceled already, apart from the caller's context, whose
+// later end must not change its error.
+func (c *runContext) makeLocked() {
+	if c.ended.Load() {
+		c.inner, c.cancel = context.WithCancelCause(context.WithoutCancel(c.parent))
+		c.cancel(nil)
+	} else {
+		c.inner, c.cancel = context.WithCancelCause(c.parent)
+	}
+	c.made.Store(true)
+}
+
+// end cancels the context with cause (context.Canceled when nil).
+func (c *runContext) end(cause error) {
+	c.mu.Lock()
+	switch {
+	case c.made.Load():
+	case cause == nil && c.parent.Err() == nil:
+		// Nothing has looked at Done: remember the end instead of making
+		// a context only to cancel it.
+		c.ended.Store(true)
+		c.mu.Unlock()
+		return
+	case cause == nil:
+		// The caller's context ended first: its error stands, as it would
+		// in a context made from it.
+		c.mu.Unlock()
+		return
+	case !c.ended.Load():
+		c.makeLocked()
+	}
+	c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel(cause)
+	}
+}
