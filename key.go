@@ -20,6 +20,11 @@ func ValidateKey(key string, maxBytes int) (string, error) {
 		maxBytes = DefaultMaxKeyBytes
 	}
 	k := strings.TrimSpace(key)
+	if k != "" && len(k) <= maxBytes && printableASCII(k) {
+		// The keys clients send (UUIDs, ULIDs, hex): valid UTF-8 and
+		// printable by construction, without decoding runes.
+		return k, nil
+	}
 	switch {
 	case k == "":
 		return "", &KeyError{Reason: "is empty"}
@@ -36,4 +41,15 @@ func ValidateKey(key string, maxBytes int) (string, error) {
 		}
 	}
 	return k, nil
+}
+
+// printableASCII reports whether s holds only bytes 0x20-0x7e, which
+// unicode.IsPrint accepts one and all.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
