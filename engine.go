@@ -82,8 +82,9 @@ type Func func(ctx context.Context) ([]byte, error)
 // Engine runs operations at most once per (scope, key). It is safe for
 // concurrent use.
 type Engine struct {
-	store  store.Store
-	policy Policy
+	store    store.Store
+	policy   Policy
+	renewals *renewals // of this policy's lease
 	*shared
 }
 
@@ -162,7 +163,7 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 		o(sh)
 	}
 	sh.notifier, _ = store.NotifierOf(s)
-	return &Engine{store: s, policy: p, shared: sh}
+	return &Engine{store: s, policy: p, renewals: newRenewals(p.Lease / 3), shared: sh}
 }
 
 // WithPolicy returns an engine over the same store with another policy. The
@@ -173,7 +174,11 @@ func (e *Engine) WithPolicy(p Policy) *Engine {
 	if err := p.Validate(); err != nil {
 		panic(err)
 	}
-	return &Engine{store: e.store, policy: p, shared: e.shared}
+	r := e.renewals
+	if p.Lease != e.policy.Lease {
+		r = newRenewals(p.Lease / 3)
+	}
+	return &Engine{store: e.store, policy: p, renewals: r, shared: e.shared}
 }
 
 // Policy returns the engine's policy, defaults applied.
@@ -643,38 +648,40 @@ func failureValue(err error) []byte {
 }
 
 // hold is one reservation while its operation runs: the context the
-// operation runs with (its cancelable context plus the fencing token), and
-// the renewal of its lease. One allocation holds it all; the lease is
-// renewed every third of its length until stop is called. If the lease is
-// lost, the operation's context is canceled with cause ErrLeaseLost so it
-// can stop early. A timer rather than a goroutine with a ticker: most
-// operations end long before the first renewal, and a timer that never
-// fires costs almost nothing.
+// operation runs with (runContext) and the renewal of its lease. One
+// allocation holds it all; the lease is renewed every third of its length
+// (by the engine's renewals) until stop is called. If the lease is lost,
+// the operation's context is canceled with cause ErrLeaseLost so it can
+// stop early.
 type hold struct {
 	runContext
-	e     *Engine
-	f     store.Fence
-	every time.Duration
+	e *Engine
+	f store.Fence
+
+	// prev, next and due place the hold in e.renewals' list; guarded by
+	// the list's mutex.
+	prev, next *hold
+	due        time.Time
+	listed     bool
 
 	mu      sync.Mutex
-	stopped bool        // guarded by mu
-	timer   *time.Timer // guarded by mu
+	stopped bool // guarded by mu
 	running sync.WaitGroup
 }
 
 // newHold starts renewing f's lease; the operation runs with h.ctx().
 func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
-	h := &hold{runContext: runContext{parent: ctx, token: f.Token}, e: e, f: f, every: e.policy.Lease / 3}
-	h.mu.Lock()
-	h.timer = time.AfterFunc(h.every, h.tick)
-	h.mu.Unlock()
+	h := &hold{runContext: runContext{parent: ctx, token: f.Token}, e: e, f: f}
+	e.renewals.add(h)
 	return h
 }
 
 // ctx is the context the operation runs with.
 func (h *hold) ctx() context.Context { return &h.runContext }
 
-func (h *hold) tick() {
+// renew renews the lease once (the renewals call it when it is due), and
+// puts the hold back in line for the next unless the lease is lost.
+func (h *hold) renew() {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
@@ -683,20 +690,24 @@ func (h *hold) tick() {
 	h.running.Add(1)
 	h.mu.Unlock()
 	defer h.running.Done()
-	e, ctx := h.e, h.ctx()
+	e := h.e
+	// Not the operation's context: a client that hangs up cancels that,
+	// and an operation that runs on regardless must keep its lease, or a
+	// retry would take the key over and run it a second time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), e.renewals.every)
 	err := e.store.Renew(ctx, h.f, e.now().Add(e.policy.Lease))
+	cancel()
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
 		h.end(ErrLeaseLost)
 		return
-	case err != nil && ctx.Err() == nil:
+	case err != nil:
+		// The next renewal may get through before the lease runs out.
 		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)
-	case ctx.Err() != nil:
-		return
 	}
 	h.mu.Lock()
 	if !h.stopped {
-		h.timer.Reset(h.every)
+		e.renewals.add(h)
 	}
 	h.mu.Unlock()
 }
@@ -710,8 +721,8 @@ func (h *hold) stop() {
 		return
 	}
 	h.stopped = true
-	h.timer.Stop()
 	h.mu.Unlock()
+	h.e.renewals.remove(h)
 	h.running.Wait()
 }
 

@@ -1,0 +1,137 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+// renewCounter counts the renewals of each fencing token.
+type renewCounter struct {
+	store.Store
+	mu sync.Mutex
+	n  map[uint64]int
+}
+
+func (c *renewCounter) Renew(ctx context.Context, f store.Fence, until time.Time) error {
+	c.mu.Lock()
+	c.n[f.Token]++
+	c.mu.Unlock()
+	return c.Store.Renew(ctx, f, until)
+}
+
+func (c *renewCounter) count(tok uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[tok]
+}
+
+func (c *renewCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.n {
+		n += v
+	}
+	return n
+}
+
+// TestRenewalAfterHangUp: the caller's context ends (a client hangs up)
+// while the operation runs on regardless. Its lease is still renewed, so a
+// retry finds the key in progress and the work does not start again.
+func TestRenewalAfterHangUp(t *testing.T) {
+	t.Parallel()
+	const lease = 60 * time.Millisecond
+	eng := idem.New(memory.New(), idem.Policy{Lease: lease, CleanupInterval: -1}, quiet)
+	defer eng.Close()
+	ctx, hangUp := context.WithCancel(bg)
+	var runs atomic.Int32
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := eng.Do(ctx, call("k"), func(context.Context) ([]byte, error) {
+			runs.Add(1)
+			close(started)
+			time.Sleep(8 * lease) // ignores its context
+			return []byte("v"), nil
+		})
+		done <- err
+	}()
+	<-started
+	hangUp()
+	for i := range 12 {
+		time.Sleep(lease / 2)
+		_, err := eng.Do(bg, call("k"), func(context.Context) ([]byte, error) {
+			runs.Add(1)
+			return nil, nil
+		})
+		if err != nil && !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("retry %d: %v", i, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("ran %d times: the lease lapsed after the caller hung up", n)
+	}
+}
+
+// TestRenewalsShareOneSchedule: many holds of one engine, started at
+// different times and lasting from nothing to several lease periods. Each
+// one that outlives a renewal period is renewed, none is taken over, and
+// once all have ended nothing is renewed any more.
+func TestRenewalsShareOneSchedule(t *testing.T) {
+	t.Parallel()
+	const lease = 60 * time.Millisecond
+	st := &renewCounter{Store: memory.New(), n: map[uint64]int{}}
+	eng := idem.New(st, idem.Policy{Lease: lease, CleanupInterval: -1}, quiet)
+	defer eng.Close()
+	type run struct {
+		long  time.Duration
+		token uint64
+	}
+	runs := make([]run, 60)
+	var wg sync.WaitGroup
+	for i := range runs {
+		runs[i].long = time.Duration(rand.IntN(5*int(lease/time.Millisecond))) * time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
+			_, err := eng.Do(bg, call(fmt.Sprint("k", i)), func(ctx context.Context) ([]byte, error) {
+				runs[i].token, _ = idem.TokenFromContext(ctx)
+				time.Sleep(runs[i].long)
+				return []byte("v"), nil
+			})
+			if err != nil {
+				t.Errorf("run %d (%v): %v", i, runs[i].long, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, r := range runs {
+		n := st.count(r.token)
+		// Renewed every lease/3 from the start: at least once per whole
+		// period, less one for the timer's slack; never while it was
+		// shorter than a period.
+		periods := int(r.long / (lease / 3))
+		if r.long < lease/3-5*time.Millisecond && n != 0 || periods >= 2 && n < periods-1 {
+			t.Errorf("run %d lasted %v: renewed %d times", i, r.long, n)
+		}
+	}
+	after := st.total()
+	time.Sleep(2 * lease)
+	if n := st.total(); n != after {
+		t.Errorf("%d renewals after every run ended", n-after)
+	}
+}
