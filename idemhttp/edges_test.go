@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime"
 	"strings"
@@ -400,5 +401,65 @@ func TestCutPassingBodyAborts(t *testing.T) {
 	problem(t, s.do("POST", "/export", `{}`, "Idempotency-Key", "k"), 409, idemhttp.KindOutcomeUnknown)
 	if n := s.total(); n != 1 {
 		t.Fatalf("ran %d times", n)
+	}
+}
+
+// TestHangUpKeepsLease: the client hangs up while the handler runs, and the
+// handler runs on past its lease without looking at its context. The lease
+// is still renewed: retries get 409 in_progress, then the handler's one
+// outcome, and it runs once. (A lease that lapsed when the client went
+// away would let a retry take the key over and charge twice.)
+func TestHangUpKeepsLease(t *testing.T) {
+	t.Parallel()
+	const lease = 60 * time.Millisecond
+	eng := idem.New(memory.New(), idem.Policy{Lease: lease, CleanupInterval: -1})
+	defer eng.Close()
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		started <- struct{}{}
+		time.Sleep(8 * lease)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":%d}`, n)
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post := func(ctx context.Context) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/charges", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Idempotency-Key", "hang-up")
+		return srv.Client().Do(req)
+	}
+	ctx, hangUp := context.WithCancel(context.Background())
+	go func() {
+		if res, err := post(ctx); err == nil {
+			res.Body.Close()
+		}
+	}()
+	<-started
+	hangUp()
+	var conflicts int
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("no outcome within 10 s")
+		}
+		time.Sleep(lease / 2)
+		res, err := post(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusConflict {
+			conflicts++
+			continue
+		}
+		if res.StatusCode != http.StatusCreated || string(body) != `{"charge":1}` {
+			t.Fatalf("retry: %d %s", res.StatusCode, body)
+		}
+		break
+	}
+	if n := runs.Load(); n != 1 || conflicts == 0 {
+		t.Fatalf("the handler ran %d times; %d retries answered in_progress", n, conflicts)
 	}
 }
