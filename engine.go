@@ -72,8 +72,11 @@ type Result struct {
 	NotRecorded bool
 }
 
-// Func is the operation behind a key. Its context is canceled, with cause
-// ErrLeaseLost, if another caller takes the key over, and carries the
+// Func is the operation behind a key. Its context is derived from Do's: it
+// ends when the caller's does, and with cause ErrLeaseLost if another
+// caller takes the key over. Its lease is renewed until it returns, even
+// after the caller's context has ended, so an operation that runs on
+// regardless is never run a second time by a retry. The context carries the
 // reservation's fencing token (TokenFromContext). An operation that started
 // its work and cannot tell whether it took effect returns an error wrapping
 // ErrOutcomeUnknown; one that failed before doing anything, ErrNotExecuted.
