@@ -15,32 +15,32 @@ import (
 	"github.com/idem-dev/idem/store/memory"
 )
 
-// renewCounter counts the renewals of each fencing token.
+// renewCounter records when each fencing token was renewed.
 type renewCounter struct {
 	store.Store
 	mu sync.Mutex
-	n  map[uint64]int
+	at map[uint64][]time.Time
 }
 
 func (c *renewCounter) Renew(ctx context.Context, f store.Fence, until time.Time) error {
 	c.mu.Lock()
-	c.n[f.Token]++
+	c.at[f.Token] = append(c.at[f.Token], time.Now())
 	c.mu.Unlock()
 	return c.Store.Renew(ctx, f, until)
 }
 
-func (c *renewCounter) count(tok uint64) int {
+func (c *renewCounter) times(tok uint64) []time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.n[tok]
+	return c.at[tok]
 }
 
 func (c *renewCounter) total() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
-	for _, v := range c.n {
-		n += v
+	for _, v := range c.at {
+		n += len(v)
 	}
 	return n
 }
@@ -50,7 +50,7 @@ func (c *renewCounter) total() int {
 // retry finds the key in progress and the work does not start again.
 func TestRenewalAfterHangUp(t *testing.T) {
 	t.Parallel()
-	const lease = 60 * time.Millisecond
+	const lease = 150 * time.Millisecond
 	eng := idem.New(memory.New(), idem.Policy{Lease: lease, CleanupInterval: -1}, quiet)
 	defer eng.Close()
 	ctx, hangUp := context.WithCancel(bg)
@@ -87,18 +87,20 @@ func TestRenewalAfterHangUp(t *testing.T) {
 }
 
 // TestRenewalsShareOneSchedule: many holds of one engine, started at
-// different times and lasting from nothing to several lease periods. Each
-// one that outlives a renewal period is renewed, none is taken over, and
-// once all have ended nothing is renewed any more.
+// different times and lasting from nothing to several leases. None is
+// renewed before a third of its lease has passed, none goes a whole lease
+// without a renewal while it runs, and once all have ended nothing is
+// renewed any more.
 func TestRenewalsShareOneSchedule(t *testing.T) {
 	t.Parallel()
-	const lease = 60 * time.Millisecond
-	st := &renewCounter{Store: memory.New(), n: map[uint64]int{}}
+	const lease = 150 * time.Millisecond
+	st := &renewCounter{Store: memory.New(), at: map[uint64][]time.Time{}}
 	eng := idem.New(st, idem.Policy{Lease: lease, CleanupInterval: -1}, quiet)
 	defer eng.Close()
 	type run struct {
-		long  time.Duration
-		token uint64
+		long       time.Duration
+		token      uint64
+		start, end time.Time
 	}
 	runs := make([]run, 60)
 	var wg sync.WaitGroup
@@ -110,7 +112,9 @@ func TestRenewalsShareOneSchedule(t *testing.T) {
 			time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
 			_, err := eng.Do(bg, call(fmt.Sprint("k", i)), func(ctx context.Context) ([]byte, error) {
 				runs[i].token, _ = idem.TokenFromContext(ctx)
+				runs[i].start = time.Now()
 				time.Sleep(runs[i].long)
+				runs[i].end = time.Now()
 				return []byte("v"), nil
 			})
 			if err != nil {
@@ -120,13 +124,18 @@ func TestRenewalsShareOneSchedule(t *testing.T) {
 	}
 	wg.Wait()
 	for i, r := range runs {
-		n := st.count(r.token)
-		// Renewed every lease/3 from the start: at least once per whole
-		// period, less one for the timer's slack; never while it was
-		// shorter than a period.
-		periods := int(r.long / (lease / 3))
-		if r.long < lease/3-5*time.Millisecond && n != 0 || periods >= 2 && n < periods-1 {
-			t.Errorf("run %d lasted %v: renewed %d times", i, r.long, n)
+		at := st.times(r.token)
+		if len(at) > 0 && at[0].Sub(r.start) < lease/3-5*time.Millisecond {
+			t.Errorf("run %d: renewed %v after it started", i, at[0].Sub(r.start))
+		}
+		// The gaps that matter: from the start to the first renewal,
+		// between renewals, and from the last to the end.
+		last := r.start
+		for _, a := range append(at, r.end) {
+			if gap := a.Sub(last); gap >= lease {
+				t.Errorf("run %d lasted %v: %v without a renewal (renewed %d times)", i, r.long, gap, len(at))
+			}
+			last = a
 		}
 	}
 	after := st.total()

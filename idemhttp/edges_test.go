@@ -411,7 +411,7 @@ func TestCutPassingBodyAborts(t *testing.T) {
 // away would let a retry take the key over and charge twice.)
 func TestHangUpKeepsLease(t *testing.T) {
 	t.Parallel()
-	const lease = 60 * time.Millisecond
+	const lease = 150 * time.Millisecond
 	eng := idem.New(memory.New(), idem.Policy{Lease: lease, CleanupInterval: -1})
 	defer eng.Close()
 	var runs atomic.Int32
