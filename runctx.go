@@ -114,11 +114,9 @@ func (c *runContext) end(cause error) {
 		// in a context made from it.
 		c.mu.Unlock()
 		return
-	case !c.ended.Load():
+	default:
 		c.makeLocked()
 	}
 	c.mu.Unlock()
-	if c.cancel != nil {
-		c.cancel(cause)
-	}
+	c.cancel(cause)
 }
