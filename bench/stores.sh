@@ -15,8 +15,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "stores: engine and embedded store benchmarks" >&2
 go test -run '^$' -bench 'Engine|Pairs' -benchtime 2s -count 1 ./store/memory ./store/file ./store/pebble | tee "$tmp/local.txt" >&2
-echo "stores: middleware benchmarks" >&2
-go test -run '^$' -bench 'Middleware' -benchtime 2s -count 1 ./idemhttp | tee "$tmp/mw.txt" >&2
+echo "stores: middleware over the bare handler (15 paired runs)" >&2
+go test -c -o "$tmp/idemhttp.test" ./idemhttp
+(cd bench && go run ./cmd/mwcost -test "$tmp/idemhttp.test" -runs "${MW_RUNS:-15}") >"$tmp/mwcost.md" 2>"$tmp/mw.txt"
+cat "$tmp/mwcost.md" >&2
 echo "stores: PostgreSQL next to pgbench" >&2
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5} ROUNDS=${ROUNDS:-3} env -u LONG ./store/postgres/bench.sh | tee "$tmp/pg.txt" >&2
 echo "stores: Redis next to raw EVALSHA" >&2
@@ -69,6 +71,12 @@ pc64=$(metric "$tmp/local.txt" BenchmarkPairs/c64/pebble cpu-µs/op)
     awk -v p="store/$s\$" '/^pkg:/ { on = ($2 ~ p) } on' "$f" > "$tmp/$s.txt"
     echo "| $s | $(metric "$tmp/$s.txt" BenchmarkEngine/first/c1 executions/s) | $(metric "$tmp/$s.txt" BenchmarkEngine/first/c64 executions/s) | $(metric "$tmp/$s.txt" BenchmarkEngine/replay/c1 replays/s) | $(metric "$tmp/$s.txt" BenchmarkEngine/replay/c64 replays/s) |"
   done
+  echo
+  echo "## Middleware over the bare handler"
+  echo
+  echo "What idem's middleware adds to a bare net/http handler in process, on the memory store (\`BenchmarkMiddleware\` in idemhttp: a JSON POST answered with 66 bytes of JSON; first: a new key every request; replay: one of 1,024 answered keys). Each run measures the bare handler, first executions and replays one after the other (\`-benchtime 300ms\`); an overhead is the difference within a run, and the table gives the median and interquartile range over the runs (\`bench/cmd/mwcost\`). ns/op is wall time with both cores serving, as \`go test -bench\` reports it; CPU ns/op is the process's user+system time per request."
+  echo
+  cat "$tmp/mwcost.md"
   echo
   echo "## Shared stores next to their raw floor"
   echo
