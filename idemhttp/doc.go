@@ -52,25 +52,22 @@
 //
 // What the middleware adds to a handler, in process on the memory store
 // (BenchmarkMiddleware: a JSON POST answered with 66 bytes of JSON; "first"
-// is a new key every request, "replay" one of 1024 answered keys):
+// is a new key every request, "replay" one of 1024 answered keys), as
+// `make bench-stores` measures it (docs/bench/STORES.md): 15 runs of the
+// bare handler, first executions and replays one after the other, each
+// overhead taken within its run, medians and interquartile ranges:
 //
-//	go test -run '^$' -bench Middleware -benchmem -cpu 1 -count 6 ./idemhttp
+//	                  added ns/op           CPU ns/op   allocs    B/op
+//	bare handler       2016                   3408          23      -
+//	first execution   +3118 (+2912..+3578)   +5707         +21   +3159
+//	replay            +1843 (+1455..+2229)   +3085          +8    +555
 //
-//	                  before (main a4e06e3)        with the lean path
-//	                  ns/op   B/op    allocs       ns/op   B/op    allocs
-//	bare handler       2.7µ   6.5Ki     23          2.0µ   6.5Ki     23
-//	first execution   24.8µ  12.3Ki     95         17.8µ   9.1Ki     48
-//	replay            19.6µ   8.9Ki     69         14.1µ   7.0Ki     31
+// On this project's 2-core machine the times of a run swing by a third from
+// one minute to the next, which moves a run's three figures together; the
+// allocations do not move and are the figure to trust.
 //
-// (benchstat medians of both builds run in turn on one 2-core machine that
-// seven other jobs shared: the times swing by a third to a half from run to
-// run, the allocations do not and are the figure to trust. CPU time per
-// request, user+sys at one P: bare 2.0µs, first 16.0 -> 11.5µs, replay
-// 8.0 -> 5.75µs; much of what remains of a first execution is the
-// collector scanning the store, which grows by one record a request.)
-//
-// A first execution costs 25 allocations more than the bare handler, a
-// replay 8 to 10: attempts (the capture, its header map and body buffer,
+// A first execution costs 21 allocations more than the bare handler, a
+// replay 8: attempts (the capture, its header map and body buffer,
 // the engine's operation) are pooled, and nothing of them is reachable once
 // their response is sent; the handler's request is copied only when it
 // runs; a replay is written from the stored bytes, its headers cut from one
