@@ -145,9 +145,11 @@ func runDuel(ctx context.Context, opts Options, c, b contender.Contender, sc loa
 			return res, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	machine := readActivity()
 	if res.Pairs, err = interleave(opts.DuelPairs, run); err != nil {
 		return res, err
 	}
+	log.Printf("  machine over the pairs: %s", machine.since())
 	for _, sd := range sides {
 		if ended, err := sd.p.Exited(); ended {
 			return res, fmt.Errorf("%s exited during the duel: %v", sd.c.ID, err)

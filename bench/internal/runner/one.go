@@ -111,8 +111,10 @@ func measure(ctx context.Context, opts Options, p, up *proc.Proc, client *http.C
 	if up != nil {
 		upCPU0, _ = up.CPUTime()
 	}
+	machine := readActivity()
 	m := load.Attack(client, load.Targeter(sc, req, fresh, known), opts.Connections, opts.Duration)
 	cpu1, _ := p.CPUTime()
+	log.Printf("  %-7s machine: %s", sc, machine.since())
 	var upCPU1 time.Duration
 	if up != nil {
 		upCPU1, _ = up.CPUTime()
