@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-dev/idem/internal/hooks"
 )
 
 // runContext is the context an operation runs with: the caller's context,
@@ -36,6 +38,8 @@ type runContext struct {
 	mu     sync.Mutex
 	inner  context.Context         // set under mu before made
 	cancel context.CancelCauseFunc // set under mu before made
+	over   bool                    // end was called; guarded by mu
+	hooks  hooks.List              // AfterFunc's, while the caller's context cannot end; guarded by mu
 }
 
 type tokenKey struct{}
@@ -98,9 +102,45 @@ func (c *runContext) makeLocked() {
 	c.made.Store(true)
 }
 
-// end cancels the context with cause (context.Canceled when nil).
+// AfterFunc is the method context.AfterFunc looks for. A context made
+// from the run's that calls it directly (the gateway's upstream call, see
+// internal/gateway) follows the run's end without making the cancelable
+// context, where Done would: while the caller's context can never end (the
+// gateway detached it from the client), f is kept here and called when the
+// run ends or loses its lease. Otherwise f goes on the cancelable context.
+func (c *runContext) AfterFunc(f func()) (stop func() bool) {
+	if c.parent.Done() != nil {
+		return context.AfterFunc(c.get(), f)
+	}
+	c.mu.Lock()
+	if c.over {
+		c.mu.Unlock()
+		// The caller may hold a lock that f takes (the context package
+		// does): not from this goroutine.
+		go f()
+		return func() bool { return false }
+	}
+	id := c.hooks.Add(f)
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.hooks.Remove(id)
+	}
+}
+
+// end cancels the context with cause (context.Canceled when nil), then
+// calls the functions AfterFunc kept.
 func (c *runContext) end(cause error) {
 	c.mu.Lock()
+	c.over = true
+	if fs := c.hooks.Take(); fs != nil {
+		defer func() {
+			for _, f := range fs {
+				f()
+			}
+		}()
+	}
 	switch {
 	case c.made.Load():
 	case cause == nil && c.parent.Err() == nil:

@@ -133,3 +133,55 @@ func TestOperationContext(t *testing.T) {
 		}
 	})
 }
+
+// TestOperationContextAfterFunc: the AfterFunc method of the operation's
+// context (called directly by the gateway's upstream call) calls its
+// function when the run loses its lease or ends, not once stopped, and at
+// once when registered after the end.
+func TestOperationContextAfterFunc(t *testing.T) {
+	t.Parallel()
+	type afterFuncer interface{ AfterFunc(func()) func() bool }
+	cancelable, cancel := context.WithCancel(bg)
+	t.Cleanup(cancel)
+	for _, parent := range []struct {
+		name string
+		ctx  context.Context
+	}{{"caller's context never ends", bg}, {"caller's context can end", cancelable}} {
+		t.Run(parent.name, func(t *testing.T) {
+			t.Parallel()
+			f := &faulty{Store: memory.New(), renewErr: store.ErrLeaseLost}
+			eng := idem.New(f, idem.Policy{CleanupInterval: -1, Lease: 30 * time.Millisecond, TTL: time.Hour}, quiet)
+			lost, stopped := make(chan error, 1), make(chan struct{}, 1)
+			var kept context.Context
+			_, err := eng.Do(parent.ctx, call("k"), func(ctx context.Context) ([]byte, error) {
+				kept = ctx
+				a := ctx.(afterFuncer)
+				if !a.AfterFunc(func() { stopped <- struct{}{} })() {
+					return nil, errors.New("stop before the end: false")
+				}
+				a.AfterFunc(func() { lost <- context.Cause(ctx) })
+				select {
+				case cause := <-lost:
+					return nil, cause
+				case <-time.After(10 * time.Second):
+					return nil, errors.New("never called")
+				}
+			})
+			if !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("the function saw %v, want ErrLeaseLost", err)
+			}
+			late := make(chan struct{})
+			if kept.(afterFuncer).AfterFunc(func() { close(late) })() {
+				t.Error("stop after the end: true")
+			}
+			select {
+			case <-late:
+			case <-time.After(10 * time.Second):
+				t.Fatal("a function registered after the end was never called")
+			}
+			if len(stopped) != 0 {
+				t.Fatal("a stopped function was called")
+			}
+		})
+	}
+}

@@ -41,10 +41,9 @@ type Options struct {
 type Proxy struct {
 	handler     http.Handler
 	reqIDHeader string
-	deadline    time.Duration
 	log         *slog.Logger
 	inflight    sync.WaitGroup // requests being served, and upstream calls going on after their client was answered
-	calls       calls          // upstream calls in flight, for Abort
+	calls       calls          // upstream calls in flight, for the deadline and Abort
 	routes      *idemhttp.Routes
 }
 
@@ -82,7 +81,8 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Transport == nil {
 		opts.Transport = NewTransport(opts.UpstreamDeadline)
 	}
-	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger, deadline: opts.UpstreamDeadline}
+	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger}
+	p.calls.deadline = opts.UpstreamDeadline
 	if p.reqIDHeader == "" {
 		p.reqIDHeader = "X-Request-Id"
 	}
@@ -207,11 +207,9 @@ func (p *Proxy) bounded(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.inflight.Add(1)
 		defer p.inflight.Done()
-		ctx, cancel := context.WithTimeout(r.Context(), p.deadline)
-		defer cancel()
-		c := p.calls.add(cancel)
-		defer p.calls.remove(c)
-		next.ServeHTTP(w, r.WithContext(ctx))
+		c := p.calls.start(r.Context())
+		defer p.calls.end(c)
+		next.ServeHTTP(w, r.WithContext(c))
 	})
 }
 

@@ -1,0 +1,44 @@
+package hooks
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestList(t *testing.T) {
+	var l List
+	var ran []int
+	ids := make([]uint64, 4)
+	for i := range ids {
+		ids[i] = l.Add(func() { ran = append(ran, i) })
+	}
+	if !l.Remove(ids[1]) || l.Remove(ids[1]) {
+		t.Fatal("Remove: want true once, then false")
+	}
+	for _, f := range l.Take() {
+		f()
+	}
+	if !slices.Equal(ran, []int{0, 2, 3}) {
+		t.Fatalf("ran %v, want [0 2 3]", ran)
+	}
+	if l.Remove(ids[0]) || l.Take() != nil {
+		t.Fatal("the list is not empty after Take")
+	}
+	// Reused after Take.
+	id := l.Add(func() {})
+	if !l.Remove(id) {
+		t.Fatal("Remove after Take")
+	}
+}
+
+func TestListAddsInPlace(t *testing.T) {
+	var l List
+	f := func() {}
+	if n := testing.AllocsPerRun(100, func() {
+		a, b := l.Add(f), l.Add(f)
+		l.Remove(b)
+		l.Remove(a)
+	}); n != 0 {
+		t.Fatalf("%v allocations for two functions, want 0", n)
+	}
+}
