@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -220,6 +221,63 @@ func TestAnswerWithin(t *testing.T) {
 	}
 	if n := s.total(); n != 1 {
 		t.Fatalf("ran %d times", n)
+	}
+}
+
+// TestAnswerWithinAtTheDeadline: handlers that end about when their
+// route's answer deadline passes, so that the deadline and the end race,
+// among quick calls on a route with a long deadline (the same pool of
+// attempts serves both). Each slow call is answered with its outcome or a
+// 504 and runs once; a later retry gets the outcome; no quick call is ever
+// answered 504 (an attempt pooled with the deadline's event left in it
+// would be).
+func TestAnswerWithinAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{
+		{Pattern: "POST /edge", AnswerWithin: 2 * time.Millisecond},
+		{Pattern: "POST /quick", AnswerWithin: time.Minute},
+	}}, func(s *server, mux *http.ServeMux) {
+		mux.HandleFunc("POST /edge", s.counting(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+			w.WriteHeader(201)
+			fmt.Fprint(w, `{"done":true}`)
+		}))
+		mux.HandleFunc("POST /quick", s.counting(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	})
+	var timedOut, answered atomic.Int32
+	testkit.FanOut(8, func(g int) {
+		for i := range 60 {
+			key := fmt.Sprintf("edge-%d-%d", g, i)
+			switch r := s.do("POST", "/edge", `{}`, "Idempotency-Key", key); r.Status {
+			case 201:
+				answered.Add(1)
+			case 504:
+				timedOut.Add(1)
+			default:
+				t.Errorf("%s: %d %s", key, r.Status, r.Body)
+			}
+			if r := s.do("POST", "/quick", `{}`, "Idempotency-Key", "quick-"+key); r.Status != 201 {
+				t.Errorf("quick call %s: %d %s", key, r.Status, r.Body)
+			}
+		}
+	})
+	t.Logf("%d answered, %d timed out", answered.Load(), timedOut.Load())
+	for g := range 8 {
+		for i := range 60 {
+			key := fmt.Sprintf("edge-%d-%d", g, i)
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				r := s.do("POST", "/edge", `{}`, "Idempotency-Key", key)
+				if r.Status == 201 && r.Header.Get("Idempotent-Replayed") == "true" {
+					break
+				}
+				if r.Status != 409 || time.Now().After(deadline) {
+					t.Fatalf("retry of %s: %d %s", key, r.Status, r.Body)
+				}
+			}
+		}
+	}
+	if n := s.total(); n != 2*8*60 {
+		t.Fatalf("ran %d times, want %d", n, 2*8*60)
 	}
 }
 
