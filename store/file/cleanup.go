@@ -28,8 +28,8 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 		st := &s.stripes[stripeOf(it.Key)]
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if e := st.entries[it.Key]; e != nil && e.rec.Expired(now) && it.At(e.rec.ExpiresAt()) {
-			s.index(st, it.Key, e, nil)
+		if e, ok := st.entries[it.Key]; ok && e.rec.Expired(now) && it.At(e.rec.ExpiresAt()) {
+			s.index(st, it.Key, &e, nil)
 			return true
 		}
 		return false
@@ -117,11 +117,11 @@ func (s *Store) compact(old *segment) error {
 			held[i] = true
 		}
 		st := &s.stripes[i]
-		if e := st.entries[id]; e != nil && e.seg == old && e.off == int64(off) {
+		if e, ok := st.entries[id]; ok && e.seg == old && e.off == int64(off) {
 			seg, at, p := s.log.append(frame)
-			moved := *e
+			moved := e
 			moved.seg, moved.off = seg, at
-			s.index(st, id, e, &moved)
+			s.index(st, id, &e, &moved)
 			pos = p
 			pending++
 		}
@@ -146,7 +146,7 @@ func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
 	for _, it := range s.exp.Due(now) {
 		st := &s.stripes[stripeOf(it.Key)]
 		st.mu.Lock()
-		if e := st.entries[it.Key]; e != nil && it.At(e.rec.ExpiresAt()) {
+		if e, ok := st.entries[it.Key]; ok && it.At(e.rec.ExpiresAt()) {
 			n++
 		}
 		st.mu.Unlock()

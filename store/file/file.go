@@ -2,9 +2,11 @@ package file
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -85,7 +87,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		exp:    expiry.New[keyID](),
 	}
 	for i := range s.stripes {
-		s.stripes[i].entries = map[keyID]*entry{}
+		s.stripes[i].entries = map[keyID]entry{}
 	}
 	if err := s.recover(); err != nil {
 		s.log.close()
@@ -145,28 +147,34 @@ func (s *Store) put(st *stripe, id keyID, r *store.Record, p packed.Record, cur 
 	bp := framePool.Get().(*[]byte)
 	seq := s.seq.Add(1)
 	b, valAt := appendFrame((*bp)[:0], kindPut, seq, id, r)
+	if len(b) > math.MaxUint32 {
+		return fmt.Errorf("%w: a record of %d bytes", ErrTooLarge, len(b))
+	}
 	seg, off, pos := s.log.append(b)
-	e := &entry{rec: p, seq: seq, seg: seg, off: off, size: int64(len(b)), valAt: valAt, valLen: len(r.Value)}
+	e := entry{rec: p, seq: seq, seg: seg, off: off, size: uint32(len(b)), valAt: uint32(valAt), valLen: uint32(len(r.Value))}
 	if cap(b) <= 64<<10 { // a 4 MiB response's buffer is not kept
 		*bp = b
 		framePool.Put(bp)
 	}
-	s.index(st, id, cur, e)
+	s.index(st, id, cur, &e)
 	return s.log.wait(pos)
 }
+
+// ErrTooLarge is returned for a record whose frame would pass 4 GiB.
+var ErrTooLarge = errors.New("file: record too large")
 
 // index points id at e (nil: removes it), keeping the segments' live bytes
 // and the expiry index in step. The stripe is held.
 func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
 	if cur != nil {
-		cur.seg.live.Add(-cur.size)
+		cur.seg.live.Add(-int64(cur.size))
 	}
 	if e == nil {
 		delete(st.entries, id) // its expiry item stays until Cleanup visits it
 		return
 	}
-	e.seg.live.Add(e.size)
-	st.entries[id] = e
+	e.seg.live.Add(int64(e.size))
+	st.entries[id] = *e
 	if cur == nil || !cur.rec.ExpiresSameAs(e.rec.ExpiresAt()) {
 		s.exp.Add(id, e.rec.ExpiresAt())
 	}
@@ -188,20 +196,24 @@ func (s *Store) record(e *entry) (store.Record, error) {
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	var res store.Reservation
 	err := s.withKey(ctx, "reserve", req.Record.KeyHash, func(st *stripe, id keyID) error {
-		cur := st.entries[id]
-		if cur != nil && !cur.rec.Expired(req.Now) {
+		cur, ok := st.entries[id]
+		if ok && !cur.rec.Expired(req.Now) {
 			c := &cur.rec
 			if !(req.TakeOverStale && c.Stale(req.Now) &&
 				c.Fingerprint() == req.Record.Fingerprint && c.Binding() == req.Record.Binding) {
 				var err error
-				res.Existing, err = s.record(cur)
+				res.Existing, err = s.record(&cur)
 				return err
 			}
 			res.TookOver = true
 		}
+		var before *entry
+		if ok {
+			before = &cur
+		}
 		r := req.Record
 		r.State, r.Value = store.InProgress, nil
-		if err := s.put(st, id, &r, packed.Pack(&r), cur); err != nil {
+		if err := s.put(st, id, &r, packed.Pack(&r), before); err != nil {
 			return err
 		}
 		res.Acquired = true
@@ -217,12 +229,12 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (store.Record, error) {
 	var r store.Record
 	err := s.withKey(ctx, "get", keyHash, func(st *stripe, id keyID) error {
-		e := st.entries[id]
-		if e == nil || e.rec.Expired(now) {
+		e, ok := st.entries[id]
+		if !ok || e.rec.Expired(now) {
 			return store.ErrNotFound
 		}
 		var err error
-		r, err = s.record(e)
+		r, err = s.record(&e)
 		return err
 	})
 	if err != nil {
@@ -235,15 +247,15 @@ func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (stor
 // stripe, or returns ErrLeaseLost.
 func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, cur *entry) error) error {
 	return s.withKey(ctx, op, f.KeyHash, func(st *stripe, id keyID) error {
-		cur := st.entries[id]
+		cur, ok := st.entries[id]
 		// Release also frees a failed record (an operator's way out of an
 		// unknown outcome); every other write needs an in_progress one.
-		held := cur != nil && cur.rec.Token == f.Token &&
+		held := ok && cur.rec.Token == f.Token &&
 			(cur.rec.State() == store.InProgress || op == "release" && cur.rec.State() == store.Failed)
 		if !held {
 			return store.ErrLeaseLost
 		}
-		return fn(st, id, cur)
+		return fn(st, id, &cur)
 	})
 }
 

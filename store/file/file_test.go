@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
@@ -103,12 +104,12 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 		st := &s.stripes[i]
 		st.mu.Lock()
 		for id, e := range st.entries {
-			r, err := s.record(e)
+			r, err := s.record(&e)
 			if err != nil {
 				t.Fatal(err)
 			}
 			records[r.KeyHash] = &r
-			live[e.seg] += e.size
+			live[e.seg] += int64(e.size)
 			it := expiry.ItemOf(e.rec.ExpiresAt(), id)
 			if !items[it] {
 				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, e.rec.ExpiresAt())
@@ -321,7 +322,7 @@ func TestTornTail(t *testing.T) {
 			}
 		}
 		path := s.log.active.path
-		bFrame := s.stripes[stripeOf(mustID(t, b.Record.KeyHash))].entries[mustID(t, b.Record.KeyHash)].size
+		bFrame := int64(s.stripes[stripeOf(mustID(t, b.Record.KeyHash))].entries[mustID(t, b.Record.KeyHash)].size)
 		// The log's end, not the file's: the file is allocated ahead.
 		end := s.log.active.size
 		s.Close()
@@ -735,5 +736,13 @@ func TestZeroFilled(t *testing.T) {
 	s = openT(t, dir)
 	if recs := checkIndex(t, s); len(recs) != 3+writers*each {
 		t.Fatalf("%d records after two reopenings, want %d", len(recs), 3+writers*each)
+	}
+}
+
+// TestEntryFitsAMapSlot: Go's maps keep values of at most 128 bytes in
+// their own slots; a larger entry would be allocated, one per record.
+func TestEntryFitsAMapSlot(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n > 128 {
+		t.Fatalf("entry is %d bytes", n)
 	}
 }

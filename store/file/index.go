@@ -7,15 +7,18 @@ import (
 )
 
 // entry is the index's view of one record: the record without its value,
-// and where its latest frame lies.
+// and where its latest frame lies. At 128 bytes it is kept in the map's
+// own slots (Go's maps allocate larger values one by one): no object per
+// record for the garbage collector to find and mark, and none to allocate
+// per write.
 type entry struct {
 	rec    packed.Record // the record but its value, which stays on disk
 	seq    uint64
 	seg    *segment
-	off    int64 // the frame's offset in seg
-	valAt  int   // the value's offset in the frame
-	size   int64 // the frame's length
-	valLen int
+	off    int64  // the frame's offset in seg
+	size   uint32 // the frame's length (put refuses larger frames)
+	valAt  uint32 // the value's offset in the frame
+	valLen uint32
 }
 
 // stripe holds the index entries of the keys that hash to it, and the lock
@@ -25,7 +28,7 @@ type entry struct {
 // stripes append concurrently and share their fsyncs.
 type stripe struct {
 	mu      sync.Mutex
-	entries map[keyID]*entry // guarded by mu
+	entries map[keyID]entry // guarded by mu
 }
 
 const stripes = 256

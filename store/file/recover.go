@@ -171,9 +171,9 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 			s.seq.Store(fr.seq)
 		}
 		if cur := latest[fr.id]; cur == nil || fr.seq > cur.seq {
-			e := &entry{seq: fr.seq, seg: seg, off: int64(off), size: int64(frameHeader + n)}
+			e := &entry{seq: fr.seq, seg: seg, off: int64(off), size: uint32(frameHeader + n)}
 			if fr.kind == kindPut {
-				e.rec, e.valAt, e.valLen = packed.Pack(&fr.rec), fr.valAt, fr.valLen
+				e.rec, e.valAt, e.valLen = packed.Pack(&fr.rec), uint32(fr.valAt), uint32(fr.valLen)
 			}
 			latest[fr.id] = e
 		}
