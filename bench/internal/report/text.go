@@ -128,6 +128,11 @@ below what the duels of that day could resolve):
   waits on one event: the handler arms the deadline's timer as it starts,
   and the timer sends its own event, where a start event and a select on
   the timer woke it twice per call.
+- The embedded store's index keeps its entries (128 bytes) in the maps'
+  own slots instead of one object per record: in BenchmarkPairs at 64
+  writers, 1.9 µs less CPU per durable reserve+complete pair (median of 8
+  alternated runs, 7 of them lower) and two allocations fewer, for 6-18%
+  more heap per key.
 
 **Why first calls on the embedded store sit near 0.9x.** Profiled under
 this load, a first call costs the gateway about 85 µs of CPU on the
