@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-load fuzz long services demo build clean static bench-wake temporal crash bench-pgtx bench-seal
+.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-builds bench-load fuzz long services demo build clean static bench-wake temporal crash bench-pgtx bench-seal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ bench: ## go test benchmarks: engine on each store (first execution, replay; c1,
 
 bench-stores: ## engine, stores and middleware benchmarks, PostgreSQL next to pgbench, Redis next to raw EVALSHA: docs/bench/STORES.md (LONG=1 adds the 1M cleanup)
 	./bench/stores.sh
+
+bench-builds: ## duel the gateway built from BASE (default HEAD) against the working tree, first calls on the file store: throughput ratio and CPU per request, pair by pair
+	./bench/builds.sh $(or $(BASE),HEAD)
 
 bench-load: ## the load harness: idem next to a plain proxy and the peers; writes BENCHMARKS.md and its charts
 	./bench/run.sh
