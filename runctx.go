@@ -38,7 +38,6 @@ type runContext struct {
 	mu     sync.Mutex
 	inner  context.Context         // set under mu before made
 	cancel context.CancelCauseFunc // set under mu before made
-	over   bool                    // end was called; guarded by mu
 	hooks  hooks.List              // AfterFunc's, while the caller's context cannot end; guarded by mu
 }
 
@@ -112,28 +111,13 @@ func (c *runContext) AfterFunc(f func()) (stop func() bool) {
 	if c.parent.Done() != nil {
 		return context.AfterFunc(c.get(), f)
 	}
-	c.mu.Lock()
-	if c.over {
-		c.mu.Unlock()
-		// The caller may hold a lock that f takes (the context package
-		// does): not from this goroutine.
-		go f()
-		return func() bool { return false }
-	}
-	id := c.hooks.Add(f)
-	c.mu.Unlock()
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.hooks.Remove(id)
-	}
+	return c.hooks.AfterFunc(&c.mu, f)
 }
 
 // end cancels the context with cause (context.Canceled when nil), then
 // calls the functions AfterFunc kept.
 func (c *runContext) end(cause error) {
 	c.mu.Lock()
-	c.over = true
 	if fs := c.hooks.Take(); fs != nil {
 		defer func() {
 			for _, f := range fs {

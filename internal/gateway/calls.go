@@ -189,23 +189,7 @@ func (c *callCtx) Value(key any) any { return c.parent.Value(key) }
 
 // AfterFunc is the method context.AfterFunc, and a child context made by
 // the context package, look for: f is called when c is canceled.
-func (c *callCtx) AfterFunc(f func()) func() bool {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		// The context package calls AfterFunc with a lock held that f
-		// takes: not from this goroutine.
-		go f()
-		return func() bool { return false }
-	}
-	id := c.hooks.Add(f)
-	c.mu.Unlock()
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.hooks.Remove(id)
-	}
-}
+func (c *callCtx) AfterFunc(f func()) func() bool { return c.hooks.AfterFunc(&c.mu, f) }
 
 func (c *callCtx) parentDone() { c.cancel(c.parent.Err()) }
 

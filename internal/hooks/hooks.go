@@ -1,17 +1,42 @@
 package hooks
 
+import "sync"
+
 // List is the functions registered on one context, in the order they
-// were added. It has no lock: its owner holds its own around every call.
-// The zero List is empty and ready to use.
+// were added, until the context ends (Take). It has no lock of its own:
+// its owner's mutex guards it, held around Add, Remove and Take, and
+// passed to AfterFunc. The zero List is empty and ready to use.
 type List struct {
 	items  []item
 	inline [2]item
 	next   uint64
+	ended  bool // Take was called
 }
 
 type item struct {
 	id uint64
 	f  func()
+}
+
+// AfterFunc is the body of a context's AfterFunc method (the one
+// context.AfterFunc and the context package's child contexts look for):
+// it registers f to be called when the context ends, or, if it has ended,
+// calls f on a goroutine of its own, since the context package calls
+// AfterFunc holding a lock that f takes. mu is the owner's mutex, not held.
+func (l *List) AfterFunc(mu *sync.Mutex, f func()) (stop func() bool) {
+	mu.Lock()
+	if l.ended {
+		mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	id := l.Add(f)
+	mu.Unlock()
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return l.Remove(id)
+	}
 }
 
 // Add registers f and returns the id that Remove takes.
@@ -38,9 +63,11 @@ func (l *List) Remove(id uint64) bool {
 	return false
 }
 
-// Take returns the functions registered, in order, and empties the list;
-// nil when there are none.
+// Take marks the context ended and returns the functions registered, in
+// order, for the owner to call once its mutex is released; nil when there
+// are none.
 func (l *List) Take() []func() {
+	l.ended = true
 	if len(l.items) == 0 {
 		return nil
 	}

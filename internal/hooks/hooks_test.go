@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -41,4 +42,35 @@ func TestListAddsInPlace(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("%v allocations for two functions, want 0", n)
 	}
+}
+
+// TestAfterFunc: a function registered before Take is taken by it, and
+// stop after Take reports false; one registered after Take runs at once
+// on its own goroutine (the caller may hold a lock it takes).
+func TestAfterFunc(t *testing.T) {
+	var mu sync.Mutex
+	var l List
+	ran := 0
+	stop := l.AfterFunc(&mu, func() { ran++ })
+	stopped := l.AfterFunc(&mu, func() { t.Error("a stopped function ran") })
+	if !stopped() {
+		t.Fatal("stop before Take: false")
+	}
+	mu.Lock()
+	fs := l.Take()
+	mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+	if ran != 1 || stop() {
+		t.Fatalf("ran %d, stop after Take true", ran)
+	}
+	late := make(chan struct{})
+	var caller sync.Mutex
+	caller.Lock() // held around AfterFunc, as the context package holds its own
+	if l.AfterFunc(&mu, func() { caller.Lock(); close(late); caller.Unlock() })() {
+		t.Error("stop of a late function: true")
+	}
+	caller.Unlock()
+	<-late
 }
