@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-dev/idem/internal/periodic"
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 )
@@ -661,11 +662,8 @@ type hold struct {
 	e *Engine
 	f store.Fence
 
-	// prev, next and due place the hold in e.renewals' list; guarded by
-	// the list's mutex.
-	prev, next *hold
-	due        time.Time
-	listed     bool
+	// link places the hold in e.renewals.
+	link periodic.Link[*hold]
 
 	mu      sync.Mutex
 	stopped bool // guarded by mu
@@ -675,7 +673,7 @@ type hold struct {
 // newHold starts renewing f's lease; the operation runs with h.ctx().
 func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
 	h := &hold{runContext: runContext{parent: ctx, token: f.Token}, e: e, f: f}
-	e.renewals.add(h)
+	e.renewals.Add(&h.link, h)
 	return h
 }
 
@@ -697,7 +695,7 @@ func (h *hold) renew() {
 	// Not the operation's context: a client that hangs up cancels that,
 	// and an operation that runs on regardless must keep its lease, or a
 	// retry would take the key over and run it a second time.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), e.renewals.every)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), e.renewals.Period())
 	err := e.store.Renew(ctx, h.f, e.now().Add(e.policy.Lease))
 	cancel()
 	switch {
@@ -710,7 +708,7 @@ func (h *hold) renew() {
 	}
 	h.mu.Lock()
 	if !h.stopped {
-		e.renewals.add(h)
+		e.renewals.Add(&h.link, h)
 	}
 	h.mu.Unlock()
 }
@@ -725,7 +723,7 @@ func (h *hold) stop() {
 	}
 	h.stopped = true
 	h.mu.Unlock()
-	h.e.renewals.remove(h)
+	h.e.renewals.Remove(&h.link)
 	h.running.Wait()
 }
 

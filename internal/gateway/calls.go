@@ -6,50 +6,38 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/internal/hooks"
+	"github.com/idem-dev/idem/internal/periodic"
 )
 
 // calls are the upstream calls in flight: each under the upstream
-// deadline, all of them for Abort to cut off.
-//
-// Every call gets the same deadline, so the list, kept in the order calls
-// start, is also in the order their deadlines fall: one timer, armed for
-// the head, serves all of them, and starting or ending a call is a link or
-// an unlink under one lock. context.WithTimeout per call made a timer and,
-// below the operation's context, the cancelable part of that context and a
-// map of children for each: BenchmarkGateway's first calls went from 238
-// to 233 allocations (client, gateway and upstream together).
+// deadline, all of them for Abort to cut off. Every call gets the same
+// deadline, so one timer serves them all (internal/periodic), and
+// starting or ending a call is a link or an unlink under one lock.
+// context.WithTimeout per call made a timer and, below the operation's
+// context, the cancelable part of that context and a map of children for
+// each: BenchmarkGateway's first calls went from 238 to 233 allocations
+// (client, gateway and upstream together).
 type calls struct {
-	deadline time.Duration
+	q *periodic.Queue[*callCtx] // closed by abort
+}
 
-	mu         sync.Mutex
-	head, tail *callCtx    // in start order; guarded by mu
-	aborted    bool        // guarded by mu
-	timer      *time.Timer // guarded by mu; made on first use
-	armed      bool        // guarded by mu: timer fires for the head
+func newCalls(deadline time.Duration) calls {
+	return calls{q: periodic.New(deadline, func(due []*callCtx) {
+		for _, c := range due {
+			c.cancel(context.DeadlineExceeded)
+		}
+	})}
 }
 
 // start starts a call under parent: its context ends at the deadline, on
 // Abort, when parent ends, or when end is called.
-func (s *calls) start(parent context.Context) *callCtx {
+func (s calls) start(parent context.Context) *callCtx {
 	c := &callCtx{parent: parent, done: make(chan struct{})}
-	s.mu.Lock()
-	c.deadline = time.Now().Add(s.deadline)
-	if s.aborted {
-		s.mu.Unlock()
-		c.cancel(context.Canceled)
+	var listed bool
+	if c.deadline, listed = s.q.Add(&c.link, c); !listed {
+		c.cancel(context.Canceled) // after abort
 		return c
 	}
-	c.prev, c.listed = s.tail, true
-	if s.tail == nil {
-		s.head = c
-	} else {
-		s.tail.next = c
-	}
-	s.tail = c
-	if !s.armed {
-		s.armLocked(s.deadline)
-	}
-	s.mu.Unlock()
 	// The operation's context (a lost lease) ends the call too. Its
 	// AfterFunc, called directly, keeps the function without making the
 	// cancelable context that Done, or context.AfterFunc, would make.
@@ -66,84 +54,24 @@ func (s *calls) start(parent context.Context) *callCtx {
 
 // end takes an ended call out, and cancels its context as
 // WithTimeout's cancel does.
-func (s *calls) end(c *callCtx) {
+func (s calls) end(c *callCtx) {
 	if c.stopParent != nil {
 		c.stopParent()
 	}
-	s.mu.Lock()
-	if c.listed {
-		s.unlinkLocked(c)
-	}
-	s.mu.Unlock()
+	s.q.Remove(&c.link)
 	c.cancel(context.Canceled)
 }
 
-func (s *calls) unlinkLocked(c *callCtx) {
-	if c.prev == nil {
-		s.head = c.next
-	} else {
-		c.prev.next = c.next
-	}
-	if c.next == nil {
-		s.tail = c.prev
-	} else {
-		c.next.prev = c.prev
-	}
-	c.prev, c.next, c.listed = nil, nil, false
-}
-
-func (s *calls) armLocked(d time.Duration) {
-	if s.timer == nil {
-		s.timer = time.AfterFunc(d, s.expire)
-	} else {
-		s.timer.Reset(d)
-	}
-	s.armed = true
-}
-
-// expire cuts off the calls past their deadline and arms the timer for
-// the next. The timer is left armed when calls end: firing for nobody, it
-// stops.
-func (s *calls) expire() {
-	now := time.Now()
-	s.mu.Lock()
-	var due []*callCtx
-	for c := s.head; c != nil && !c.deadline.After(now); c = s.head {
-		s.unlinkLocked(c)
-		due = append(due, c)
-	}
-	s.armed = false
-	if s.head != nil {
-		s.armLocked(s.head.deadline.Sub(now))
-	}
-	s.mu.Unlock()
-	for _, c := range due {
-		c.cancel(context.DeadlineExceeded)
-	}
-}
-
 // abort cancels every call in flight and every call started later.
-func (s *calls) abort() {
-	s.mu.Lock()
-	s.aborted = true
-	var all []*callCtx
-	for c := s.head; c != nil; c = s.head {
-		s.unlinkLocked(c)
-		all = append(all, c)
-	}
-	s.mu.Unlock()
-	// Outside the lock: a cancel runs the context's children's.
-	for _, c := range all {
+func (s calls) abort() {
+	// Outside the queue's lock: a cancel runs the context's children's.
+	for _, c := range s.q.Close() {
 		c.cancel(context.Canceled)
 	}
 }
 
 // isAborted reports whether abort was called.
-func (s *calls) isAborted() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.aborted
-}
+func (s calls) isAborted() bool { return s.q.Closed() }
 
 // callCtx is the context of one upstream call: the operation's values,
 // ended by the upstream deadline, Abort, the operation's end or the end of
@@ -155,12 +83,10 @@ func (s *calls) isAborted() bool {
 // of children.
 type callCtx struct {
 	parent     context.Context
-	deadline   time.Time     // set before the call is listed, never changed
+	deadline   time.Time     // set by start only
 	done       chan struct{} // closed by cancel
 	stopParent func() bool   // set by start only
-
-	prev, next *callCtx // guarded by calls.mu
-	listed     bool     // guarded by calls.mu
+	link       periodic.Link[*callCtx]
 
 	mu    sync.Mutex
 	err   error      // guarded by mu; set when done is closed

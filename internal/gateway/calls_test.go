@@ -21,7 +21,7 @@ func ended(ctx context.Context) bool {
 // TestCallsAbort: abort cancels the calls in flight, and every call
 // started after it at once; calls that ended are out of the list.
 func TestCallsAbort(t *testing.T) {
-	s := calls{deadline: time.Hour}
+	s := newCalls(time.Hour)
 	cs := make([]*callCtx, 4)
 	for i := range cs {
 		cs[i] = s.start(context.Background())
@@ -43,7 +43,7 @@ func TestCallsAbort(t *testing.T) {
 	}
 	s.end(later)
 	s.end(cs[2])
-	if s.head != nil || s.tail != nil {
+	if s.q.Len() != 0 {
 		t.Fatal("the list is not empty after every call ended")
 	}
 }
@@ -52,7 +52,7 @@ func TestCallsAbort(t *testing.T) {
 // with context.DeadlineExceeded, and so does the Transport's child of it;
 // a call that ended first is not touched, and one timer serves them all.
 func TestCallsDeadline(t *testing.T) {
-	s := calls{deadline: 100 * time.Millisecond}
+	s := newCalls(100 * time.Millisecond)
 	t0 := time.Now()
 	first := s.start(context.Background())
 	early := s.start(context.Background())
@@ -81,9 +81,7 @@ func TestCallsDeadline(t *testing.T) {
 	}
 	s.end(first)
 	s.end(second)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.head != nil {
+	if s.q.Len() != 0 {
 		t.Fatal("calls left in the list")
 	}
 }
@@ -115,7 +113,7 @@ func (r *runLike) end(err error) {
 // does (a lost lease), through its AfterFunc method; a call that ended
 // unregisters from it.
 func TestCallsFollowTheOperation(t *testing.T) {
-	s := calls{deadline: time.Hour}
+	s := newCalls(time.Hour)
 	parent := &runLike{Context: context.Background()}
 	done := s.start(parent)
 	s.end(done)
@@ -156,7 +154,7 @@ func TestCallsFollowTheOperation(t *testing.T) {
 // operation's cancelable part it made, took 15 for both (the count of
 // TestCallsCost's calls with a child, written that way).
 func TestCallsCost(t *testing.T) {
-	s := calls{deadline: time.Hour}
+	s := newCalls(time.Hour)
 	parent := &runLike{Context: context.Background()}
 	if n := testing.AllocsPerRun(200, func() { s.end(s.start(parent)) }); n > 4 {
 		t.Errorf("a call: %v allocations", n)

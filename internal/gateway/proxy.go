@@ -82,7 +82,7 @@ func New(opts Options) (*Proxy, error) {
 		opts.Transport = NewTransport(opts.UpstreamDeadline)
 	}
 	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger}
-	p.calls.deadline = opts.UpstreamDeadline
+	p.calls = newCalls(opts.UpstreamDeadline)
 	if p.reqIDHeader == "" {
 		p.reqIDHeader = "X-Request-Id"
 	}
