@@ -82,12 +82,14 @@ func (e *Engine) Cleanup(ctx context.Context, batch int, progress func(removed i
 	}
 }
 
-// Close stops background cleanup and waits for a running one to finish. It
-// does not close the store. Calls to Do still work after Close.
+// Close stops background cleanup and the freeing of reservations whose
+// answer was lost, and waits for them to finish. It does not close the
+// store. Calls to Do still work after Close.
 func (e *Engine) Close() error {
 	e.cleanMu.Lock()
 	e.closed = true
 	e.cleanMu.Unlock()
+	e.closeStart()
 	e.cleanWG.Wait()
 	return nil
 }

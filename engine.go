@@ -106,6 +106,10 @@ type shared struct {
 	cleaning  bool         // guarded by cleanMu
 	closed    bool         // guarded by cleanMu
 	cleanWG   sync.WaitGroup
+	// closeCtx ends when Close is called: background work stops.
+	closeCtx   context.Context
+	closeStart context.CancelFunc
+	orphans    orphans // reservations whose answer was lost; see freeOrphan
 
 	// waiters holds the callers waiting for a key held by a call in this
 	// process (Policy.Wait), woken when it ends.
@@ -167,6 +171,7 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 		o(sh)
 	}
 	sh.notifier, _ = store.NotifierOf(s)
+	sh.closeCtx, sh.closeStart = context.WithCancel(context.Background())
 	return &Engine{store: s, policy: p, renewals: newRenewals(p.Lease / 3), shared: sh}
 }
 
@@ -273,6 +278,9 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		}
 		woken = false
 		if err != nil {
+			// The store may have applied the reservation and lost only
+			// its answer: give the key back once it answers again.
+			e.freeOrphan(req.Record)
 			if ctx.Err() != nil {
 				return Result{}, context.Cause(ctx)
 			}

@@ -29,7 +29,9 @@ var (
 	// expired) or the record was removed; its outcome was not stored.
 	ErrLeaseLost = store.ErrLeaseLost
 	// ErrStoreUnavailable: the store failed; nothing was run (unless the
-	// policy is OnStoreErrorFailOpen).
+	// policy is OnStoreErrorFailOpen). A reservation the store applied
+	// but whose answer was lost is freed in the background once the store
+	// answers again, so that a retry runs.
 	ErrStoreUnavailable = errors.New("idem: store unavailable")
 	// ErrNotExecuted is for operations to return (wrapped) when they failed
 	// before doing anything, such as a proxy that could not reach its

@@ -30,6 +30,11 @@ type tcpProxy struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]bool
+
+	// deaf drops what the store answers while it is set; heard counts
+	// the bytes sent to the store meanwhile.
+	deaf  atomic.Bool
+	heard atomic.Int64
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -74,9 +79,38 @@ func (p *tcpProxy) pipe(c net.Conn) {
 	}
 	p.conns[c], p.conns[s] = true, true
 	p.mu.Unlock()
-	go func() { io.Copy(s, c); s.Close() }()
-	io.Copy(c, s)
+	go func() { io.Copy(s, &counting{c, p}); s.Close() }()
+	io.Copy(&dropping{c, p}, s)
 	c.Close()
+}
+
+// counting reads what the gateway sends to the store, counting it while
+// the proxy is deaf.
+type counting struct {
+	io.Reader
+	p *tcpProxy
+}
+
+func (c *counting) Read(b []byte) (int, error) {
+	n, err := c.Reader.Read(b)
+	if c.p.deaf.Load() {
+		c.p.heard.Add(int64(n))
+	}
+	return n, err
+}
+
+// dropping writes the store's answers to the gateway, or drops them
+// while the proxy is deaf.
+type dropping struct {
+	io.Writer
+	p *tcpProxy
+}
+
+func (d *dropping) Write(b []byte) (int, error) {
+	if d.p.deaf.Load() {
+		return len(b), nil
+	}
+	return d.Writer.Write(b)
 }
 
 // cut closes every connection and stops listening: dials are refused.
@@ -179,8 +213,9 @@ func outage(t *testing.T, dsn string) {
 					// A reservation cut off after the store applied it but
 					// before its answer came back (the engine got EOF and
 					// answered 503): the key stays in progress under a
-					// token nobody holds until its lease runs out, and a
-					// retry meanwhile is told so. Nothing ran; fail closed.
+					// token nobody holds until the engine frees it, once
+					// the store answers again (TestLostReservationAnswer);
+					// a retry before that is told so. Nothing ran.
 					orphaned++
 					mu.Unlock()
 					continue
@@ -291,6 +326,102 @@ func outage(t *testing.T, dsn string) {
 	if err := g.stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Errorf("stop: %v", err)
 	}
+}
+
+// TestLostReservationAnswer: the store applies a reservation, and its
+// answer is lost with the connection (a cut between store and gateway at
+// the wrong moment). The gateway answers 503 and runs nothing; once the
+// store is back, the client's retry runs the call at once (the gateway
+// freed the key its reservation held), instead of getting 409 in_progress
+// until the lease runs out (60 s here).
+func TestLostReservationAnswer(t *testing.T) {
+	t.Parallel()
+	t.Run("postgres", func(t *testing.T) {
+		dsn, _ := pgSchema(t, "idem_lost")
+		if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
+			t.Fatalf("migrate: %v %s %s", err, out, errOut)
+		}
+		lostAnswer(t, dsn)
+	})
+	t.Run("redis", func(t *testing.T) {
+		lostAnswer(t, withParam(testenv.Redis(t), fmt.Sprintf("idem_prefix=idem-lost-%d:", rand.Uint32())))
+	})
+}
+
+func lostAnswer(t *testing.T, dsn string) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr
+	a := startAPI(t)
+	g := startGateway(t, a.URL, "", "", "--store", u.String(), "--migrate=false")
+	key := fmt.Sprintf("lost-%d", rand.Uint32())
+	send := func(k string) (response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		return tryPost(ctx, g.URL+"/charges", `{"amount": 7}`, "Idempotency-Key", k)
+	}
+	// The gateway's connections to the store are open and idle.
+	if r, err := send(key + "-warm"); err != nil || r.Status != 201 {
+		t.Fatalf("warm-up: %v %d %s", err, r.Status, r.Body)
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	proxy.deaf.Store(true)
+	first := make(chan response, 1)
+	go func() {
+		r, err := send(key)
+		if err != nil {
+			t.Errorf("first call: %v", err)
+		}
+		first <- r
+	}()
+	// The reservation has gone to the store (which applies it); its
+	// answer is dropped. Then the connection breaks.
+	deadline := time.Now().Add(10 * time.Second)
+	for proxy.heard.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway sent nothing to the store")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	proxy.cut()
+	r := <-first
+	if r.Status != 503 || !bytes.Contains(r.Body, []byte("#store_unavailable")) {
+		t.Fatalf("first call: %d %s; want 503 store_unavailable", r.Status, r.Body)
+	}
+	if n := a.stats(t).Executions[key]; n != 0 {
+		t.Fatalf("ran %d times on a lost reservation", n)
+	}
+	proxy.deaf.Store(false)
+	proxy.restore()
+
+	// The retry runs within seconds: far sooner than the 60 s lease.
+	deadline = time.Now().Add(15 * time.Second)
+	var statuses []int
+	for {
+		r, err := send(key)
+		if err == nil {
+			statuses = append(statuses, r.Status)
+			if r.Status == 201 {
+				if r.Header.Get("Idempotent-Replayed") == "true" {
+					t.Fatalf("the retry was a replay: %s", r.Body)
+				}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry did not run within 15 s: statuses %v, last %v %d %s\n%s", statuses, err, r.Status, r.Body, g.output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := a.stats(t).Executions[key]; n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+	t.Logf("retries before the call ran: %v", statuses)
 }
 
 func atoi(s string) int {

@@ -1,0 +1,149 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+// lostAnswer applies reservations and, while lose is set, reports each as
+// failed: the connection broke after the store applied it. Its Releases
+// fail while releaseDown is above zero (one fewer each time).
+type lostAnswer struct {
+	store.Store
+	lose        atomic.Bool
+	releaseDown atomic.Int32
+	releases    atomic.Int32
+}
+
+func (l *lostAnswer) Reserve(ctx context.Context, r store.ReserveRequest) (store.Reservation, error) {
+	res, err := l.Store.Reserve(ctx, r)
+	if err == nil && l.lose.Load() {
+		return store.Reservation{}, errors.New("read tcp 127.0.0.1:6379: EOF")
+	}
+	return res, err
+}
+
+func (l *lostAnswer) Release(ctx context.Context, f store.Fence) error {
+	l.releases.Add(1)
+	if l.releaseDown.Add(-1) >= 0 {
+		return errors.New("dial tcp 127.0.0.1:6379: connection refused")
+	}
+	return l.Store.Release(ctx, f)
+}
+
+// runsSoon retries k until it runs or 3 s pass: far less than the lease, so
+// a key left in progress until its lease ends fails it.
+func runsSoon(t *testing.T, eng *idem.Engine, k string, op *counter) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		res, err := eng.Do(bg, call(k), op.fn)
+		if err == nil {
+			if res.Replayed || op.n.Load() != 1 {
+				t.Fatalf("retry: %+v, ran %d times", res, op.n.Load())
+			}
+			return
+		}
+		if !errors.Is(err, idem.ErrInProgress) || time.Now().After(deadline) {
+			t.Fatalf("retry after the lost answer: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLostReservationAnswer: a reservation the store applied but whose
+// answer was lost holds the key under a token nobody has. The caller got
+// ErrStoreUnavailable and nothing ran; the engine frees the key, so its
+// retry runs at once instead of getting ErrInProgress for a whole lease.
+func TestLostReservationAnswer(t *testing.T) {
+	t.Parallel()
+	for _, onStale := range []idem.OnStale{idem.OnStaleRetry, idem.OnStaleConflict} {
+		t.Run(onStale.String(), func(t *testing.T) {
+			t.Parallel()
+			l := &lostAnswer{Store: memory.New()}
+			eng := idem.New(l, idem.Policy{CleanupInterval: -1, OnStale: onStale}, quiet)
+			defer eng.Close()
+			op := &counter{value: "v"}
+			l.lose.Store(true)
+			l.releaseDown.Store(3) // still down for the first frees
+			if _, err := eng.Do(bg, call("k"), op.fn); !errors.Is(err, idem.ErrStoreUnavailable) || op.n.Load() != 0 {
+				t.Fatalf("%v, ran %d", err, op.n.Load())
+			}
+			if _, err := eng.Store().Get(bg, "charges", store.HashKey("charges", "k"), time.Now()); err != nil {
+				t.Fatalf("the lost reservation is not in the store: %v", err)
+			}
+			l.lose.Store(false)
+			runsSoon(t, eng, "k", op)
+			if n := l.releases.Load(); n < 4 {
+				t.Fatalf("%d releases; want the failed ones retried", n)
+			}
+		})
+	}
+}
+
+// TestLostAnswerNeverFreesAnother: the free is fenced by the lost
+// reservation's token. A key whose record is someone else's, or that the
+// lost reservation never reached, keeps its record.
+func TestLostAnswerNeverFreesAnother(t *testing.T) {
+	t.Parallel()
+	l := &lostAnswer{Store: memory.New()}
+	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
+	defer eng.Close()
+	op := &counter{value: "v"}
+	if _, err := eng.Do(bg, call("done"), op.fn); err != nil {
+		t.Fatal(err)
+	}
+	l.lose.Store(true)
+	// The reservation finds the record completed: the store applied
+	// nothing, and the free must leave it.
+	if _, err := eng.Do(bg, call("done"), op.fn); !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Fatal(err)
+	}
+	l.lose.Store(false)
+	deadline := time.Now().Add(3 * time.Second)
+	for l.releases.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if l.releases.Load() == 0 {
+		t.Fatal("no free was tried")
+	}
+	res, err := eng.Do(bg, call("done"), op.fn)
+	if err != nil || !res.Replayed || op.n.Load() != 1 {
+		t.Fatalf("the first outcome: %+v %v, ran %d", res, err, op.n.Load())
+	}
+}
+
+// TestCloseStopsFreeing: a store that stays down leaves the frees
+// pending; Close ends them without waiting out the lease.
+func TestCloseStopsFreeing(t *testing.T) {
+	t.Parallel()
+	l := &lostAnswer{Store: memory.New()}
+	l.lose.Store(true)
+	l.releaseDown.Store(1 << 30)
+	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := eng.Do(bg, call(k), (&counter{}).fn); !errors.Is(err, idem.ErrStoreUnavailable) {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { eng.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for the pending frees")
+	}
+	// One attempt per pause, not one per reservation: three pending keys
+	// over about 50 ms of backoff make a handful of attempts.
+	if n := l.releases.Load(); n == 0 || n > 12 {
+		t.Fatalf("%d release attempts for 3 keys in 50 ms", n)
+	}
+}
