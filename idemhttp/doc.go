@@ -39,6 +39,11 @@
 //     reused) and store failures (503 with Retry-After) with RFC 9457
 //     problem+json bodies carrying idempotency_key and conflict_type.
 //
+// net/http answers a few requests itself before any handler runs (431 for
+// headers past MaxHeaderBytes, 400 for a request that is not HTTP/1.1), in
+// text/plain; serve through ProblemListener to have those in problem+json
+// too, as the gateway does.
+//
 // Profiles bundle the choices of four kinds of API: IETF (the draft, the
 // default), Stripe (the payments API), Mobile (the mobile app, its error
 // envelope a preset with texts to change) and WorkflowAdmin. Safe methods (GET, HEAD, OPTIONS, TRACE) pass through

@@ -78,5 +78,7 @@ func MobileTexts() map[Kind]Text {
 		KindStoreUnavailable:    {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
 		KindUpstreamUnavailable: {"SERVICE_UNAVAILABLE", "Dienst vorübergehend nicht verfügbar."},
 		KindUpstreamTimeout:     {"GATEWAY_TIMEOUT", "Der Dienst hat nicht rechtzeitig geantwortet."},
+		KindHeadersTooLarge:     {"HEADERS_TOO_LARGE", "Die Kopfzeilen der Anfrage sind zu groß."},
+		KindMalformedRequest:    {"BAD_REQUEST", "Die Anfrage ist ungültig."},
 	}
 }

@@ -1,8 +1,11 @@
 package idemhttp_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -98,4 +101,34 @@ func ExampleFingerprintFields() {
 	// 201 false {"charge":"ch_1"}
 	// 201 true {"charge":"ch_1"}
 	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"a1","conflict_type":"payload_mismatch"}
+}
+
+// A server whose own answers to requests it cannot read (a header block
+// past MaxHeaderBytes, a request that is not HTTP/1.1) come in
+// problem+json like the middleware's.
+func ExampleProblemListener() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: charges(), MaxHeaderBytes: 4 << 10}
+	go srv.Serve(idemhttp.ProblemListener(ln))
+	defer srv.Close()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "POST /charges HTTP/1.1\r\nContent-Length: 0\r\n\r\n") // no Host
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	fmt.Println(res.StatusCode, res.Header.Get("Content-Type"))
+	fmt.Println(string(body))
+	// Output:
+	// 400 application/problem+json
+	// {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#malformed_request","title":"Request is not valid HTTP","status":400,"detail":"missing required Host header; nothing ran"}
 }

@@ -35,6 +35,10 @@ const (
 	// The gateway's own answers when its upstream fails.
 	KindUpstreamUnavailable Kind = "upstream_unavailable" // 502
 	KindUpstreamTimeout     Kind = "upstream_timeout"     // 504
+	// Answers net/http gives before any handler runs, in problem+json
+	// through ProblemListener.
+	KindHeadersTooLarge  Kind = "headers_too_large" // 431
+	KindMalformedRequest Kind = "malformed_request" // 400 (501 for an unknown transfer coding)
 )
 
 // IsConflict reports whether k is about an existing record.
@@ -68,6 +72,8 @@ var problemTitles = map[Kind]string{
 	KindOutcomeNotRecorded:  "The outcome of this request could not be recorded",
 	KindUpstreamUnavailable: "Upstream unavailable",
 	KindUpstreamTimeout:     "Upstream timed out",
+	KindHeadersTooLarge:     "Request headers are too large",
+	KindMalformedRequest:    "Request is not valid HTTP",
 }
 
 // Problem is an answer idem gives itself. Profiles write it in their shape;

@@ -97,6 +97,8 @@ var DefaultStatus = map[Kind]int{
 	KindOutcomeNotRecorded:  http.StatusServiceUnavailable,
 	KindUpstreamUnavailable: http.StatusBadGateway,
 	KindUpstreamTimeout:     http.StatusGatewayTimeout,
+	KindHeadersTooLarge:     http.StatusRequestHeaderFieldsTooLarge,
+	KindMalformedRequest:    http.StatusBadRequest,
 }
 
 func (p *Profile) status(k Kind) int {

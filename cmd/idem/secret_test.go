@@ -143,8 +143,8 @@ func writeConfig(t *testing.T, yaml string) string {
 	return f
 }
 
-// A header block over max_header_bytes (default 64 KiB) gets 431 before it
-// reaches the proxy; one under it passes.
+// A header block over max_header_bytes (default 64 KiB) gets 431, in
+// problem+json, before it reaches the proxy; one under it passes.
 func TestHeaderLimits(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t)
@@ -164,6 +164,11 @@ func TestHeaderLimits(t *testing.T) {
 			}
 			if r.Status != want {
 				t.Errorf("%q: a %d-byte header: %d, want %d", tc.yaml, n, r.Status, want)
+			}
+			if want == http.StatusRequestHeaderFieldsTooLarge {
+				if p := r.problem(t); p["type"] != idemhttp.ProblemTypeBase+string(idemhttp.KindHeadersTooLarge) {
+					t.Errorf("%q: 431 %v", tc.yaml, p)
+				}
 			}
 		}
 	}

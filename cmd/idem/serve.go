@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/internal/gateway"
@@ -219,8 +220,9 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	// A request whose header block is larger than max_header_bytes gets
-	// 431 from net/http before it reaches the proxy; one that trickles its
-	// headers is cut off after read_header_timeout.
+	// 431 from net/http before it reaches the proxy, and one that is not
+	// valid HTTP a 400, both in problem+json (idemhttp.ProblemListener);
+	// one that trickles its headers is cut off after read_header_timeout.
 	s.http = &http.Server{Handler: s.proxy, ReadHeaderTimeout: cfg.HeaderTimeout(), MaxHeaderBytes: cfg.HeaderLimit(),
 		IdleTimeout: 2 * time.Minute, ErrorLog: errLog, ConnState: s.fresh.track}
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -232,9 +234,9 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			return nil, fmt.Errorf("admin_listen: %w", err)
 		}
-		go func() { s.errc <- fmt.Errorf("admin listener: %w", s.admin.Serve(s.adminLn)) }()
+		go func() { s.errc <- fmt.Errorf("admin listener: %w", s.admin.Serve(idemhttp.ProblemListener(s.adminLn))) }()
 	}
-	go func() { s.errc <- s.http.Serve(s.ln) }()
+	go func() { s.errc <- s.http.Serve(idemhttp.ProblemListener(s.ln)) }()
 	attrs := []any{"addr", s.ln.Addr().String(), "upstream", upstream.Redacted(), "store", s.opened.DSN.String()}
 	if s.adminLn != nil {
 		attrs = append(attrs, "admin_addr", s.adminLn.Addr().String())
