@@ -144,6 +144,10 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 // once the frame is durable. cur is id's entry before, or nil. The stripe is
 // held.
 func (s *Store) put(st *stripe, id keyID, r *store.Record, p packed.Record, cur *entry) error {
+	if uint64(len(r.Value)) > math.MaxUint32 {
+		// Refused before copying it into a frame.
+		return fmt.Errorf("%w: a value of %d bytes", ErrTooLarge, len(r.Value))
+	}
 	bp := framePool.Get().(*[]byte)
 	seq := s.seq.Add(1)
 	b, valAt := appendFrame((*bp)[:0], kindPut, seq, id, r)

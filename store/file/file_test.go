@@ -746,3 +746,31 @@ func TestEntryFitsAMapSlot(t *testing.T) {
 		t.Fatalf("entry is %d bytes", n)
 	}
 }
+
+// TestTooLarge: a value whose frame cannot be addressed with the index's
+// 32-bit sizes is refused with ErrTooLarge; the record stays as it was and
+// the store goes on. The 4 GiB value is never written to: the operating
+// system gives its pages on first touch, so it costs address space only.
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	s := openT(t, t.TempDir())
+	ctx := context.Background()
+	t0 := storetest.T0
+	a := reserveReq("a", t0, time.Hour)
+	if _, err := s.Reserve(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	huge := make([]byte, 1<<32)
+	err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: huge, Now: t0, ExpiresAt: t0.Add(time.Hour)})
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a 4 GiB value: %v", err)
+	}
+	rec, err := s.Get(ctx, a.Record.Scope, a.Record.KeyHash, t0)
+	if err != nil || rec.State != store.InProgress {
+		t.Fatalf("after the refusal: %+v %v", rec, err)
+	}
+	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: []byte("A"), Now: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, s)
+}
