@@ -7,7 +7,7 @@
 #   BENCH_SCALE=full bench/run.sh     # adds 10^7 live keys on PostgreSQL
 #   bench/run.sh -rounds 1 -duration 2s -scale quick   # a quick look
 #   bench/run.sh -report-only         # rebuild the report from docs/bench/results.json
-#   bench/run.sh -duels-only          # only the duels that decide the goals (3-4 minutes)
+#   bench/run.sh -duels-only          # only the duels that decide the goals (6-7 minutes)
 #
 # Extra arguments go to the harness (go run ./cmd/bench -h lists them).
 set -euo pipefail
