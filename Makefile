@@ -82,8 +82,8 @@ test: test-ts
 test-ts: ## the TypeScript client's tests (node --test; installs node_modules and chromium when missing)
 	./scripts/ts-test.sh
 
-bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, the file store, PostgreSQL and Redis
-	$(GO) test -run '^TestWake$$' -count=1 -v ./store/memory ./store/file ./store/postgres ./store/redis | grep -E 'replay after|^(ok|FAIL|---)'
+bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, the file store, PostgreSQL and Redis, one store at a time
+	$(GO) test -p 1 -run '^TestWake$$' -count=1 -v ./store/memory ./store/file ./store/postgres ./store/redis | grep -E 'replay after|^(ok|FAIL|---)'
 
 temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use
 	./scripts/temporal.sh start
