@@ -89,7 +89,7 @@ func (e *Engine) Close() error {
 	e.cleanMu.Lock()
 	e.closed = true
 	e.cleanMu.Unlock()
-	e.closeStart()
+	e.signalClose()
 	e.cleanWG.Wait()
 	return nil
 }

@@ -108,7 +108,7 @@ type shared struct {
 	cleanWG   sync.WaitGroup
 	// closeCtx ends when Close is called: background work stops.
 	closeCtx   context.Context
-	closeStart context.CancelFunc
+	signalClose context.CancelFunc
 	orphans    orphans // reservations whose answer was lost; see freeOrphan
 
 	// waiters holds the callers waiting for a key held by a call in this
@@ -171,7 +171,7 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 		o(sh)
 	}
 	sh.notifier, _ = store.NotifierOf(s)
-	sh.closeCtx, sh.closeStart = context.WithCancel(context.Background())
+	sh.closeCtx, sh.signalClose = context.WithCancel(context.Background())
 	return &Engine{store: s, policy: p, renewals: newRenewals(p.Lease / 3), shared: sh}
 }
 
