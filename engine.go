@@ -107,9 +107,9 @@ type shared struct {
 	closed    bool         // guarded by cleanMu
 	cleanWG   sync.WaitGroup
 	// closeCtx ends when Close is called: background work stops.
-	closeCtx   context.Context
+	closeCtx    context.Context
 	signalClose context.CancelFunc
-	orphans    orphans // reservations whose answer was lost; see freeOrphan
+	orphans     orphans // reservations whose answer was lost; see freeOrphan
 
 	// waiters holds the callers waiting for a key held by a call in this
 	// process (Policy.Wait), woken when it ends.
