@@ -1,6 +1,8 @@
 // Command idemmw is idem's middleware in process: the trivial handler
 // wrapped by idemhttp with the default (IETF) profile, on the store its
-// -store DSN names.
+// -store DSN names. With -lean it leaves out what gofiber's middleware does
+// not do either (the request fingerprint, the callers' tenants, the body's
+// read deadline), so that the two can be compared feature for feature.
 package main
 
 import (
@@ -22,6 +24,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:18082", "address to listen on")
 	storeDSN := flag.String("store", "memory:", "store DSN (memory:, file:DIR, postgres://..., redis://...)")
 	pprofAddr := flag.String("pprof", "", "address to serve /debug/pprof on (off when empty)")
+	lean := flag.Bool("lean", false, "no fingerprint, no tenants, no body deadline: what gofiber's middleware leaves out")
 	flag.Parse()
 	if *pprofAddr != "" {
 		go func() { log.Println(http.ListenAndServe(*pprofAddr, nil)) }()
@@ -37,9 +40,15 @@ func main() {
 	eng := idem.New(st, idem.Policy{}, idem.WithLogger(quiet))
 	defer eng.Close()
 	var c app.Counter
-	mw := idemhttp.Middleware(eng, idemhttp.Options{
+	opts := idemhttp.Options{
 		Routes: []idemhttp.Route{{Pattern: "POST " + app.PathOperation}},
 		Logger: quiet,
-	})
+	}
+	if *lean {
+		opts.Routes[0].Fingerprint = idemhttp.FingerprintNone
+		opts.Tenant = idemhttp.TenantNone
+		opts.BodyReadTimeout = -1
+	}
+	mw := idemhttp.Middleware(eng, opts)
 	app.Serve(app.Server(*listen, mw(app.Handler(&c))))
 }

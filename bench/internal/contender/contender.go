@@ -116,6 +116,14 @@ func All() []Contender {
 		gwPostgres,
 		gwRedis,
 		middleware("mw-memory", "memory", func(Setup, string) string { return "memory:" }),
+		{
+			Contender: results.Contender{ID: "mw-lean", Name: "idem middleware (memory, lean)", Kind: InProcess, Store: "memory", Baseline: "upstream",
+				Notes: "idemhttp as gofiber's middleware is: no request fingerprint, no tenants (TenantNone), no body read deadline; still the lease, the fencing token, the request ID and the handler's own copy of the request. For comparison only: the goals are decided on the defaults (mw-memory)"},
+			KeyHeader: "Idempotency-Key",
+			Argv: func(s Setup, _ string) []string {
+				return []string{filepath.Join(s.Bin, "idemmw"), "-listen", s.Listen, "-store", "memory:", "-lean"}
+			},
+		},
 		mwRedis,
 		{
 			Contender: results.Contender{ID: "fiber-bare", Name: "fiber (no middleware)", Kind: Baseline, Store: "-",

@@ -38,6 +38,14 @@ var Overheads = []Overhead{
 	{"replay", Duel{"mw-memory", "upstream", "replay"}, Duel{"fiber", "fiber-bare", "replay"}},
 }
 
+// Comparisons are duels that decide no goal and are reported beside them:
+// idem's middleware with what gofiber's leaves out left out too, so that
+// the overhead goals can be read feature for feature.
+var Comparisons = []Duel{
+	{"mw-lean", "upstream", "first"},
+	{"mw-lean", "upstream", "replay"},
+}
+
 // Duel is a contender run against its baseline at the same time, the load
 // alternating between them.
 type Duel struct {
@@ -45,7 +53,7 @@ type Duel struct {
 }
 
 // Duels returns the duels that decide the goals, each once, in the order
-// of the goals.
+// of the goals, then the comparisons.
 func Duels() []Duel {
 	var out []Duel
 	add := func(d Duel) {
@@ -59,6 +67,9 @@ func Duels() []Duel {
 	for _, o := range Overheads {
 		add(o.Idem)
 		add(o.Peer)
+	}
+	for _, d := range Comparisons {
+		add(d)
 	}
 	return out
 }

@@ -22,7 +22,12 @@ func TestDuelsCoverGoals(t *testing.T) {
 			t.Errorf("no duels for %+v", o)
 		}
 	}
-	if len(have) != 8 {
-		t.Errorf("%d duels, want the eight of the goals", len(have))
+	for _, d := range Comparisons {
+		if !have[d] {
+			t.Errorf("no duel for comparison %+v", d)
+		}
+	}
+	if len(have) != 8+len(Comparisons) {
+		t.Errorf("%d duels, want the eight of the goals and the comparisons", len(have))
 	}
 }
