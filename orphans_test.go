@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,19 +122,27 @@ func TestLostAnswerNeverFreesAnother(t *testing.T) {
 }
 
 // TestCloseStopsFreeing: a store that stays down leaves the frees
-// pending; Close ends them without waiting out the lease.
+// pending; Close ends them without waiting out the lease. Meanwhile the
+// engine tries one free per pause, not one per pending reservation.
 func TestCloseStopsFreeing(t *testing.T) {
 	t.Parallel()
 	l := &lostAnswer{Store: memory.New()}
 	l.lose.Store(true)
 	l.releaseDown.Store(1 << 30)
 	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
+	start := time.Now()
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := eng.Do(bg, call(k), (&counter{}).fn); !errors.Is(err, idem.ErrStoreUnavailable) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); l.releases.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no free was tried")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
 	closed := make(chan struct{})
 	go func() { eng.Close(); close(closed) }()
 	select {
@@ -141,9 +150,11 @@ func TestCloseStopsFreeing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close waited for the pending frees")
 	}
-	// One attempt per pause, not one per reservation: three pending keys
-	// over about 50 ms of backoff make a handful of attempts.
-	if n := l.releases.Load(); n == 0 || n > 12 {
-		t.Fatalf("%d release attempts for 3 keys in 50 ms", n)
+	// Pauses of 10, 20, 40 ms ... make about log2(elapsed / 10 ms) + 1
+	// attempts; one per pending key would make three times that.
+	elapsed := time.Since(start)
+	allowed := int32(4 + bits.Len(uint(elapsed/(10*time.Millisecond))))
+	if n := l.releases.Load(); n > allowed {
+		t.Fatalf("%d release attempts for 3 keys in %v; want at most %d", n, elapsed, allowed)
 	}
 }
