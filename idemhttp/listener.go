@@ -2,7 +2,6 @@ package idemhttp
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -87,35 +86,46 @@ func rawProblem(b []byte) ([]byte, bool) {
 	if err != nil || status < 400 || status > 599 {
 		return nil, false
 	}
-	text := string(b[line+len(rawErrorHeaders):])
-	p := problemJSON{Status: status}
-	switch status {
-	case http.StatusRequestHeaderFieldsTooLarge:
-		p.Type, p.Title = ProblemTypeBase+string(KindHeadersTooLarge), problemTitles[KindHeadersTooLarge]
-		p.Detail = "the request's header block is larger than this server accepts; nothing ran"
-	default:
-		p.Type, p.Title = ProblemTypeBase+string(KindMalformedRequest), problemTitles[KindMalformedRequest]
-		p.Detail = "the request is not valid HTTP/1.1; nothing ran"
-		// net/http's own wording of what was wrong, after its status
-		// ("400 Bad Request: missing required Host header"): fixed
-		// texts, never the request's bytes.
-		if _, why, ok := bytes.Cut([]byte(text), []byte(": ")); ok && len(why) > 0 {
-			p.Detail = string(why) + "; nothing ran"
-		} else if status == http.StatusNotImplemented {
-			p.Detail = "the request uses a transfer coding this server does not support; nothing ran"
-		}
+	text := b[line+len(rawErrorHeaders):]
+	p := &Problem{Kind: KindMalformedRequest, Status: status, Detail: "the request is not valid HTTP/1.1; nothing ran"}
+	// net/http's own wording of what was wrong follows its status ("400
+	// Bad Request: missing required Host header"): fixed texts, never the
+	// request's bytes.
+	_, why, _ := bytes.Cut(text, []byte(": "))
+	switch {
+	case status == http.StatusRequestHeaderFieldsTooLarge:
+		p.Kind, p.Detail = KindHeadersTooLarge, "the request's header block is larger than this server accepts; nothing ran"
+	case len(why) > 0:
+		p.Detail = string(why) + "; nothing ran"
+	case status == http.StatusNotImplemented:
+		p.Detail = "the request uses a transfer coding this server does not support; nothing ran"
 	}
-	body, err := json.Marshal(p)
-	if err != nil { // cannot happen with the types above
+	// Written as every other problem is (WriteProblemJSON), then framed
+	// as the response net/http would have sent.
+	var rw rawWriter
+	WriteProblemJSON(&rw, p)
+	res := http.Response{StatusCode: rw.status, ProtoMajor: 1, ProtoMinor: 1, Header: rw.header,
+		Body: io.NopCloser(&rw.body), ContentLength: int64(rw.body.Len()), Close: true}
+	var out bytes.Buffer
+	if err := res.Write(&out); err != nil { // cannot happen: all in memory
 		return nil, false
 	}
-	out := make([]byte, 0, 160+len(body))
-	out = append(out, proto...)
-	out = strconv.AppendInt(out, int64(status), 10)
-	out = append(out, ' ')
-	out = append(out, http.StatusText(status)...)
-	out = append(out, "\r\nContent-Type: application/problem+json\r\nContent-Length: "...)
-	out = strconv.AppendInt(out, int64(len(body)), 10)
-	out = append(out, "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"...)
-	return append(out, body...), true
+	return out.Bytes(), true
 }
+
+// rawWriter keeps what a handler writes, for rawProblem to frame.
+type rawWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *rawWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = http.Header{}
+	}
+	return w.header
+}
+
+func (w *rawWriter) WriteHeader(status int)      { w.status = status }
+func (w *rawWriter) Write(b []byte) (int, error) { return w.body.Write(b) }
