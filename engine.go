@@ -612,7 +612,7 @@ const notifyTimeout = time.Second
 func (e *Engine) endWrite(ctx context.Context, op string, write func(context.Context) error) error {
 	wctx := newWriteContext(ctx, e.completeTimeout)
 	defer wctx.stop()
-	backoff := 10 * time.Millisecond
+	backoff := storeRetryFirst
 	for {
 		err := write(wctx)
 		switch {
@@ -629,9 +629,17 @@ func (e *Engine) endWrite(ctx context.Context, op string, write func(context.Con
 			return &StoreError{Op: op, Err: err}
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, time.Second)
+		backoff = min(backoff*2, storeRetryCap)
 	}
 }
+
+// A write the store failed is tried again after storeRetryFirst, then
+// after twice as long each time, up to storeRetryCap: soon after a blip,
+// and no more than once a second against a store that stays down.
+const (
+	storeRetryFirst = 10 * time.Millisecond
+	storeRetryCap   = time.Second
+)
 
 // wroteIt reports whether the record of rec already shows the end this
 // call tried to write: completed with its token, state and value, or

@@ -25,13 +25,10 @@ const (
 	// long outage under heavy traffic fills it with reservations that
 	// mostly never reached the store.
 	maxOrphans = 10000
-	// orphanTry bounds one Release attempt.
+	// orphanTry bounds one Release attempt. The retries back off as
+	// the engine's other store writes do (storeRetryFirst to
+	// storeRetryCap): one attempt per pause, not one per reservation.
 	orphanTry = 5 * time.Second
-	// The retries back off from orphanBackoff to orphanBackoffCap while
-	// the store keeps failing; one attempt per pause, not one per
-	// reservation.
-	orphanBackoff    = 10 * time.Millisecond
-	orphanBackoffCap = time.Second
 )
 
 // orphan is a reservation to free, until when freeing it is worth it.
@@ -86,7 +83,7 @@ func (e *Engine) freeOrphan(rec store.Record) {
 // off while the store fails. Close stops it.
 func (e *Engine) drainOrphans() {
 	defer e.cleanWG.Done()
-	backoff := orphanBackoff
+	backoff := storeRetryFirst
 	for {
 		e.cleanMu.Lock()
 		batch := e.orphans.pending
@@ -111,7 +108,7 @@ func (e *Engine) drainOrphans() {
 			}
 			switch err := e.releaseOrphan(o); {
 			case err == nil:
-				backoff = orphanBackoff
+				backoff = storeRetryFirst
 			case errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound):
 				// Never written, or taken over since: nothing of ours
 				// to free.
@@ -136,7 +133,7 @@ func (e *Engine) drainOrphans() {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, orphanBackoffCap)
+		backoff = min(2*backoff, storeRetryCap)
 	}
 }
 
