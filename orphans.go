@@ -21,9 +21,9 @@ import (
 
 const (
 	// maxOrphans bounds the reservations waiting to be freed; past it,
-	// a reservation is left to its lease, as before this existed. A
-	// long outage under heavy traffic fills it with reservations that
-	// mostly never reached the store.
+	// a reservation waits out its lease. A long outage under heavy
+	// traffic fills it with reservations that mostly never reached the
+	// store.
 	maxOrphans = 10000
 	// orphanTry bounds one Release attempt. The retries back off as
 	// the engine's other store writes do (storeRetryFirst to

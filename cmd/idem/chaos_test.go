@@ -44,10 +44,7 @@ defaults:
 func TestChaos(t *testing.T) {
 	long := os.Getenv("IDEM_CHAOS") == "long"
 	t.Run("postgres", func(t *testing.T) {
-		dsn, _ := pgSchema(t, "idem_chaos")
-		if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
-			t.Fatalf("migrate: %v %s %s", err, out, errOut)
-		}
+		dsn := migratedSchema(t, "idem_chaos")
 		runChaos(t, "pg", 3, long, "--store", dsn, "--migrate=false")
 	})
 	t.Run("redis", func(t *testing.T) {

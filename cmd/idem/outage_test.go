@@ -144,10 +144,7 @@ func (p *tcpProxy) restore() {
 func TestStoreOutage(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
-		dsn, _ := pgSchema(t, "idem_outage")
-		if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
-			t.Fatalf("migrate: %v %s %s", err, out, errOut)
-		}
+		dsn := migratedSchema(t, "idem_outage")
 		outage(t, dsn)
 	})
 	t.Run("redis", func(t *testing.T) {
@@ -155,7 +152,10 @@ func TestStoreOutage(t *testing.T) {
 	})
 }
 
-func outage(t *testing.T, dsn string) {
+// behindProxy starts the demo API and a gateway in front of it whose
+// store, dsn, it reaches through a tcpProxy.
+func behindProxy(t *testing.T, dsn string) (*tcpProxy, *api, *gw) {
+	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,11 @@ func outage(t *testing.T, dsn string) {
 	proxy := newTCPProxy(t, u.Host)
 	u.Host = proxy.addr
 	a := startAPI(t)
-	g := startGateway(t, a.URL, "", "", "--store", u.String(), "--migrate=false")
+	return proxy, a, startGateway(t, a.URL, "", "", "--store", u.String(), "--migrate=false")
+}
+
+func outage(t *testing.T, dsn string) {
+	proxy, a, g := behindProxy(t, dsn)
 	prefix := fmt.Sprintf("outage-%d-", rand.Uint32())
 	send := func(key string, amount int) (response, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
@@ -337,10 +341,7 @@ func outage(t *testing.T, dsn string) {
 func TestLostReservationAnswer(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
-		dsn, _ := pgSchema(t, "idem_lost")
-		if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
-			t.Fatalf("migrate: %v %s %s", err, out, errOut)
-		}
+		dsn := migratedSchema(t, "idem_lost")
 		// One connection, on which the warm-up prepared the statements:
 		// the reservation is then one round trip that PostgreSQL applies
 		// whether or not its answer comes back (on a fresh connection,
@@ -354,14 +355,7 @@ func TestLostReservationAnswer(t *testing.T) {
 }
 
 func lostAnswer(t *testing.T, dsn string) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
-	u.Host = proxy.addr
-	a := startAPI(t)
-	g := startGateway(t, a.URL, "", "", "--store", u.String(), "--migrate=false")
+	proxy, a, g := behindProxy(t, dsn)
 	key := fmt.Sprintf("lost-%d", rand.Uint32())
 	send := func(k string) (response, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)

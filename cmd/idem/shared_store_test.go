@@ -131,6 +131,17 @@ func pgSchema(t *testing.T, prefix string) (dsn, schema string) {
 	return withParam(base, "idem_schema="+schema), schema
 }
 
+// migratedSchema is pgSchema's DSN with idem's tables made in the schema
+// by `idem migrate`.
+func migratedSchema(t *testing.T, prefix string) string {
+	t.Helper()
+	dsn, _ := pgSchema(t, prefix)
+	if out, errOut, err := runIdem(t, "migrate", "--store", dsn); err != nil {
+		t.Fatalf("migrate: %v %s %s", err, out, errOut)
+	}
+	return dsn
+}
+
 func withParam(dsn, param string) string {
 	if strings.Contains(dsn, "?") {
 		return dsn + "&" + param
