@@ -368,7 +368,10 @@ func TestLeaseRenewal(t *testing.T) {
 type faulty struct {
 	store.Store
 	reserveErr  error
+	loseReserve atomic.Bool  // apply each Reserve, then report it failed: its answer lost
 	completeErr atomic.Int32 // fail this many Complete calls
+	releaseErr  atomic.Int32 // fail this many Release calls
+	releases    atomic.Int32 // Release calls
 	renewErr    error
 	cleanups    atomic.Int32
 }
@@ -377,7 +380,19 @@ func (f *faulty) Reserve(ctx context.Context, r store.ReserveRequest) (store.Res
 	if f.reserveErr != nil {
 		return store.Reservation{}, f.reserveErr
 	}
-	return f.Store.Reserve(ctx, r)
+	res, err := f.Store.Reserve(ctx, r)
+	if err == nil && f.loseReserve.Load() {
+		return store.Reservation{}, errors.New("read tcp 127.0.0.1:6379: EOF")
+	}
+	return res, err
+}
+
+func (f *faulty) Release(ctx context.Context, fe store.Fence) error {
+	f.releases.Add(1)
+	if f.releaseErr.Add(-1) >= 0 {
+		return errors.New("dial tcp 127.0.0.1:6379: connection refused")
+	}
+	return f.Store.Release(ctx, fe)
 }
 
 func (f *faulty) Complete(ctx context.Context, c store.Completion) error {

@@ -1,10 +1,8 @@
 package idem_test
 
 import (
-	"context"
 	"errors"
 	"math/bits"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,32 +10,6 @@ import (
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
-
-// lostAnswer applies reservations and, while lose is set, reports each as
-// failed: the connection broke after the store applied it. Its Releases
-// fail while releaseDown is above zero (one fewer each time).
-type lostAnswer struct {
-	store.Store
-	lose        atomic.Bool
-	releaseDown atomic.Int32
-	releases    atomic.Int32
-}
-
-func (l *lostAnswer) Reserve(ctx context.Context, r store.ReserveRequest) (store.Reservation, error) {
-	res, err := l.Store.Reserve(ctx, r)
-	if err == nil && l.lose.Load() {
-		return store.Reservation{}, errors.New("read tcp 127.0.0.1:6379: EOF")
-	}
-	return res, err
-}
-
-func (l *lostAnswer) Release(ctx context.Context, f store.Fence) error {
-	l.releases.Add(1)
-	if l.releaseDown.Add(-1) >= 0 {
-		return errors.New("dial tcp 127.0.0.1:6379: connection refused")
-	}
-	return l.Store.Release(ctx, f)
-}
 
 // runsSoon retries k until it runs or 3 s pass: far less than the lease, so
 // a key left in progress until its lease ends fails it.
@@ -68,19 +40,19 @@ func TestLostReservationAnswer(t *testing.T) {
 	for _, onStale := range []idem.OnStale{idem.OnStaleRetry, idem.OnStaleConflict} {
 		t.Run(onStale.String(), func(t *testing.T) {
 			t.Parallel()
-			l := &lostAnswer{Store: memory.New()}
+			l := &faulty{Store: memory.New()}
 			eng := idem.New(l, idem.Policy{CleanupInterval: -1, OnStale: onStale}, quiet)
 			defer eng.Close()
 			op := &counter{value: "v"}
-			l.lose.Store(true)
-			l.releaseDown.Store(3) // still down for the first frees
+			l.loseReserve.Store(true)
+			l.releaseErr.Store(3) // still down for the first frees
 			if _, err := eng.Do(bg, call("k"), op.fn); !errors.Is(err, idem.ErrStoreUnavailable) || op.n.Load() != 0 {
 				t.Fatalf("%v, ran %d", err, op.n.Load())
 			}
 			if _, err := eng.Store().Get(bg, "charges", store.HashKey("charges", "k"), time.Now()); err != nil {
 				t.Fatalf("the lost reservation is not in the store: %v", err)
 			}
-			l.lose.Store(false)
+			l.loseReserve.Store(false)
 			runsSoon(t, eng, "k", op)
 			if n := l.releases.Load(); n < 4 {
 				t.Fatalf("%d releases; want the failed ones retried", n)
@@ -94,20 +66,20 @@ func TestLostReservationAnswer(t *testing.T) {
 // lost reservation never reached, keeps its record.
 func TestLostAnswerNeverFreesAnother(t *testing.T) {
 	t.Parallel()
-	l := &lostAnswer{Store: memory.New()}
+	l := &faulty{Store: memory.New()}
 	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
 	defer eng.Close()
 	op := &counter{value: "v"}
 	if _, err := eng.Do(bg, call("done"), op.fn); err != nil {
 		t.Fatal(err)
 	}
-	l.lose.Store(true)
+	l.loseReserve.Store(true)
 	// The reservation finds the record completed: the store applied
 	// nothing, and the free must leave it.
 	if _, err := eng.Do(bg, call("done"), op.fn); !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Fatal(err)
 	}
-	l.lose.Store(false)
+	l.loseReserve.Store(false)
 	deadline := time.Now().Add(3 * time.Second)
 	for l.releases.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -126,9 +98,9 @@ func TestLostAnswerNeverFreesAnother(t *testing.T) {
 // engine tries one free per pause, not one per pending reservation.
 func TestCloseStopsFreeing(t *testing.T) {
 	t.Parallel()
-	l := &lostAnswer{Store: memory.New()}
-	l.lose.Store(true)
-	l.releaseDown.Store(1 << 30)
+	l := &faulty{Store: memory.New()}
+	l.loseReserve.Store(true)
+	l.releaseErr.Store(1 << 30)
 	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
 	start := time.Now()
 	for _, k := range []string{"a", "b", "c"} {
