@@ -52,6 +52,7 @@ type middleware struct {
 	log         *slog.Logger
 	observe     func(*http.Request, Event)
 	catchAll    bool // one route, pattern "/": matching needs no ServeMux
+	exact       []exactRoute
 }
 
 // Compile checks opts and compiles its routes.
@@ -88,6 +89,7 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 		m.routes = append(m.routes, r)
 	}
 	m.catchAll = len(m.routes) == 1 && m.routes[0].Pattern == "/"
+	m.exact = exactRoutes(m.routes)
 	return &Routes{m: m}, nil
 }
 
