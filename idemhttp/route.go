@@ -213,8 +213,8 @@ func (m *middleware) match(r *http.Request) *route {
 // exactRoute is a route whose pattern is a method and a literal path
 // ("POST /charges"). Without host patterns such a pattern is the most
 // specific of any that match its method and path, so that a request naming
-// them exactly is matched without the ServeMux: an eighth of a replay's
-// added CPU in the harness was the ServeMux's match.
+// them exactly is matched without the ServeMux, whose match was about
+// 0.25 µs of the 3 µs of CPU a replay adds in the load harness's profile.
 type exactRoute struct {
 	method, path string
 	route        int
