@@ -84,15 +84,13 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	if err := s.lock(ctx); err != nil {
 		return store.Reservation{}, err
 	}
+	defer s.mu.Unlock()
 	k := idOf(req.Record.KeyHash)
 	cur, ok := s.records[k]
 	tookOver := false
 	if ok && !cur.Expired(req.Now) {
 		if !(req.TakeOverStale && cur.Stale(req.Now) &&
 			cur.Fingerprint() == req.Record.Fingerprint && cur.Binding() == req.Record.Binding) {
-			// cur is a copy whose text never changes: the value is copied
-			// out of it after the lock, which replays on every core take.
-			s.mu.Unlock()
 			return store.Reservation{Existing: record(&cur)}, nil
 		}
 		tookOver = true
@@ -101,7 +99,6 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	r.State = store.InProgress
 	r.Value = nil
 	s.put(k, packed.Pack(&r))
-	s.mu.Unlock()
 	return store.Reservation{Acquired: true, TookOver: tookOver}, nil
 }
 
