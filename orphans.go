@@ -89,8 +89,7 @@ func (e *Engine) drainOrphans() {
 		batch := e.orphans.pending
 		e.orphans.pending = nil
 		if len(batch) == 0 || e.closed {
-			e.orphans.draining = false
-			e.orphans.pending, e.orphans.dropped = nil, 0
+			e.orphans = orphans{}
 			e.cleanMu.Unlock()
 			return
 		}
@@ -137,10 +136,10 @@ func (e *Engine) drainOrphans() {
 	}
 }
 
+// stopDraining empties the queue: the store or the engine is closed.
 func (e *Engine) stopDraining() {
 	e.cleanMu.Lock()
-	e.orphans.draining = false
-	e.orphans.pending = nil
+	e.orphans = orphans{}
 	e.cleanMu.Unlock()
 }
 
