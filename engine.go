@@ -100,6 +100,7 @@ type shared struct {
 	// even when the caller's context is canceled.
 	completeTimeout time.Duration
 	keyHash         func(scope, key string) string // nil: store.HashKey; see WithKeyHash
+	onFreed         func(scope string)             // nil: nothing; see WithOnFreed
 
 	cleanMu   sync.Mutex
 	lastClean atomic.Int64 // unix ns of the last cleanup start, 0 for never; written under cleanMu
@@ -157,6 +158,17 @@ func WithWaitPolling(first, max time.Duration) Option {
 // WithLogger sets the logger for background work (cleanup, lease renewal).
 // The default is slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(s *shared) { s.logger = l } }
+
+// WithOnFreed calls f, with the key's scope, each time the engine frees a
+// reservation whose answer was lost: the store applied it, the connection
+// broke before its answer came back, and the engine released it once the
+// store answered again, so that the caller's retry runs at once instead of
+// waiting out the lease. Operators count these (the gateway's
+// idem_reservations_freed_total): a steady rate means the store's
+// connections break mid-call. f runs on the engine's background goroutine
+// and must not block. The default does nothing; every free is also logged
+// at Info.
+func WithOnFreed(f func(scope string)) Option { return func(s *shared) { s.onFreed = f } }
 
 // New returns an engine over s with policy p (zero fields take their
 // defaults). It panics if p is invalid: policies are written by programmers,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store/memory"
@@ -161,4 +162,19 @@ func ExampleTokenFromContext() {
 		})
 	// Output:
 	// true true
+}
+
+// Count the reservations the engine frees after their answer was lost, for
+// an alert: a steady rate means the store's connections break mid-call.
+func ExampleWithOnFreed() {
+	var freed atomic.Int64 // or a Prometheus counter
+	eng := idem.New(memory.New(), idem.Policy{}, idem.WithOnFreed(func(scope string) {
+		freed.Add(1)
+	}))
+	defer eng.Close()
+	res, _ := eng.Do(context.Background(), idem.Call{Scope: "charges", Key: "charge-ORD-9"},
+		func(context.Context) ([]byte, error) { return []byte("ch_1"), nil })
+	fmt.Println(string(res.Value), freed.Load())
+	// Output:
+	// ch_1 0
 }

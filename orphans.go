@@ -151,6 +151,9 @@ func (e *Engine) releaseOrphan(o orphan) error {
 	}
 	e.logger.Info("idem: freed a reservation whose answer was lost; the key can run again",
 		"scope", o.fence.Scope)
+	if e.onFreed != nil {
+		e.onFreed(o.fence.Scope)
+	}
 	e.announce(ctx, o.fence.Scope, o.fence.KeyHash, nil)
 	return nil
 }

@@ -3,6 +3,7 @@ package idem_test
 import (
 	"errors"
 	"math/bits"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +42,13 @@ func TestLostReservationAnswer(t *testing.T) {
 		t.Run(onStale.String(), func(t *testing.T) {
 			t.Parallel()
 			l := &faulty{Store: memory.New()}
-			eng := idem.New(l, idem.Policy{CleanupInterval: -1, OnStale: onStale}, quiet)
+			var freed atomic.Int64
+			eng := idem.New(l, idem.Policy{CleanupInterval: -1, OnStale: onStale}, quiet,
+				idem.WithOnFreed(func(scope string) {
+					if scope == "charges" {
+						freed.Add(1)
+					}
+				}))
 			defer eng.Close()
 			op := &counter{value: "v"}
 			l.loseReserve.Store(true)
@@ -57,6 +64,15 @@ func TestLostReservationAnswer(t *testing.T) {
 			if n := l.releases.Load(); n < 4 {
 				t.Fatalf("%d releases; want the failed ones retried", n)
 			}
+			// One reservation freed, once: the failed attempts are not.
+			// The hook runs just after the Release that let the key run.
+			deadline := time.Now().Add(3 * time.Second)
+			for freed.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if n := freed.Load(); n != 1 {
+				t.Fatalf("WithOnFreed's hook ran %d times; want 1", n)
+			}
 		})
 	}
 }
@@ -67,7 +83,8 @@ func TestLostReservationAnswer(t *testing.T) {
 func TestLostAnswerNeverFreesAnother(t *testing.T) {
 	t.Parallel()
 	l := &faulty{Store: memory.New()}
-	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet)
+	var freed atomic.Int64
+	eng := idem.New(l, idem.Policy{CleanupInterval: -1}, quiet, idem.WithOnFreed(func(string) { freed.Add(1) }))
 	defer eng.Close()
 	op := &counter{value: "v"}
 	if _, err := eng.Do(bg, call("done"), op.fn); err != nil {
@@ -90,6 +107,9 @@ func TestLostAnswerNeverFreesAnother(t *testing.T) {
 	res, err := eng.Do(bg, call("done"), op.fn)
 	if err != nil || !res.Replayed || op.n.Load() != 1 {
 		t.Fatalf("the first outcome: %+v %v, ran %d", res, err, op.n.Load())
+	}
+	if n := freed.Load(); n != 0 {
+		t.Fatalf("WithOnFreed's hook ran %d times for a free that found nothing of ours", n)
 	}
 }
 

@@ -424,6 +424,24 @@ func lostAnswer(t *testing.T, dsn string) {
 	if !strings.Contains(g.output(), "freed a reservation whose answer was lost") {
 		t.Fatalf("no reservation was freed:\n%s", g.output())
 	}
+	// Operators see it in /metrics too. The counter moves just after the
+	// free that let the retry run.
+	want := []byte("\nidem_reservations_freed_total 1\n")
+	var m []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		res, err := http.Get(g.Admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		if bytes.Contains(m, want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !bytes.Contains(m, want) {
+		t.Fatalf("/metrics does not count the freed reservation:\n%s", grepLines(m, "idem_reservations_freed"))
+	}
 	t.Logf("retries before the call ran: %v", statuses)
 }
 
@@ -431,4 +449,15 @@ func atoi(s string) int {
 	n := 0
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// grepLines returns the lines of b that contain s.
+func grepLines(b []byte, s string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -203,7 +203,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	}
 	met := metrics.New()
 	tracker := &gateway.Tracker{}
-	s.eng = idem.New(tracker.Wrap(met.WrapStore(st)), built.Policy, idem.WithLogger(log))
+	s.eng = idem.New(tracker.Wrap(met.WrapStore(st)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{

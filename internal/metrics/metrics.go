@@ -28,6 +28,7 @@ type Metrics struct {
 	unprotected *prometheus.CounterVec
 	upstream    *prometheus.CounterVec
 	storeOps    *prometheus.HistogramVec
+	freed       prometheus.Counter
 }
 
 // New returns metrics registered in a new registry, with the Go and process
@@ -45,6 +46,8 @@ func New() *Metrics {
 		passes:      counter("pass_throughs_total", "Requests on a route that carried no key and passed through.", "route"),
 		unprotected: counter("unprotected_total", "Keyed requests run without the store's protection (on_store_error: fail_open).", "route"),
 		upstream:    counter("upstream_errors_total", "Upstream calls that failed: unreachable (nothing sent), timeout or error.", "kind"),
+		freed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idem", Name: "reservations_freed_total",
+			Help: "Reservations whose answer was lost (the store applied them, the connection broke before the answer came back), freed so that the key's retry runs at once."}),
 		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "idem",
 			Name:      "store_operation_duration_seconds",
@@ -53,11 +56,15 @@ func New() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"operation", "result"}),
 	}
-	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.storeOps,
+	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.freed, m.storeOps,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// ReservationFreed counts a reservation the engine freed after its answer
+// was lost (idem.WithOnFreed).
+func (m *Metrics) ReservationFreed(string) { m.freed.Inc() }
 
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
