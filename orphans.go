@@ -151,9 +151,9 @@ func (e *Engine) releaseOrphan(o orphan) error {
 	}
 	e.logger.Info("idem: freed a reservation whose answer was lost; the key can run again",
 		"scope", o.fence.Scope)
-	if e.onFreed != nil {
-		e.onFreed(o.fence.Scope)
-	}
 	e.announce(ctx, o.fence.Scope, o.fence.KeyHash, nil)
+	if e.onFreed != nil {
+		e.onFreed(o.fence.Scope) // after the waiters are woken: they need not wait for it
+	}
 	return nil
 }
