@@ -426,20 +426,15 @@ func lostAnswer(t *testing.T, dsn string) {
 	}
 	// Operators see it in /metrics too. The counter moves just after the
 	// free that let the retry run.
-	want := []byte("\nidem_reservations_freed_total 1\n")
-	var m []byte
+	const want = "\nidem_reservations_freed_total 1\n"
+	var m string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		res, err := http.Get(g.Admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, _ = io.ReadAll(res.Body)
-		res.Body.Close()
-		if bytes.Contains(m, want) || time.Now().After(deadline) {
+		_, m = getStatus(t, g.Admin+"/metrics")
+		if strings.Contains(m, want) || time.Now().After(deadline) {
 			break
 		}
 	}
-	if !bytes.Contains(m, want) {
+	if !strings.Contains(m, want) {
 		t.Fatalf("/metrics does not count the freed reservation:\n%s", grepLines(m, "idem_reservations_freed"))
 	}
 	t.Logf("retries before the call ran: %v", statuses)
@@ -451,10 +446,10 @@ func atoi(s string) int {
 	return n
 }
 
-// grepLines returns the lines of b that contain s.
-func grepLines(b []byte, s string) string {
+// grepLines returns the lines of text that contain s.
+func grepLines(text, s string) string {
 	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(text, "\n") {
 		if strings.Contains(l, s) {
 			out = append(out, l)
 		}
