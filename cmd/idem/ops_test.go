@@ -188,7 +188,9 @@ func TestCleanupProgressTerminal(t *testing.T) {
 	}
 	session := "idem-test-" + filepath.Base(dir)
 	done := filepath.Join(t.TempDir(), "done")
-	script := idemBin + " cleanup --store file:" + dir + " --batch 3; echo \"exit=$?\" > " + done + "; sleep 30"
+	// The status goes to done by a rename, so that the test never reads
+	// the file between the shell creating it and echo writing to it.
+	script := idemBin + " cleanup --store file:" + dir + " --batch 3; echo \"exit=$?\" > " + done + ".tmp; mv " + done + ".tmp " + done + "; sleep 30"
 	cmd := exec.Command(tmux, "-L", session, "new-session", "-d", "-s", session, "-x", "120", "-y", "20", "sh", "-c", script)
 	cmd.Env = append(childEnv(), "TERM=xterm")
 	if out, err := cmd.CombinedOutput(); err != nil {
