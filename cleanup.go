@@ -57,7 +57,7 @@ func (e *Engine) maybeCleanup() {
 	}()
 }
 
-// Cleanup removes every record expired at the engine's clock, in batches of
+// Cleanup removes every record expired on the store's clock, in batches of
 // batch records (1000 when batch <= 0), calling progress with the running
 // total after each batch. It returns how many it removed. `idem cleanup`
 // runs it; engines also run it in the background.
@@ -65,10 +65,9 @@ func (e *Engine) Cleanup(ctx context.Context, batch int, progress func(removed i
 	if batch <= 0 {
 		batch = cleanupBatch
 	}
-	now := e.now()
 	total := 0
 	for {
-		n, err := e.store.Cleanup(ctx, now, batch)
+		n, err := e.store.Cleanup(ctx, batch)
 		total += n
 		if err != nil {
 			return total, &StoreError{Op: "cleanup", Err: err}

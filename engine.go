@@ -133,8 +133,14 @@ const DefaultPollCap = 250 * time.Millisecond
 // Option configures an Engine.
 type Option func(*shared)
 
-// WithClock makes the engine read time from now instead of time.Now. Tests
-// use it to expire leases and records without sleeping.
+// WithClock makes the engine read the wall time from now instead of
+// time.Now: the times it reports and the high bits of its fencing tokens.
+// Leases and record expiry are not judged on it: the store judges them on
+// its own clock, and the engine counts its holders' leases on the
+// monotonic clock (store/doc.go, "One clock for a lease"), so an engine
+// whose clock is hours off neither takes a live holder's key over nor
+// treats a live record as expired. Tests use it to run a replica with a
+// skewed clock.
 func WithClock(now func() time.Time) Option { return func(s *shared) { s.now = now } }
 
 // WithWaitPolling sets how often a caller waiting for a running call
@@ -272,18 +278,26 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 				State:       store.InProgress,
 				Token:       newToken(now),
 				RequestID:   c.RequestID,
-				CreatedAt:   now,
-				UpdatedAt:   now,
-				ExpiresAt:   now.Add(e.policy.TTL),
-				LeaseUntil:  now.Add(e.policy.Lease),
+				// The store sets the times it keeps from its own clock;
+				// these are what this process reports of its own call.
+				CreatedAt:  now,
+				UpdatedAt:  now,
+				ReadAt:     now,
+				ExpiresAt:  now.Add(e.policy.TTL),
+				LeaseUntil: now.Add(e.policy.Lease),
+				LeaseLeft:  e.policy.Lease,
 			},
-			Now:           now,
+			Lease:         e.policy.Lease,
+			TTL:           e.policy.TTL,
 			TakeOverStale: e.policy.OnStale == OnStaleRetry,
 		}
 		var res store.Reservation
+		// The holder's lease counts from here, before the request leaves
+		// (see hold).
+		sent := time.Now()
 		if handed != nil {
 			res.Existing, handed = *handed, nil
-		} else if cur, ok := e.ended(ctx, woken, c.Scope, keyHash, now); ok {
+		} else if cur, ok := e.ended(ctx, woken, c.Scope, keyHash); ok {
 			res.Existing = cur
 		} else {
 			res, err = e.store.Reserve(ctx, req)
@@ -312,7 +326,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		}
 		if res.Acquired {
 			w.stop()
-			return e.run(ctx, req.Record, res.TookOver, fn)
+			return e.run(ctx, req.Record, sent, res.TookOver, fn)
 		}
 		switch {
 		case ex.Binding != c.Binding:
@@ -330,7 +344,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		}
 		// In progress. A stale record reaches here only under
 		// OnStaleConflict; waiting for it is pointless.
-		stale := ex.Stale(now)
+		stale := ex.Stale()
 		left := time.Until(waitUntil)
 		if waitUntil.IsZero() || stale || left <= 0 {
 			return Result{}, &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: key, Record: ex, Stale: stale}
@@ -383,11 +397,11 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 // duplicates would otherwise queue on the row the holder just released.
 // Anything else (released, still or again in progress, a store error) is
 // left to Reserve.
-func (e *Engine) ended(ctx context.Context, woken bool, scope, keyHash string, now time.Time) (store.Record, bool) {
+func (e *Engine) ended(ctx context.Context, woken bool, scope, keyHash string) (store.Record, bool) {
 	if !woken {
 		return store.Record{}, false
 	}
-	cur, err := e.store.Get(ctx, scope, keyHash, now)
+	cur, err := e.store.Get(ctx, scope, keyHash)
 	if err != nil || cur.State == store.InProgress {
 		return store.Record{}, false
 	}
@@ -484,10 +498,11 @@ func TokenFromContext(ctx context.Context) (uint64, bool) {
 // panicFailure is the failure recorded for an operation that panicked.
 const panicFailure = "idem: the operation panicked"
 
-// run executes fn for the reservation rec and records its outcome.
-func (e *Engine) run(ctx context.Context, rec store.Record, tookOver bool, fn Func) (Result, error) {
+// run executes fn for the reservation rec, sent at sent, and records its
+// outcome.
+func (e *Engine) run(ctx context.Context, rec store.Record, sent time.Time, tookOver bool, fn Func) (Result, error) {
 	f := store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}
-	h := e.newHold(ctx, f)
+	h := e.newHold(ctx, f, sent)
 	h.held = newHeld(rec, tookOver) // for HoldFrom: identity.go
 	finished := false
 	defer func() {
@@ -548,7 +563,7 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 		werr = e.endWrite(ctx, "release", func(c context.Context) error { return e.store.Release(c, f) })
 	} else {
 		werr = e.endWrite(ctx, "complete", func(c context.Context) error {
-			return e.store.Complete(c, store.Completion{Fence: f, State: res.State, Value: stored, Now: now, ExpiresAt: now.Add(e.policy.TTL)})
+			return e.store.Complete(c, store.Completion{Fence: f, State: res.State, Value: stored, TTL: e.policy.TTL})
 		})
 	}
 	if errors.Is(werr, store.ErrLeaseLost) && e.wroteIt(ctx, rec, release, res.State, stored) {
@@ -561,7 +576,8 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 		var final *store.Record
 		if !release {
 			final = &rec
-			final.State, final.Value, final.UpdatedAt, final.ExpiresAt = res.State, stored, now, now.Add(e.policy.TTL)
+			final.State, final.Value, final.UpdatedAt, final.ReadAt, final.ExpiresAt = res.State, stored, now, now, now.Add(e.policy.TTL)
+			final.LeaseLeft = 0
 		}
 		e.announce(ctx, rec.Scope, rec.KeyHash, final)
 	}
@@ -659,7 +675,7 @@ const (
 func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, state State, value []byte) bool {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.completeTimeout)
 	defer cancel()
-	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash, e.now())
+	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash)
 	switch {
 	case released:
 		// Gone, or someone else's: either way this call's hold is over.
@@ -685,6 +701,15 @@ func failureValue(err error) []byte {
 // (by the engine's renewals) until stop is called. If the lease is lost,
 // the operation's context is canceled with cause ErrLeaseLost so it can
 // stop early.
+//
+// The holder is the first to know its lease is over. It counts the lease
+// on its own monotonic clock from the moment it sent the reservation or
+// the last renewal the store accepted: the store (or a taker watching the
+// record) starts counting no earlier than the request arrived, so no other
+// client can judge the lease over before the holder does, whatever the
+// clocks of the machines say. The holder gives up leaseMargin before that,
+// for the drift of clock rates. It does not wait for a renewal's error to
+// learn it: a renewal that hangs would tell it too late.
 type hold struct {
 	runContext
 	e *Engine
@@ -696,13 +721,35 @@ type hold struct {
 	mu      sync.Mutex
 	stopped bool // guarded by mu
 	running sync.WaitGroup
+	// until is when the holder counts its lease over (monotonic); guarded
+	// by mu.
+	until time.Time
+	// expire fires at until while renewals fail; nil while they succeed.
+	// Guarded by mu.
+	expire *time.Timer
+	// gone: the lease is over, by the store's word or the holder's count;
+	// no more renewals. Guarded by mu.
+	gone bool
 }
 
-// newHold starts renewing f's lease; the operation runs with h.ctx().
-func (e *Engine) newHold(ctx context.Context, f store.Fence) *hold {
+// leaseMargin is how long before a lease has passed since its request was
+// sent that the holder gives it up: a twentieth of the lease, for clock
+// rates that differ between machines (parts per million on healthy hosts).
+func leaseMargin(lease time.Duration) time.Duration { return lease / 20 }
+
+// newHold starts renewing f's lease, whose reservation was sent at sent;
+// the operation runs with h.ctx().
+func (e *Engine) newHold(ctx context.Context, f store.Fence, sent time.Time) *hold {
 	h := &hold{runContext: runContext{parent: ctx, token: f.Token}, e: e, f: f}
+	h.until = e.leaseEnd(sent)
 	e.renewals.Add(&h.link, h)
 	return h
+}
+
+// leaseEnd is when a holder that sent its reservation or renewal at sent
+// counts its lease over.
+func (e *Engine) leaseEnd(sent time.Time) time.Time {
+	return sent.Add(e.policy.Lease - leaseMargin(e.policy.Lease))
 }
 
 // ctx is the context the operation runs with.
@@ -724,21 +771,67 @@ func (h *hold) renew() {
 	// and an operation that runs on regardless must keep its lease, or a
 	// retry would take the key over and run it a second time.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), e.renewals.Period())
-	err := e.store.Renew(ctx, h.f, e.now().Add(e.policy.Lease))
+	sent := time.Now()
+	err := e.store.Renew(ctx, h.f, e.policy.Lease)
 	cancel()
-	switch {
-	case errors.Is(err, store.ErrLeaseLost):
-		h.end(ErrLeaseLost)
+	if errors.Is(err, store.ErrLeaseLost) {
+		h.lose("the store")
 		return
-	case err != nil:
-		// The next renewal may get through before the lease runs out.
-		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)
 	}
 	h.mu.Lock()
-	if !h.stopped {
+	if err != nil {
+		// The next renewal may get through before the lease runs out; if
+		// none does, expire gives the lease up when it does.
+		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)
+		if h.expire == nil && !h.stopped {
+			h.expire = time.AfterFunc(time.Until(h.until), h.expired)
+		}
+	} else {
+		h.until = e.leaseEnd(sent)
+		if h.expire != nil {
+			h.expire.Stop()
+			h.expire = nil
+		}
+	}
+	if !h.stopped && !h.gone {
 		e.renewals.Add(&h.link, h)
 	}
 	h.mu.Unlock()
+}
+
+// expired runs when the holder's count of its lease ran out while its
+// renewals failed.
+func (h *hold) expired() {
+	h.mu.Lock()
+	if h.stopped || h.expire == nil {
+		h.mu.Unlock()
+		return
+	}
+	if left := time.Until(h.until); left > 0 {
+		// A renewal got through meanwhile and a later one failed.
+		h.expire.Reset(left)
+		h.mu.Unlock()
+		return
+	}
+	h.expire = nil
+	h.mu.Unlock()
+	h.lose("the holder's own count")
+}
+
+// lose ends the hold's lease: no more renewals, and the operation's
+// context canceled with cause ErrLeaseLost. Its completion is still
+// fenced by the store: it lands only if nobody took the key over.
+func (h *hold) lose(by string) {
+	h.mu.Lock()
+	already := h.gone
+	h.gone = true
+	h.mu.Unlock()
+	if already {
+		return
+	}
+	h.e.logger.Warn("idem: lease lost; the operation's context is canceled",
+		"scope", h.f.Scope, "by", by)
+	h.end(ErrLeaseLost)
 }
 
 // stop ends the renewals; a renewal in flight finishes before stop
@@ -750,6 +843,10 @@ func (h *hold) stop() {
 		return
 	}
 	h.stopped = true
+	if h.expire != nil {
+		h.expire.Stop()
+		h.expire = nil
+	}
 	h.mu.Unlock()
 	h.e.renewals.Remove(&h.link)
 	h.running.Wait()
@@ -764,5 +861,5 @@ func (e *Engine) Lookup(ctx context.Context, scope, key string) (store.Record, e
 	if err != nil {
 		return store.Record{}, err
 	}
-	return e.store.Get(ctx, scope, e.hashKey(scope, key), e.now())
+	return e.store.Get(ctx, scope, e.hashKey(scope, key))
 }

@@ -137,18 +137,20 @@ func (e *ConflictError) Is(target error) bool {
 // For ConflictInProgress it is as long as the holder has been running so
 // far (an operation that took 2 s so far is likely to take about as long
 // again, so the waits grow as a backoff would), at least 1 s, and never
-// past the end of the holder's lease at now: by then the caller finds the
+// past the end of the holder's lease: by then the caller finds the
 // key free, completed or stale. Always the rest of the lease would tell a
 // caller to wait out a whole lease (a minute by default) for an operation
 // that ends in a second, since a live holder keeps renewing it. Rounded up
 // to whole seconds. For every other type it is 0: retrying does not change
 // the answer.
-func (e *ConflictError) RetryAfter(now time.Time) time.Duration {
+func (e *ConflictError) RetryAfter() time.Duration {
 	if e.Type != ConflictInProgress {
 		return 0
 	}
-	d := now.Sub(e.Record.CreatedAt)
-	if left := e.Record.LeaseUntil.Sub(now); d > left {
+	// Both on the store's clock: when it read the record, and the lease
+	// left as it judged it.
+	d := e.Record.ReadAt.Sub(e.Record.CreatedAt)
+	if left := e.Record.LeaseLeft; d > left {
 		d = left
 	}
 	if d <= time.Second {

@@ -52,9 +52,10 @@ func (e *Engine) freeOrphan(rec store.Record) {
 	// Once the lease has run out, the next call takes the key over anyway
 	// (OnStaleRetry); under OnStaleConflict the record would stand until
 	// it expires.
-	until := rec.LeaseUntil
+	// Counted on the monotonic clock, as the holder counts its lease.
+	until := time.Now().Add(e.policy.Lease)
 	if e.policy.OnStale == OnStaleConflict {
-		until = rec.ExpiresAt
+		until = time.Now().Add(e.policy.TTL)
 	}
 	o := orphan{st: e.store, fence: store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token}, until: until}
 	e.cleanMu.Lock()
@@ -98,7 +99,7 @@ func (e *Engine) drainOrphans() {
 		var left []orphan
 		failing := false
 		for _, o := range batch {
-			if !e.now().Before(o.until) {
+			if !time.Now().Before(o.until) {
 				continue
 			}
 			if failing {

@@ -28,8 +28,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 		return err
 	}
 	keyHash := e.hashKey(scope, key)
-	now := e.now()
-	rec, err := e.store.Get(ctx, scope, keyHash, now)
+	rec, err := e.store.Get(ctx, scope, keyHash)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("idem: release: key %q: %w", key, err)
@@ -37,7 +36,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 		return &StoreError{Op: "get", Err: err}
 	}
 	_, unknown := OutcomeUnknown(rec)
-	if !unknown && !rec.Stale(now) {
+	if !unknown && !rec.Stale() {
 		what := string(rec.State)
 		switch {
 		case rec.State == store.InProgress:

@@ -25,6 +25,31 @@
 // A succeeded record is never released: an outcome a client may have seen
 // stays until it expires.
 //
+// # One clock for a lease
+//
+// Replicas' clocks disagree (a VM resumed from suspend, a host whose NTP
+// broke, a leap smear), so a lease or an expiry is never judged by
+// comparing one machine's clock with another's. Callers send durations
+// (ReserveRequest.Lease and TTL, Renew's lease, Completion.TTL), and:
+//
+//   - a store with a clock judges on it: PostgreSQL's server time, Redis's
+//     TIME and native expiry, the process's monotonic clock for the
+//     embedded stores (whose leases therefore survive a jump of the wall
+//     clock);
+//   - a store without one (S3, DynamoDB) uses observe and wait: a would-be
+//     taker notes the holder's record version (an ETag, a renewal counter)
+//     when it first sees it, and takes over, by a write conditional on that
+//     same version, only after it has itself watched a full lease pass on
+//     its own monotonic clock with no renewal (store/internal/leasewatch).
+//     Its expiry is judged on the server's clock as its answers carry it
+//     (the HTTP Date of the response against the object's Last-Modified).
+//
+// The holder counts its lease from the moment it sent the reservation or
+// the renewal, on its own monotonic clock, and gives the lease up there:
+// before any other client can judge it over, whatever their clocks say.
+// Skew between replicas then costs a delay at most, never a second run of
+// a live holder's key.
+//
 // A store may also implement Notifier, an optional capability: it carries
 // word that a record left in_progress to waiters in other processes, so
 // that they need not poll.

@@ -60,6 +60,11 @@ func HashKey(scope, key string) string {
 }
 
 // Record is what a store keeps per key.
+//
+// Its times are read off the store's own clock, never the caller's: the
+// database server's for PostgreSQL, Redis's TIME, the S3 server's Date,
+// the process's monotonic clock for the embedded stores. Callers compare
+// them only with ReadAt, which is on the same clock.
 type Record struct {
 	// KeyHash is HashKey(Scope, Key): the record's identity, 64 lowercase
 	// hex digits. Stores may reject any other form.
@@ -71,8 +76,9 @@ type Record struct {
 	Key string
 	// Fingerprint identifies the request the key was first used with.
 	Fingerprint string
-	// Binding is the action/target the key is bound to (the workflow admin API); a key
-	// reused for another binding is a conflict.
+	// Binding is the action/target the key is bound to (an admin API's
+	// "cancel_workflow wf-42"); a key reused for another binding is a
+	// conflict.
 	Binding string
 	// State is in_progress, succeeded or failed.
 	State State
@@ -86,19 +92,43 @@ type Record struct {
 	RequestID string
 	CreatedAt time.Time
 	UpdatedAt time.Time
-	// ExpiresAt is when the record stops existing for every reader.
+	// ExpiresAt is when the record stops existing for every reader, on the
+	// store's clock.
 	ExpiresAt time.Time
-	// LeaseUntil is when an in_progress record's holder is presumed dead.
+	// LeaseUntil is when an in_progress record's lease ends on the store's
+	// clock, for display. Stores without a clock of their own (S3) set it
+	// from ReadAt and LeaseLeft. Whether the lease is over is LeaseLeft's
+	// to say, not a comparison of LeaseUntil with some other clock.
 	LeaseUntil time.Time
+
+	// ReadAt is the store's clock when it read the record: the instant the
+	// times above are to be compared with. Set by every read.
+	ReadAt time.Time
+	// LeaseLeft is, for an in_progress record, how long its holder's lease
+	// still runs as the store judged it when it read the record: on its
+	// own clock, or, for a store without one, from how long this client
+	// has watched the record unchanged (see the package doc). Zero or less
+	// means the lease is over: the record is stale.
+	LeaseLeft time.Duration
 }
 
-// Expired reports whether r no longer exists at now.
-func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
-
-// Stale reports whether r is in_progress and its holder's lease is over.
-func (r *Record) Stale(now time.Time) bool {
-	return r.State == InProgress && !now.Before(r.LeaseUntil)
+// Stale reports whether r is in_progress and its holder's lease is over,
+// as the store judged when it read r.
+func (r *Record) Stale() bool {
+	return r.State == InProgress && r.LeaseLeft <= 0
 }
+
+// SetReadAt sets ReadAt to now and LeaseLeft from LeaseUntil, for stores
+// that judge leases on their own clock and read the record at now on it.
+func (r *Record) SetReadAt(now time.Time) {
+	r.ReadAt, r.LeaseLeft = now, 0
+	if r.State == InProgress {
+		r.LeaseLeft = r.LeaseUntil.Sub(now)
+	}
+}
+
+// ExpiresIn is how long r still exists after it was read.
+func (r *Record) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ReadAt) }
 
 // Fence names the record held by one reservation.
 type Fence struct {
@@ -110,11 +140,15 @@ type Fence struct {
 // ReserveRequest asks to hold a key.
 type ReserveRequest struct {
 	// Record is the record to create: KeyHash, Scope, Key, Fingerprint,
-	// Binding, Token, RequestID, CreatedAt, UpdatedAt, ExpiresAt and
-	// LeaseUntil are set; State is in_progress and Value is nil.
+	// Binding, Token and RequestID are set; State is in_progress and
+	// Value is nil. Its times are the store's to set from its own clock:
+	// CreatedAt and UpdatedAt to now, ExpiresAt to now + TTL, LeaseUntil
+	// to now + Lease.
 	Record Record
-	// Now is the caller's clock, against which expiry and leases are judged.
-	Now time.Time
+	// Lease is how long the reservation holds the key without a renewal.
+	Lease time.Duration
+	// TTL is how long the record exists from now.
+	TTL time.Duration
 	// TakeOverStale lets the request replace an in_progress record whose
 	// lease is over, but only when Fingerprint and Binding are equal to the
 	// stale record's: a stale holder never hands its key to another request.
@@ -128,7 +162,8 @@ type Reservation struct {
 	// TookOver: Acquired by replacing a stale in_progress record.
 	TookOver bool
 	// Existing is the record that prevented the reservation when Acquired
-	// is false. It is not set when Acquired is true.
+	// is false, with ReadAt and LeaseLeft set. It is not set when Acquired
+	// is true.
 	Existing Record
 }
 
@@ -138,14 +173,19 @@ type Completion struct {
 	// State is Succeeded or Failed.
 	State State
 	Value []byte
-	// Now becomes the record's UpdatedAt.
-	Now       time.Time
-	ExpiresAt time.Time
+	// TTL is how long the record exists from now (the store's now, which
+	// also becomes its UpdatedAt).
+	TTL time.Duration
 }
 
 // Store keeps idempotency records. Implementations must be safe for
 // concurrent use, and every method must be atomic with respect to every other
 // client of the same backend, including other processes.
+//
+// Leases and expiry are judged on one clock, never by comparing two
+// machines' clocks: the store's own where it has one, and where it has
+// none, by the observe-and-wait rule of the package doc. Callers send
+// durations, not instants.
 //
 // Every method returns the context's error (possibly wrapped) when ctx is
 // done before the work is done, and ErrClosed after Close. A call that
@@ -154,20 +194,20 @@ type Completion struct {
 // token, and a retried Complete returns ErrLeaseLost. The engine recognises
 // both by the token, so stores need not.
 type Store interface {
-	// Reserve creates req.Record if no live record exists for its KeyHash
-	// (a record is live at req.Now when not expired), replacing an expired
-	// one; or, with req.TakeOverStale, replaces a stale in_progress record
-	// whose Fingerprint and Binding equal the request's. Otherwise it
-	// returns the existing record with Acquired false. Of any number of
-	// concurrent callers for one key, at most one acquires it.
+	// Reserve creates req.Record if no live record exists for its KeyHash,
+	// replacing an expired one; or, with req.TakeOverStale, replaces a
+	// stale in_progress record whose Fingerprint and Binding equal the
+	// request's. Otherwise it returns the existing record with Acquired
+	// false. Of any number of concurrent callers for one key, at most one
+	// acquires it.
 	Reserve(ctx context.Context, req ReserveRequest) (Reservation, error)
 
-	// Get returns the live record for keyHash at now, or ErrNotFound.
-	Get(ctx context.Context, scope, keyHash string, now time.Time) (Record, error)
+	// Get returns the live record for keyHash, or ErrNotFound.
+	Get(ctx context.Context, scope, keyHash string) (Record, error)
 
 	// Renew extends the lease of the in_progress record held by f.Token to
-	// leaseUntil. It returns ErrLeaseLost when f.Token does not hold it.
-	Renew(ctx context.Context, f Fence, leaseUntil time.Time) error
+	// lease from now. It returns ErrLeaseLost when f.Token does not hold it.
+	Renew(ctx context.Context, f Fence, lease time.Duration) error
 
 	// Complete moves the in_progress record held by c.Token to c.State
 	// with c.Value. It returns ErrLeaseLost when c.Token does not hold it.
@@ -181,10 +221,10 @@ type Store interface {
 	// does not hold the record or the record succeeded.
 	Release(ctx context.Context, f Fence) error
 
-	// Cleanup deletes at most limit records (all when limit <= 0) whose
-	// ExpiresAt is not after now, and returns how many it deleted. Its cost
-	// grows with the number of expired records, not with the live ones.
-	Cleanup(ctx context.Context, now time.Time, limit int) (int, error)
+	// Cleanup deletes at most limit records (all when limit <= 0) that
+	// have expired, and returns how many it deleted. Its cost grows with
+	// the number of expired records, not with the live ones.
+	Cleanup(ctx context.Context, limit int) (int, error)
 
 	// Close releases the store's resources. Stores that were handed an
 	// open client (a pool) do not close it.

@@ -12,6 +12,7 @@ import (
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/expiry"
+	"github.com/idem-dev/idem/store/internal/monoclock"
 	"github.com/idem-dev/idem/store/internal/packed"
 )
 
@@ -31,6 +32,7 @@ type Store struct {
 	records map[id]packed.Record // guarded by mu
 	expiry  *expiry.Index[id]
 	closed  bool // guarded by mu
+	clock   *monoclock.Clock
 
 	// hub wakes the waiters of the engines sharing this store (notify.go).
 	hub wakeup.Hub
@@ -39,9 +41,36 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New returns an empty store.
-func New() *Store {
-	return &Store{records: make(map[id]packed.Record), expiry: expiry.New[id]()}
+//
+// Its leases and expiry are judged on the process's monotonic clock, from
+// a wall reading taken at New (store/doc.go, "One clock for a lease"): a
+// jump of the machine's wall clock moves neither.
+func New(opts ...Option) *Store {
+	o := options{}
+	for _, f := range opts {
+		f(&o)
+	}
+	c := monoclock.New(o.wall)
+	if o.now != nil {
+		c = monoclock.Stepped(o.now)
+	}
+	return &Store{records: make(map[id]packed.Record), expiry: expiry.New[id](), clock: c}
 }
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct{ wall, now func() time.Time }
+
+// WithWallClock sets the wall clock the store reads once, at New, to start
+// its own from (default time.Now). After that the store's clock advances on
+// the monotonic clock only, whatever wall() says.
+func WithWallClock(wall func() time.Time) Option { return func(o *options) { o.wall = wall } }
+
+// WithClock makes the store read every instant from now instead: tests use
+// it to pass leases and lifetimes without sleeping. Unlike the default, it
+// follows every jump of now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // id is a record's key in the map: the 32 bytes behind its hex KeyHash,
 // so that neither the map nor the expiry index holds a pointer for the
@@ -60,9 +89,9 @@ func idOf(keyHash string) id {
 	return sha256.Sum256([]byte(keyHash))
 }
 
-// record unpacks p with a copy of its value.
-func record(p *packed.Record) store.Record {
-	r := p.Unpack()
+// record unpacks p as read at now, with a copy of its value.
+func record(p *packed.Record, now time.Time) store.Record {
+	r := p.ReadAt(now)
 	r.Value = p.Value()
 	return r
 }
@@ -85,34 +114,38 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		return store.Reservation{}, err
 	}
 	defer s.mu.Unlock()
+	now := s.clock.Now()
 	k := idOf(req.Record.KeyHash)
 	cur, ok := s.records[k]
 	tookOver := false
-	if ok && !cur.Expired(req.Now) {
-		if !(req.TakeOverStale && cur.Stale(req.Now) &&
+	if ok && !cur.Expired(now) {
+		if !(req.TakeOverStale && cur.Stale(now) &&
 			cur.Fingerprint() == req.Record.Fingerprint && cur.Binding() == req.Record.Binding) {
-			return store.Reservation{Existing: record(&cur)}, nil
+			return store.Reservation{Existing: record(&cur, now)}, nil
 		}
 		tookOver = true
 	}
 	r := req.Record
 	r.State = store.InProgress
 	r.Value = nil
+	r.CreatedAt, r.UpdatedAt = now, now
+	r.ExpiresAt, r.LeaseUntil = now.Add(req.TTL), now.Add(req.Lease)
 	s.put(k, packed.Pack(&r))
 	return store.Reservation{Acquired: true, TookOver: tookOver}, nil
 }
 
 // Get implements store.Store.
-func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (store.Record, error) {
+func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error) {
 	if err := s.lock(ctx); err != nil {
 		return store.Record{}, err
 	}
 	defer s.mu.Unlock()
+	now := s.clock.Now()
 	cur, ok := s.records[idOf(keyHash)]
 	if !ok || cur.Expired(now) {
 		return store.Record{}, store.ErrNotFound
 	}
-	return record(&cur), nil
+	return record(&cur, now), nil
 }
 
 // held returns the in_progress record that f's token holds. s.mu is held.
@@ -126,7 +159,7 @@ func (s *Store) held(f store.Fence) (id, packed.Record, error) {
 }
 
 // Renew implements store.Store.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -135,7 +168,7 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) 
 	if err != nil {
 		return err
 	}
-	cur.SetLeaseUntil(leaseUntil)
+	cur.SetLeaseUntil(s.clock.Now().Add(lease))
 	s.records[k] = cur
 	return nil
 }
@@ -150,7 +183,8 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if err != nil {
 		return err
 	}
-	cur.Complete(c.State, c.Now, c.ExpiresAt)
+	now := s.clock.Now()
+	cur.Complete(c.State, now, now.Add(c.TTL))
 	s.put(k, cur.WithValue(c.Value))
 	return nil
 }
@@ -173,11 +207,12 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 // Cleanup implements store.Store. It takes the due items of the expiry
 // index, so its cost is proportional to the expired entries, never to the
 // live ones.
-func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	now := s.clock.Now()
 	return s.expiry.Sweep(ctx, now, limit, func(it expiry.Item[id]) bool {
 		if cur, ok := s.records[it.Key]; ok && it.At(cur.ExpiresAt()) && cur.Expired(now) {
 			delete(s.records, it.Key)
@@ -221,12 +256,13 @@ func (s *Store) put(k id, r packed.Record) {
 	s.expiry.Add(k, r.ExpiresAt())
 }
 
-// CountExpired counts the records expired at now (`idem cleanup --dry-run`).
-func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+// CountExpired counts the records that have expired (`idem cleanup --dry-run`).
+func (s *Store) CountExpired(ctx context.Context) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	now := s.clock.Now()
 	n := 0
 	for _, r := range s.records {
 		if r.Expired(now) {

@@ -147,14 +147,21 @@ func (p *Record) Binding() string { return p.part(4) }
 // ExpiresAt returns when the record expires.
 func (p *Record) ExpiresAt() time.Time { return fromNanos(p.expires) }
 
-// Expired reports whether the record no longer exists at now, as
-// store.Record.Expired does.
+// Expired reports whether the record no longer exists at now.
 func (p *Record) Expired(now time.Time) bool { return nanos(now) >= p.expires }
 
 // Stale reports whether the record is in_progress and its holder's lease
-// is over, as store.Record.Stale does.
+// is over at now.
 func (p *Record) Stale(now time.Time) bool {
 	return p.State() == store.InProgress && nanos(now) >= p.lease
+}
+
+// ReadAt returns the record as read at now (store.Record.SetReadAt), with
+// a nil Value.
+func (p *Record) ReadAt(now time.Time) store.Record {
+	r := p.Unpack()
+	r.SetReadAt(now)
+	return r
 }
 
 // ExpiresSameAs reports whether the record expires at t exactly.

@@ -28,7 +28,7 @@ func TestRoundTrip(t *testing.T) {
 		if !equal(got, want) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 		}
-		if got.Expired(t0) != p.Expired(t0) || got.Stale(t0) != p.Stale(t0) {
+		if expired(got, t0) != p.Expired(t0) || stale(got, t0) != p.Stale(t0) {
 			t.Errorf("Expired/Stale differ from store.Record's for %+v", r)
 		}
 	}
@@ -41,6 +41,20 @@ func equal(a, b store.Record) bool {
 		a.LeaseUntil.Equal(b.LeaseUntil) && a.CreatedAt.IsZero() == b.CreatedAt.IsZero()
 }
 
+// expired and stale are the rules that store.Record's times mean: gone at
+// ExpiresAt, stale at LeaseUntil (as SetReadAt then Stale judge it).
+func expired(r store.Record, now time.Time) bool { return !now.Before(r.ExpiresAt) }
+
+func stale(r store.Record, now time.Time) bool {
+	r.SetReadAt(now)
+	return r.Stale()
+}
+
+func readStale(p *Record, now time.Time) bool {
+	r := p.ReadAt(now)
+	return r.Stale()
+}
+
 // TestExpiryMatchesRecord checks Expired and Stale against store.Record's
 // at the instants around the boundary.
 func TestExpiryMatchesRecord(t *testing.T) {
@@ -50,8 +64,8 @@ func TestExpiryMatchesRecord(t *testing.T) {
 	p := Pack(&r)
 	for _, d := range []time.Duration{-time.Second, -1, 0, 1, time.Second} {
 		now := at.Add(d)
-		if p.Expired(now) != r.Expired(now) || p.Stale(now) != r.Stale(now) {
-			t.Errorf("at %v: packed expired %v stale %v, record %v %v", d, p.Expired(now), p.Stale(now), r.Expired(now), r.Stale(now))
+		if p.Expired(now) != expired(r, now) || p.Stale(now) != stale(r, now) || readStale(&p, now) != stale(r, now) {
+			t.Errorf("at %v: packed expired %v stale %v, record %v %v", d, p.Expired(now), p.Stale(now), expired(r, now), stale(r, now))
 		}
 	}
 	p.Complete(store.Succeeded, at, at.Add(time.Hour))
