@@ -10,6 +10,7 @@
 //	                                 a Redis Cluster: any node, more seeds as addr=
 //	                                 (also rediss-cluster://)
 //	s3://bucket/prefix?endpoint=URL  S3 or a compatible server with conditional writes
+//	dynamodb://TABLE?region=R        DynamoDB (endpoint=URL for dynalite); see ParseDynamoDB
 //
 // Store options ride on the DSN as query parameters prefixed idem_, which
 // are removed before the rest reaches the driver:

@@ -96,6 +96,13 @@ func Parse(dsn string) (DSN, error) {
 		d.Kind = Redis
 	case "redis-cluster", "rediss-cluster":
 		d.Kind = RedisCluster
+	case "dynamodb":
+		d.Kind = DynamoDB
+		if _, err := ParseDynamoDB(dsn); err != nil {
+			return d, fmt.Errorf("store %q: %w", Redact(dsn), err)
+		}
+		d.URL = dsn
+		return d, nil
 	case "s3":
 		d.Kind = S3
 		if _, err := s3store.ParseDSN(dsn); err != nil {
@@ -104,7 +111,7 @@ func Parse(dsn string) (DSN, error) {
 		d.URL = dsn
 		return d, nil
 	default:
-		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT, redis-cluster://HOST:PORT?addr=HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL", Redact(dsn), ErrUnknownScheme)
+		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT, redis-cluster://HOST:PORT?addr=HOST:PORT, s3://BUCKET/PREFIX?endpoint=URL or dynamodb://TABLE?region=REGION", Redact(dsn), ErrUnknownScheme)
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -226,6 +233,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		return openRedisCluster(ctx, d)
 	case S3:
 		return openS3(ctx, d)
+	case DynamoDB:
+		return openDynamoDB(ctx, d, opts)
 	}
 	return nil, fmt.Errorf("store %s: %w", d, ErrUnknownScheme)
 }
