@@ -38,6 +38,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/store/postgres"
+	"github.com/idem-dev/idem/store/postgres/pgtx"
 	"github.com/idem-dev/idem/trigger"
 )
 
@@ -141,8 +142,10 @@ type DB struct {
 	Effects string
 	// Records is idem's records table's qualified name.
 	Records string
-	dsn     string
-	schema  string
+	// RunLog is a run log (pgtx.RunLog) in the schema, created.
+	RunLog pgtx.RunLog
+	dsn    string
+	schema string
 }
 
 // Env is the environment of a child process: the test process's, plus
@@ -181,7 +184,11 @@ func Setup(t *testing.T) *DB {
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (event_id text NOT NULL, consumer int NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		t.Fatal(err)
 	}
-	return &DB{Pool: pool, Effects: effects, Records: pgx.Identifier{schema, postgres.DefaultTable}.Sanitize(), dsn: dsn, schema: schema}
+	runs := pgtx.RunLog{Table: pgx.Identifier{schema, "runs"}}
+	if err := runs.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return &DB{Pool: pool, Effects: effects, Records: pgx.Identifier{schema, postgres.DefaultTable}.Sanitize(), RunLog: runs, dsn: dsn, schema: schema}
 }
 
 // Run starts cfg.Consumers consumer processes, publishes the events, kills
