@@ -50,6 +50,8 @@
 // A consumer that is handed the same event twice (a broker's redelivery)
 // records "event handled" in the transaction that handles it: RunLog.Once,
 // with the trigger package's IDs. No idempotency record is needed there.
+// The consumers of trigger/nats and trigger/amqp ack a delivery whose
+// handler returns Once's trigger.ErrAlreadyStarted: its event was handled.
 //
 // # Where PostgreSQL is not the store
 //
