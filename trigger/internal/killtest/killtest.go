@@ -282,7 +282,8 @@ func Setup(t *testing.T) *DB {
 // Run starts cfg.Consumers consumer processes, publishes the events, kills
 // consumers as cfg says (starting a replacement for each), waits until
 // every event's effect is written and drained reports the broker empty,
-// and checks that each event ran exactly once.
+// stops the consumers, and checks that the broker is still empty (every
+// message was acked) and that each event's effect happened exactly once.
 func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bool) {
 	if cfg.Effect != RunLog && cfg.Effect != StarterTx || cfg.Effect == StarterTx && cfg.KillAfterEffect > 0 {
 		t.Fatalf("killtest: Effect %d with %d kills after the effect's commit: want RunLog, or StarterTx and none (its effect commits with the record)",
@@ -322,6 +323,16 @@ func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bo
 	// Give a late duplicate the time to show.
 	time.Sleep(time.Second)
 	p.stopAll()
+	// Every message was acked: none is left to the broker once no consumer
+	// holds any. A message nak'ed over and over (an event handled, but not
+	// acked) can look drained above, between two deliveries.
+	for end := time.Now().Add(10 * time.Second); !drained(); {
+		if time.Now().After(end) {
+			t.Errorf("the broker still holds messages 10 s after every consumer stopped: some were never acked")
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	dup, err := pool.Query(ctx, "SELECT event_id, count(*) FROM "+effects+" GROUP BY 1 HAVING count(*) <> 1 ORDER BY 1")
 	if err != nil {
