@@ -167,6 +167,9 @@ func (c *Consumer) handle(ctx, hold context.Context, d amqp091.Delivery) error {
 	})
 	switch v.Action {
 	case consume.Ack:
+		if v.Err != nil {
+			log.Debug("trigger/amqp: event handled before; acking", "event", id, "err", v.Err)
+		}
 		if c.afterRecord != nil {
 			c.afterRecord(id)
 		}

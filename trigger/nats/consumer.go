@@ -139,6 +139,9 @@ func (c *Consumer) Handle(ctx context.Context, msg jetstream.Msg) error {
 	stop()
 	switch v.Action {
 	case consume.Ack:
+		if v.Err != nil {
+			log.Debug("trigger/nats: event handled before; acking", "event", id, "err", v.Err)
+		}
 		if c.afterRecord != nil {
 			c.afterRecord(id)
 		}
