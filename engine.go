@@ -684,8 +684,10 @@ func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, s
 	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash)
 	switch {
 	case released:
-		// Gone, or someone else's: either way this call's hold is over.
-		return errors.Is(err, store.ErrNotFound) || (err == nil && cur.Token != rec.Token)
+		// Gone: the release landed (or the record expired). Someone
+		// else's record is a lost lease: the caller must learn that
+		// another holder has the key now.
+		return errors.Is(err, store.ErrNotFound)
 	case err != nil || cur.Token != rec.Token:
 		return false
 	default:

@@ -107,10 +107,11 @@ const (
 )
 
 // HolderDelay returns how long a message whose event a is held by another
-// holder waits before it is delivered again: until a.LeaseUntil has
-// passed, when a start takes the event over if that holder died (under the
-// engine's default OnStaleRetry). It is the one place that turns the
-// holder's lease into a delay.
+// holder waits before it is delivered again: until the lease the store
+// judged left (a.LeaseLeft) has passed, when a start takes the event over
+// if that holder died (under the engine's default OnStaleRetry). It is the
+// one place that turns the holder's lease into a delay, and it compares no
+// two machines' clocks.
 func HolderDelay(a *trigger.AlreadyStartedError) time.Duration {
-	return max(time.Until(a.LeaseUntil)+holderSlack, minHolderDelay)
+	return max(a.LeaseLeft+holderSlack, minHolderDelay)
 }

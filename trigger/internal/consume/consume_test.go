@@ -17,7 +17,6 @@ func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func TestDecide(t *testing.T) {
 	boom := errors.New("downstream down")
-	future := time.Now().Add(time.Hour)
 	for _, c := range []struct {
 		name string
 		err  error
@@ -28,8 +27,8 @@ func TestDecide(t *testing.T) {
 		{"bare ErrAlreadyStarted (pgtx.RunLog.Once)", trigger.ErrAlreadyStarted, Ack},
 		{"wrapped ErrAlreadyStarted", fmt.Errorf("ingest: %w", trigger.ErrAlreadyStarted), Ack},
 		{"joined ErrAlreadyStarted", errors.Join(boom, trigger.ErrAlreadyStarted), Ack},
-		{"held by another", &trigger.AlreadyStartedError{ID: "e", Running: true, LeaseUntil: future}, Wait},
-		{"wrapped held by another", fmt.Errorf("x: %w", &trigger.AlreadyStartedError{ID: "e", Running: true, LeaseUntil: future}), Wait},
+		{"held by another", &trigger.AlreadyStartedError{ID: "e", Running: true, LeaseLeft: time.Hour}, Wait},
+		{"wrapped held by another", fmt.Errorf("x: %w", &trigger.AlreadyStartedError{ID: "e", Running: true, LeaseLeft: time.Hour}), Wait},
 		{"failure", boom, Retry},
 		{"lease lost", idem.ErrLeaseLost, Retry},
 	} {
@@ -49,10 +48,10 @@ func TestHolderDelay(t *testing.T) {
 	if d := HolderDelay(&trigger.AlreadyStartedError{Running: true}); d != minHolderDelay {
 		t.Errorf("unknown lease: %v, want %v", d, minHolderDelay)
 	}
-	if d := HolderDelay(&trigger.AlreadyStartedError{Running: true, LeaseUntil: time.Now().Add(-time.Minute)}); d != minHolderDelay {
+	if d := HolderDelay(&trigger.AlreadyStartedError{Running: true, LeaseLeft: -time.Minute}); d != minHolderDelay {
 		t.Errorf("lease over: %v, want %v", d, minHolderDelay)
 	}
-	if d := HolderDelay(&trigger.AlreadyStartedError{Running: true, LeaseUntil: time.Now().Add(10 * time.Second)}); d <= 10*time.Second-time.Second || d > 10*time.Second+holderSlack {
+	if d := HolderDelay(&trigger.AlreadyStartedError{Running: true, LeaseLeft: 10 * time.Second, LeaseUntil: time.Now().Add(-time.Hour)}); d <= 10*time.Second-time.Second || d > 10*time.Second+holderSlack {
 		t.Errorf("lease in 10 s: %v", d)
 	}
 }
@@ -106,7 +105,7 @@ func TestRunFailure(t *testing.T) {
 // it, as a start that finds its event running does.
 func TestRunNestedRunning(t *testing.T) {
 	s := starter(t)
-	held := &trigger.AlreadyStartedError{ID: "other", Running: true, LeaseUntil: time.Now().Add(time.Second)}
+	held := &trigger.AlreadyStartedError{ID: "other", Running: true, LeaseLeft: time.Second}
 	v := Run(context.Background(), s, "ingest", "evt_1", func(context.Context) error { return held })
 	if v.Action != Wait || v.Delay < 500*time.Millisecond {
 		t.Fatalf("%+v", v)
