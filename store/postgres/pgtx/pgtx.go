@@ -181,7 +181,10 @@ type Func func(ctx context.Context, tx pgx.Tx) ([]byte, error)
 // effect per c's key: fn's writes in tx and the record's completion commit
 // together. A caller that takes the key over after a holder died runs fn
 // again, which is safe, because the dead holder's transaction left nothing
-// behind. Results and errors are eng.Do's.
+// behind. Results and errors are eng.Do's, but for a holder whose key
+// another caller took over while fn ran: its error matches idem.ErrLeaseLost
+// (and still wraps fn's own, often the canceled context's), and
+// Result.NotRecorded is set, whatever fn returned.
 func Do(ctx context.Context, eng *idem.Engine, c idem.Call, fn Func) (idem.Result, error) {
 	return do(ctx, eng, c, func(ctx context.Context, s *Store) ([]byte, error) {
 		tx, err := s.Tx(ctx)
@@ -211,10 +214,13 @@ func do(ctx context.Context, eng *idem.Engine, c idem.Call, fn func(context.Cont
 	// remains: unlike a panic under a plain engine, whose effects are
 	// unknown, it releases the key (the engine records an unknown outcome
 	// otherwise), and then goes on up the stack.
-	var panicked any
+	var (
+		panicked any
+		opCtx    context.Context
+	)
 	res, err := eng.Do(ctx, c, func(ctx context.Context) (v []byte, err error) {
 		h, _ := idem.HoldFrom(ctx)
-		token = h.Token
+		token, opCtx = h.Token, ctx
 		defer func() {
 			if p := recover(); p != nil {
 				panicked = p
@@ -225,6 +231,15 @@ func do(ctx context.Context, eng *idem.Engine, c idem.Call, fn func(context.Cont
 	})
 	if panicked != nil {
 		panic(panicked)
+	}
+	if err != nil && opCtx != nil && !errors.Is(err, idem.ErrLeaseLost) && errors.Is(context.Cause(opCtx), idem.ErrLeaseLost) {
+		// A renewal found the key taken over and canceled the operation,
+		// which then failed with its context's error. The engine released
+		// the key for it (a no-op: it is another holder's now) and hands
+		// that error back as a failure; the caller must learn instead that
+		// someone else has the key.
+		res.NotRecorded = true
+		err = fmt.Errorf("pgtx: another caller took the key over: %w (the operation: %w)", idem.ErrLeaseLost, err)
 	}
 	return res, err
 }

@@ -414,3 +414,56 @@ func TestCommitFails(t *testing.T) {
 		t.Fatalf("effects %v", got)
 	}
 }
+
+// TestTakenOverHolderGetsLeaseLost: a holder learns from a lease renewal
+// that another caller took its key over, and its context is canceled; an
+// operation that then fails with the context's error (any operation that
+// writes in its transaction does) makes Do return an error matching
+// idem.ErrLeaseLost, so that the caller can tell "someone else has the key
+// now" from a failure, and that still carries the operation's error.
+func TestTakenOverHolderGetsLeaseLost(t *testing.T) {
+	t.Parallel()
+	// Renewed every 100 ms: the holder finds out soon after the takeover.
+	b := setup(t, idem.Policy{Lease: 300 * time.Millisecond})
+	wrote := make(chan struct{})
+	stale := make(chan error, 1)
+	go func() {
+		_, err := pgtx.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			if _, err := b.write("stale")(ctx, tx); err != nil {
+				return nil, err
+			}
+			close(wrote)
+			<-ctx.Done() // stalls until the lease is lost
+			return b.write("stale, later")(ctx, tx)
+		})
+		stale <- err
+	}()
+	<-wrote
+	// The clock jumps past the holder's lease and another caller takes the
+	// key over. A renewal landing between the jump and the reservation
+	// extends the lease again: then the caller finds the key in progress
+	// and tries again.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b.clock.Add(time.Hour)
+		res, err := pgtx.Do(bg, b.eng, call("k"), b.write("fresh"))
+		if err == nil && res.TookOver {
+			break
+		}
+		if !errors.Is(err, idem.ErrInProgress) || time.Now().After(deadline) {
+			t.Fatalf("takeover: %+v, %v", res, err)
+		}
+	}
+	var err error
+	select {
+	case err = <-stale:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the holder never learned that its key was taken over")
+	}
+	if !errors.Is(err, idem.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the holder got %v; want an error matching idem.ErrLeaseLost and carrying context.Canceled", err)
+	}
+	if got := b.effects(t, "k"); len(got) != 1 || got[0] != "fresh" {
+		t.Fatalf("effects %v, want only the new holder's", got)
+	}
+}
