@@ -98,7 +98,7 @@ const RenewTimeout = time.Second
 // record). A failed renewal is retried at the next tick; a lease that runs
 // out meanwhile costs a takeover, never a double effect, because the
 // completion is fenced.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
 	s.mu.Lock()
 	open := s.pending[f.Token] != nil
 	s.mu.Unlock()
@@ -107,7 +107,7 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) 
 		ctx, cancel = context.WithTimeout(ctx, RenewTimeout)
 		defer cancel()
 	}
-	return s.Store.Renew(ctx, f, leaseUntil)
+	return s.Store.Renew(ctx, f, lease)
 }
 
 // take removes and returns the open transaction of token, if any.

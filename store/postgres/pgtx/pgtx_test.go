@@ -121,7 +121,7 @@ func call(key string) idem.Call {
 
 func (b *bundle) record(t *testing.T, key string) (store.Record, error) {
 	t.Helper()
-	return b.store.Get(bg, "s", store.HashKey("s", key), b.clock.Now())
+	return b.store.Get(bg, "s", store.HashKey("s", key))
 }
 
 // TestWorkCommitsWithOutcome: the operation's row and the record's
