@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,9 @@ type Store struct {
 	// beforeCommit, when set (by tests), runs between the completion's
 	// UPDATE and the COMMIT.
 	beforeCommit func()
+	// stalled, when set (by tests), keeps renewals from reaching the
+	// server, as a stopped process's never do.
+	stalled atomic.Bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -99,6 +103,10 @@ const RenewTimeout = time.Second
 // out meanwhile costs a takeover, never a double effect, because the
 // completion is fenced.
 func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
+	if s.stalled.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	s.mu.Lock()
 	open := s.pending[f.Token] != nil
 	s.mu.Unlock()
