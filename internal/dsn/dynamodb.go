@@ -3,9 +3,11 @@ package dsn
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -102,24 +104,39 @@ func validRegion(r string) bool {
 }
 
 // client returns a DynamoDB client for c, its credentials and, unless the
-// DSN says, its region from the SDK's chain.
-func (c DynamoDBConfig) client(ctx context.Context) (*dynamodb.Client, error) {
+// DSN says, its region from the SDK's chain, and the function that closes
+// its idle connections.
+//
+// Its transport is the SDK's default with 64 idle connections kept rather
+// than 10: every request of a gateway is one or two DynamoDB calls, and
+// connections past the idle limit are closed after each call and left in
+// TIME_WAIT.
+func (c DynamoDBConfig) client(ctx context.Context) (*dynamodb.Client, func(), error) {
 	var loadOpts []func(*awsconfig.LoadOptions) error
 	if c.Region != "" {
 		loadOpts = append(loadOpts, awsconfig.WithRegion(c.Region))
 	}
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if awsCfg.Region == "" {
-		return nil, fmt.Errorf("no AWS region: add ?region=REGION to the DSN or set AWS_REGION")
+		return nil, nil, fmt.Errorf("no AWS region: add ?region=REGION to the DSN or set AWS_REGION")
 	}
+	// The SDK's client, as configured (a custom CA bundle included),
+	// made into one whose transport is ours to close.
+	bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient)
+	if !ok {
+		bc = awshttp.NewBuildableClient()
+	}
+	tr := bc.GetTransport()
+	tr.MaxIdleConnsPerHost = 64
+	awsCfg.HTTPClient = &http.Client{Transport: tr}
 	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
 		if c.Endpoint != "" {
 			o.BaseEndpoint = &c.Endpoint
 		}
-	}), nil
+	}), tr.CloseIdleConnections, nil
 }
 
 // openDynamoDB opens a DynamoDB store. With opts.Migrate it creates the
@@ -131,13 +148,14 @@ func openDynamoDB(ctx context.Context, d DSN, opts Options) (*Opened, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
-	client, err := c.client(ctx)
+	client, closeIdle, err := c.client(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
 	if opts.Migrate {
 		rep, err := dynamodbstore.Migrate(ctx, client, c.Table)
 		if err != nil {
+			closeIdle()
 			return nil, fmt.Errorf("store %s: migrate: %w", d, err)
 		}
 		if rep.Created {
@@ -149,12 +167,14 @@ func openDynamoDB(ctx context.Context, d DSN, opts Options) (*Opened, error) {
 	}
 	st, err := dynamodbstore.New(client, dynamodbstore.Options{Table: c.Table})
 	if err != nil {
+		closeIdle()
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
 	if err := st.Check(ctx); err != nil {
+		closeIdle()
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
-	return &Opened{Store: st, DSN: d}, nil
+	return &Opened{Store: st, DSN: d, closers: []func(){closeIdle}}, nil
 }
 
 // MigrateDynamoDB creates the table of the DynamoDB store dsn names when
@@ -172,10 +192,11 @@ func MigrateDynamoDB(ctx context.Context, dsn string) (dynamodbstore.MigrateRepo
 	if err != nil {
 		return dynamodbstore.MigrateReport{}, fmt.Errorf("store %s: %w", d, err)
 	}
-	client, err := c.client(ctx)
+	client, closeIdle, err := c.client(ctx)
 	if err != nil {
 		return dynamodbstore.MigrateReport{}, fmt.Errorf("store %s: %w", d, err)
 	}
+	defer closeIdle()
 	rep, err := dynamodbstore.Migrate(ctx, client, c.Table)
 	if err != nil {
 		return rep, fmt.Errorf("store %s: %w", d, err)

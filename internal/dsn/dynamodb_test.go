@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -90,9 +91,14 @@ func TestOpenDynamoDB(t *testing.T) {
 	ctx := context.Background()
 	table := fmt.Sprintf("idem-dsn-%d", rand.Uint64())
 	dsn := "dynamodb://" + table + "?endpoint=" + endpoint
+	tr := http.DefaultTransport.(*http.Transport).Clone()
 	admin := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("testkey", "testsecret", "")})
-	t.Cleanup(func() { _, _ = admin.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table}) })
+		Credentials: credentials.NewStaticCredentialsProvider("testkey", "testsecret", ""),
+		HTTPClient:  &http.Client{Transport: tr}})
+	t.Cleanup(func() {
+		_, _ = admin.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table})
+		tr.CloseIdleConnections()
+	})
 
 	if _, err := Open(ctx, dsn, Options{ConnectTimeout: 10 * time.Second}); !errors.Is(err, dynamodbstore.ErrTableMissing) || !strings.Contains(err.Error(), "idem migrate") {
 		t.Fatalf("Open without migration of a missing table: %v", err)
