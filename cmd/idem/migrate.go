@@ -9,13 +9,14 @@ import (
 	"github.com/idem-dev/idem/internal/dsn"
 )
 
-// MigrateCommand creates or upgrades the PostgreSQL schema.
+// MigrateCommand creates or upgrades the PostgreSQL schema, or creates the
+// DynamoDB table.
 type MigrateCommand struct{ m *Main }
 
 // Run parses flags and migrates.
 func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.flagSet("migrate", "migrate --store postgres://...")
-	storeFlag := fs.String("store", "", "PostgreSQL store `DSN` (default $IDEM_STORE or the config's store);\n"+
+	fs := c.m.flagSet("migrate", "migrate --store postgres://... | dynamodb://TABLE?region=R")
+	storeFlag := fs.String("store", "", "PostgreSQL or DynamoDB store `DSN` (default $IDEM_STORE or the config's store);\n"+
 		"?idem_schema=S&idem_table=T choose the schema and table")
 	configPath := fs.String("config", "", "read the store DSN from this config `file`")
 	if err := parse(fs, args); err != nil {
@@ -27,6 +28,9 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	dsnStr, err := c.m.storeDSN(*storeFlag, *configPath)
 	if err != nil {
 		return err
+	}
+	if d, err := dsn.Parse(dsnStr); err == nil && d.Kind == dsn.DynamoDB {
+		return c.migrateDynamoDB(ctx, dsnStr, d)
 	}
 	rep, err := dsn.Migrate(ctx, dsnStr)
 	if errors.Is(err, dsn.ErrNotPostgres) {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/idem-dev/idem/internal/testenv"
+)
+
+// TestDynamoDBGateway: `idem migrate` creates a DynamoDB table on dynalite
+// (native TTL, which dynalite lacks, a warning), then gateways on it keep
+// the guarantee between them and replay each other's responses, and
+// `idem cleanup --dry-run` counts over it.
+//
+// Not parallel: the gateways read their AWS credentials from the
+// environment, which t.Setenv sets for the test binary and its children.
+func TestDynamoDBGateway(t *testing.T) {
+	endpoint := testenv.DynamoDB(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "testkey")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testsecret")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	table := fmt.Sprintf("idem-e2e-%d", rand.Uint64())
+	dsn := "dynamodb://" + table + "?endpoint=" + endpoint
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	admin := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("testkey", "testsecret", ""),
+		HTTPClient:  &http.Client{Transport: tr}})
+	t.Cleanup(func() {
+		_, _ = admin.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table})
+		tr.CloseIdleConnections()
+	})
+
+	out, errOut, err := runIdem(t, "migrate", "--store", dsn)
+	if err != nil || !strings.Contains(out, "created the table") ||
+		!strings.Contains(errOut, "warning") || !strings.Contains(errOut, "UnknownOperationException") {
+		t.Fatalf("migrate: %v\nstdout: %s\nstderr: %s", err, out, errOut)
+	}
+	out, errOut, err = runIdem(t, "migrate", "--store", dsn)
+	if err != nil || !strings.Contains(out, "nothing to create") {
+		t.Fatalf("migrate again: %v\nstdout: %s\nstderr: %s", err, out, errOut)
+	}
+
+	// One key through one gateway, replayed by another.
+	a := startAPI(t)
+	g1 := startGateway(t, a.URL, "", "", "--store", dsn)
+	g2 := startGateway(t, a.URL, "", "", "--store", dsn)
+	first := post(t, g1.URL+"/charges", `{"amount": 4200, "currency": "eur"}`, "Idempotency-Key", "order-42")
+	if first.Status != 201 {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	replay := post(t, g2.URL+"/charges", `{"currency":"eur","amount":4200}`, "Idempotency-Key", "order-42")
+	if replay.Status != 201 || replay.Header.Get("Idempotent-Replayed") != "true" || string(replay.Body) != string(first.Body) {
+		t.Fatalf("replay through the other gateway: %d %v %s; first %s", replay.Status, replay.Header, replay.Body, first.Body)
+	}
+	if n := a.stats(t).Executions["order-42"]; n != 1 {
+		t.Fatalf("order-42 ran %d times upstream, want once", n)
+	}
+	// The same key with another body is refused, not run.
+	other := post(t, g2.URL+"/charges", `{"amount": 1, "currency": "eur"}`, "Idempotency-Key", "order-42")
+	if other.Status != 422 || other.problem(t)["conflict_type"] != "payload_mismatch" {
+		t.Fatalf("another body with the key: %d %s", other.Status, other.Body)
+	}
+	for _, g := range []*gw{g1, g2} {
+		if err := g.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}
+
+	// Three gateways, 20 keys sent 15 times each at once: each runs once.
+	sharedStore(t, dsn)
+
+	out, errOut, err = runIdem(t, "cleanup", "--store", dsn, "--dry-run")
+	if err != nil || !strings.Contains(out, "0 expired records") {
+		t.Errorf("cleanup --dry-run: %v %s %s", err, out, errOut)
+	}
+}
