@@ -47,6 +47,9 @@ apt_need npm npm
 ./scripts/admin-ui-deps.sh
 # clients/typescript: node_modules (npm ci) and chromium for its browser test.
 ./scripts/ts-deps.sh
+# store/dynamodb: dynalite (npm) in the cache, started on 127.0.0.1:8000
+# unless a server already answers there.
+./scripts/dynalite.sh start
 # trigger/temporal: the Temporal dev server, built once into the cache
 # (about 4 minutes the first time) and started when it is not running.
 ./scripts/temporal.sh start
