@@ -169,17 +169,17 @@ func TestCleanupProgressTerminal(t *testing.T) {
 		testenv.Unavailable(t, "tmux is not installed (run scripts/test-deps.sh)")
 	}
 	dir := t.TempDir()
-	s, err := file.Open(dir, file.Options{})
+	// Written by a store whose clock started two hours ago, with an hour
+	// to live: expired when the store is opened again now.
+	s, err := file.Open(dir, file.Options{WallClock: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	past := time.Now().Add(-2 * time.Hour)
 	ctx := context.Background()
 	for i := range 7 {
 		k := "tty-" + string(rune('a'+i))
-		rec := store.Record{KeyHash: store.HashKey("", k), Key: k, State: store.InProgress, Token: uint64(i + 1),
-			CreatedAt: past, UpdatedAt: past, ExpiresAt: past.Add(time.Hour), LeaseUntil: past.Add(time.Minute)}
-		if r, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: past}); err != nil || !r.Acquired {
+		rec := store.Record{KeyHash: store.HashKey("", k), Key: k, State: store.InProgress, Token: uint64(i + 1)}
+		if r, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Acquired {
 			t.Fatal(r, err)
 		}
 	}
