@@ -90,6 +90,10 @@ func (c *Config) Build() (*Built, error) {
 			continue
 		}
 		seen[r.Match] = i
+		if err := checkPattern(r.Match); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			continue
+		}
 		if err := register(mux, r.Match); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", where, err))
 			continue
