@@ -253,7 +253,7 @@ func (p *Policy) apply(pol *idem.Policy) error {
 		pol.Wait = time.Duration(*p.Wait)
 	}
 	if p.MaxKeyBytes != 0 {
-		pol.MaxKeyBytes = p.MaxKeyBytes
+		pol.MaxKeyBytes = int(p.MaxKeyBytes)
 	}
 	if p.OnFailure != "" {
 		v, err := idem.ParseOnFailure(p.OnFailure)
