@@ -113,6 +113,37 @@ func TestReadiness(t *testing.T) {
 	}
 }
 
+// TestMetricsFromTheStart: a fresh gateway's /metrics has every labelled
+// series of its routes at 0 before any request, so that the first unknown
+// outcome or unprotected request is an increase that alerts fire on.
+func TestMetricsFromTheStart(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t)
+	g := startGateway(t, a.URL, "", "routes:\n  - match: \"POST /charges\"\n  - match: \"PUT /charges/{id}\"\n", "--store", "memory:")
+	code, m := getStatus(t, g.Admin+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics = %d", code)
+	}
+	for _, want := range []string{
+		`idem_rejections_total{kind="outcome_unknown",route="POST /charges"} 0`,
+		`idem_rejections_total{kind="outcome_unknown",route="PUT /charges/{id}"} 0`,
+		`idem_unprotected_total{route="POST /charges"} 0`,
+		`idem_unprotected_total{route="PUT /charges/{id}"} 0`,
+		`idem_conflicts_total{conflict_type="payload_mismatch",route="POST /charges"} 0`,
+		`idem_executions_total{code="2xx",route="POST /charges"} 0`,
+		`idem_replays_total{code="2xx",route="PUT /charges/{id}"} 0`,
+		`idem_pass_throughs_total{route=""} 0`,
+		`idem_upstream_errors_total{kind="unreachable"} 0`,
+		`idem_store_operation_duration_seconds_count{operation="complete",result="lease_lost"} 0`,
+		`idem_store_operation_duration_seconds_count{operation="reserve",result="error"} 0`,
+		"idem_reservations_freed_total 0",
+	} {
+		if !strings.Contains(m, "\n"+want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
 // TestAdminCommands: while a gateway holds its file store, cleanup and
 // inspect refuse to open it and say how to go through the gateway, and do
 // so with --admin; release refuses a key whose outcome is known.

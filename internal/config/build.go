@@ -25,6 +25,16 @@ type Built struct {
 	TenantSource string
 }
 
+// Patterns returns the route patterns, in order: the metrics' route
+// label values.
+func (b *Built) Patterns() []string {
+	out := make([]string, len(b.Options.Routes))
+	for i, r := range b.Options.Routes {
+		out[i] = r.Pattern
+	}
+	return out
+}
+
 // credentialMAC keys credential hashes with Options.CredentialMAC as it is
 // when a request comes (the command sets it from the secret after Build).
 func (b *Built) credentialMAC(x []byte) string {
