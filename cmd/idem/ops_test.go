@@ -104,6 +104,11 @@ func TestReadiness(t *testing.T) {
 	if code, _ := getStatus(t, g.Admin+"/healthz"); code != 200 {
 		t.Errorf("/healthz with the upstream down = %d", code)
 	}
+	// A gateway in front of a shared upstream is probed with
+	// ?upstream=report: ready on its own store, the upstream reported.
+	if code, body := getStatus(t, g.Admin+"/readyz?upstream=report"); code != 200 || !strings.Contains(body, "cannot connect to") || !strings.Contains(body, `"store": "ok"`) {
+		t.Errorf("/readyz?upstream=report with the upstream down = %d %s", code, body)
+	}
 
 	// upstream_ready: a path the upstream must answer below 500.
 	b := startAPI(t)
