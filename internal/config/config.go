@@ -122,6 +122,8 @@ type ErrorText struct {
 // Route is one entry of routes.
 type Route struct {
 	// Match is a Go ServeMux pattern: "POST /charges", "/api/{id}/save".
+	// The method, when given, is upper-case and one that changes
+	// something; a host part is refused (see checkPattern).
 	Match  string `yaml:"match"`
 	Policy `yaml:",inline"`
 	// UpstreamTimeout overrides the top-level upstream_timeout.
