@@ -70,7 +70,7 @@ type RaceResult struct {
 }
 
 // RaceRequest is the default ProcessRace.Request: key "race-k" in scope
-// "race", reserved at T0 with a one-minute lease and takeover allowed.
+// "race", reserved with a one-minute lease and takeover allowed.
 func RaceRequest(_ string, proc, g, k int) store.ReserveRequest {
 	key := "race-" + strconv.Itoa(k)
 	return store.ReserveRequest{
@@ -79,9 +79,8 @@ func RaceRequest(_ string, proc, g, k int) store.ReserveRequest {
 			Fingerprint: "fp", Binding: "POST /race", State: store.InProgress,
 			Token:     uint64(proc+1)<<40 | uint64(g)<<20 | uint64(k),
 			RequestID: "proc-" + strconv.Itoa(proc),
-			CreatedAt: T0, UpdatedAt: T0, ExpiresAt: T0.Add(time.Hour), LeaseUntil: T0.Add(time.Minute),
 		},
-		Now: T0, TakeOverStale: true,
+		Lease: time.Minute, TTL: time.Hour, TakeOverStale: true,
 	}
 }
 
@@ -267,7 +266,7 @@ func (c ProcessRace) check(t *testing.T, s store.Store, config string, results [
 		}
 		wins[w[0].Proc]++
 		req := c.Request(config, 0, 0, k)
-		got, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash, req.Now)
+		got, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
 		if err != nil || got.Token != w[0].Token {
 			t.Errorf("key %d: stored token %d (%v), the winner's is %d", k, got.Token, err, w[0].Token)
 		}

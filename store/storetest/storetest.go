@@ -8,8 +8,8 @@
 //		})
 //	}
 //
-// The suite drives the store with explicit times, never the wall clock, so
-// lease and TTL behaviour is tested without sleeping.
+// Stores judge leases and expiry on their own clocks (store/doc.go), so the
+// suite sends durations and waits out the short ones; see longLease.
 package storetest
 
 import (
@@ -53,10 +53,34 @@ type Harness struct {
 	// that expired records are absent and live ones untouched, but not the
 	// count Cleanup reports.
 	NativeExpiry bool
+
+	// Resolution is the coarsest step of the clock the store judges
+	// expiry on (the HTTP Date of an S3 server: a second); 0 means a
+	// millisecond. Lifetimes the suite waits out are made longer than it.
+	Resolution time.Duration
 }
 
-// T0 is the suite's clock origin: 2026-01-27 12:00 UTC (the S3 task queue's example).
-var T0 = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
+// The suite judges time as the stores do, on their own clocks: it sends
+// durations and waits them out. Leases and lifetimes that must not pass
+// during a test are long (longLease, longTTL); those that must pass are
+// short and waited for with generous deadlines, so that a loaded machine
+// only makes a test slower, never wrong.
+const (
+	longLease  = time.Minute
+	longTTL    = time.Hour
+	shortLease = 300 * time.Millisecond
+)
+
+// shortTTL is a lifetime the suite waits out: 300 ms, or three steps of
+// the store's clock if that is longer.
+func (h Harness) shortTTL() time.Duration { return max(300*time.Millisecond, 3*h.resolution()) }
+
+func (h Harness) resolution() time.Duration {
+	if h.Resolution > 0 {
+		return h.Resolution
+	}
+	return time.Millisecond
+}
 
 // Run runs the conformance suite.
 func Run(t *testing.T, h Harness) {
@@ -91,6 +115,8 @@ func Run(t *testing.T, h Harness) {
 		{"Notifier", testNotifier},
 		{"EnginePausedHolder", testPausedHolder},
 		{"EngineOutcomeUnknown", testOutcomeUnknown},
+		{"EngineClockSkew", testClockSkew},
+		{"EngineDeadHolderSkew", testDeadHolderSkew},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -108,9 +134,9 @@ var tokenSeq atomic.Uint64
 
 func newToken() uint64 { return tokenSeq.Add(1)<<20 | mrand.Uint64N(1<<20) }
 
-// request returns a reservation for key in scope "test" at now, with a lease
-// of one minute and a TTL of one hour.
-func request(key string, now time.Time) store.ReserveRequest {
+// request returns a reservation for key in scope "test", with a lease of
+// a minute and a lifetime of an hour: neither passes during a test.
+func request(key string) store.ReserveRequest {
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash:     store.HashKey("test", key),
@@ -121,14 +147,18 @@ func request(key string, now time.Time) store.ReserveRequest {
 			State:       store.InProgress,
 			Token:       newToken(),
 			RequestID:   "req-" + key,
-			CreatedAt:   now,
-			UpdatedAt:   now,
-			ExpiresAt:   now.Add(time.Hour),
-			LeaseUntil:  now.Add(time.Minute),
 		},
-		Now:           now,
+		Lease:         longLease,
+		TTL:           longTTL,
 		TakeOverStale: true,
 	}
+}
+
+// leased returns request(key) with the lease lease.
+func leased(key string, lease time.Duration) store.ReserveRequest {
+	r := request(key)
+	r.Lease = lease
+	return r
 }
 
 func uniqueKey(t *testing.T) string {
@@ -150,32 +180,69 @@ func fence(req store.ReserveRequest) store.Fence {
 	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
 }
 
-func complete(req store.ReserveRequest, state store.State, value []byte, now time.Time) store.Completion {
-	return store.Completion{Fence: fence(req), State: state, Value: value, Now: now, ExpiresAt: now.Add(time.Hour)}
+func complete(req store.ReserveRequest, state store.State, value []byte) store.Completion {
+	return store.Completion{Fence: fence(req), State: state, Value: value, TTL: longTTL}
 }
 
-func mustGet(t *testing.T, s store.Store, req store.ReserveRequest, now time.Time) store.Record {
+func mustGet(t *testing.T, s store.Store, req store.ReserveRequest) store.Record {
 	t.Helper()
-	r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash, now)
+	r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
 	return r
 }
 
-func wantNotFound(t *testing.T, s store.Store, req store.ReserveRequest, now time.Time) {
+func wantNotFound(t *testing.T, s store.Store, req store.ReserveRequest) {
 	t.Helper()
-	r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash, now)
+	r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get: got %+v, %v; want ErrNotFound", r, err)
 	}
 }
 
-// sameTime compares at millisecond precision, the coarsest any store keeps.
-func sameTime(a, b time.Time) bool {
-	return a.Truncate(time.Millisecond).Equal(b.Truncate(time.Millisecond))
+// eventually calls cond every step until it reports true, and fails the
+// test after within. Waits are generous: a loaded machine makes a test
+// slower, not wrong.
+func eventually(t *testing.T, within, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, within)
+		}
+		time.Sleep(step)
+	}
 }
 
+// waitStale reads the record of req through s until s judges its lease
+// over. A store that has no clock watches the record's version from the
+// first read (store/doc.go), so the first read starts its count.
+func waitStale(t *testing.T, s store.Store, req store.ReserveRequest) store.Record {
+	t.Helper()
+	var rec store.Record
+	eventually(t, 20*req.Lease+10*time.Second, req.Lease/4, "lease over", func() bool {
+		rec = mustGet(t, s, req)
+		return rec.Stale()
+	})
+	return rec
+}
+
+// waitGone waits until req's record has expired for s.
+func waitGone(t *testing.T, s store.Store, req store.ReserveRequest, ttl time.Duration) {
+	t.Helper()
+	eventually(t, 20*ttl+10*time.Second, ttl/4, "record expired", func() bool {
+		_, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Get: %v", err)
+		}
+		return err != nil
+	})
+}
+
+// checkRecord compares what the caller chose of a record (identity,
+// state, token, value, request ID); the times are the store's, checked by
+// checkTimes.
 func checkRecord(t *testing.T, got, want store.Record) {
 	t.Helper()
 	var diffs []string
@@ -193,21 +260,42 @@ func checkRecord(t *testing.T, got, want store.Record) {
 	eq("Token", got.Token == want.Token, got.Token, want.Token)
 	eq("Value", bytes.Equal(got.Value, want.Value), len(got.Value), len(want.Value))
 	eq("RequestID", got.RequestID == want.RequestID, got.RequestID, want.RequestID)
-	eq("CreatedAt", sameTime(got.CreatedAt, want.CreatedAt), got.CreatedAt, want.CreatedAt)
-	eq("UpdatedAt", sameTime(got.UpdatedAt, want.UpdatedAt), got.UpdatedAt, want.UpdatedAt)
-	eq("ExpiresAt", sameTime(got.ExpiresAt, want.ExpiresAt), got.ExpiresAt, want.ExpiresAt)
-	if want.State == store.InProgress {
-		eq("LeaseUntil", sameTime(got.LeaseUntil, want.LeaseUntil), got.LeaseUntil, want.LeaseUntil)
-	}
 	if len(diffs) > 0 {
 		t.Fatalf("record differs:\n  %s", strings.Join(diffs, "\n  "))
 	}
 }
 
+// checkTimes checks the times a store set on a record it read: all on one
+// clock, ReadAt after the record was written, the lifetime and lease as
+// sent, and a live in_progress record's lease not over.
+func checkTimes(t *testing.T, h Harness, r store.Record, lease, ttl time.Duration) {
+	t.Helper()
+	slack := 2 * h.resolution()
+	switch {
+	case r.ReadAt.IsZero() || r.CreatedAt.IsZero() || r.UpdatedAt.IsZero():
+		t.Fatalf("times not set: %+v", r)
+	case r.ReadAt.Before(r.UpdatedAt.Add(-slack)) || r.UpdatedAt.Before(r.CreatedAt.Add(-slack)):
+		t.Fatalf("times out of order: created %v, updated %v, read %v", r.CreatedAt, r.UpdatedAt, r.ReadAt)
+	case absDiff(r.ExpiresAt.Sub(r.UpdatedAt), ttl) > slack:
+		t.Fatalf("expires %v after its update, want %v", r.ExpiresAt.Sub(r.UpdatedAt), ttl)
+	case r.State == store.InProgress && (r.LeaseLeft <= 0 || r.LeaseLeft > lease+slack):
+		t.Fatalf("lease left %v of %v", r.LeaseLeft, lease)
+	case r.State != store.InProgress && r.Stale():
+		t.Fatalf("a %s record is stale", r.State)
+	}
+}
+
+func absDiff(a, b time.Duration) time.Duration {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
 func testReserveAbsent(t *testing.T, h Harness) {
 	s := newStore(t, h)
-	req := request(uniqueKey(t), T0)
-	wantNotFound(t, s, req, T0)
+	req := request(uniqueKey(t))
+	wantNotFound(t, s, req)
 	res, err := s.Reserve(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -215,17 +303,22 @@ func testReserveAbsent(t *testing.T, h Harness) {
 	if !res.Acquired || res.TookOver {
 		t.Fatalf("got %+v, want acquired without takeover", res)
 	}
-	checkRecord(t, mustGet(t, s, req, T0), req.Record)
+	got := mustGet(t, s, req)
+	checkRecord(t, got, req.Record)
+	checkTimes(t, h, got, req.Lease, req.TTL)
+	if !got.CreatedAt.Equal(got.UpdatedAt) {
+		t.Fatalf("a new record: created %v, updated %v", got.CreatedAt, got.UpdatedAt)
+	}
 }
 
 func testReserveExisting(t *testing.T, h Harness) {
 	s := newStore(t, h)
-	req := request(uniqueKey(t), T0)
+	req := request(uniqueKey(t))
 	mustReserve(t, s, req)
 	// Same key again, live lease, with and without a different fingerprint:
 	// the store hands back the holder's record and acquires nothing.
 	for _, fp := range []string{req.Record.Fingerprint, "sha256:other"} {
-		again := request(req.Record.Key, T0.Add(time.Second))
+		again := request(req.Record.Key)
 		again.Record.Fingerprint = fp
 		res, err := s.Reserve(context.Background(), again)
 		if err != nil {
@@ -235,23 +328,25 @@ func testReserveExisting(t *testing.T, h Harness) {
 			t.Fatalf("second reserve acquired a held key (fingerprint %s)", fp)
 		}
 		checkRecord(t, res.Existing, req.Record)
+		checkTimes(t, h, res.Existing, req.Lease, req.TTL)
 	}
 	// A completed record is handed back too, with its value.
-	if err := s.Complete(context.Background(), complete(req, store.Succeeded, []byte("v1"), T0.Add(time.Second))); err != nil {
+	if err := s.Complete(context.Background(), complete(req, store.Succeeded, []byte("v1"))); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Reserve(context.Background(), request(req.Record.Key, T0.Add(2*time.Minute)))
+	res, err := s.Reserve(context.Background(), request(req.Record.Key))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Acquired || res.Existing.State != store.Succeeded || string(res.Existing.Value) != "v1" {
 		t.Fatalf("reserve over a succeeded record: got %+v", res)
 	}
+	checkTimes(t, h, res.Existing, req.Lease, longTTL)
 }
 
 // race has n goroutines reserve the same key through the clients and returns
 // how many acquired it.
-func race(t *testing.T, clients []store.Store, key string, n int, now time.Time) (winners int, tokens map[uint64]int) {
+func race(t *testing.T, clients []store.Store, key string, n int) (winners int, tokens map[uint64]int) {
 	t.Helper()
 	var (
 		wg    sync.WaitGroup
@@ -264,7 +359,7 @@ func race(t *testing.T, clients []store.Store, key string, n int, now time.Time)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := request(key, now)
+			req := request(key)
 			<-start
 			res, err := clients[i%len(clients)].Reserve(context.Background(), req)
 			mu.Lock()
@@ -303,7 +398,7 @@ func testReserveRace(t *testing.T, h Harness) {
 	cs := clients(t, h, s)
 	for round := range 5 {
 		key := uniqueKey(t)
-		winners, tokens := race(t, cs, key, h.Racers, T0)
+		winners, tokens := race(t, cs, key, h.Racers)
 		if winners != 1 {
 			t.Fatalf("round %d: %d of %d racers acquired the key, want exactly 1", round, winners, h.Racers)
 		}
@@ -327,7 +422,7 @@ func testReserveRaceManyKeys(t *testing.T, h Harness) {
 		go func() {
 			defer wg.Done()
 			k := i % keys
-			req := request(fmt.Sprintf("%s-%d", base, k), T0)
+			req := request(fmt.Sprintf("%s-%d", base, k))
 			res, err := cs[i%len(cs)].Reserve(context.Background(), req)
 			if err != nil {
 				failed.Add(1)
@@ -335,7 +430,7 @@ func testReserveRaceManyKeys(t *testing.T, h Harness) {
 			}
 			if res.Acquired {
 				acquired[k].Add(1)
-				if err := cs[i%len(cs)].Complete(context.Background(), complete(req, store.Succeeded, []byte(req.Record.Key), T0)); err != nil {
+				if err := cs[i%len(cs)].Complete(context.Background(), complete(req, store.Succeeded, []byte(req.Record.Key))); err != nil {
 					failed.Add(1)
 				}
 			}
@@ -355,61 +450,72 @@ func testReserveRaceManyKeys(t *testing.T, h Harness) {
 func testComplete(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
-	req := request(uniqueKey(t), T0)
+	req := request(uniqueKey(t))
 	mustReserve(t, s, req)
-	done := T0.Add(3 * time.Second)
+	reserved := mustGet(t, s, req)
 
-	wrong := complete(req, store.Succeeded, []byte("intruder"), done)
+	wrong := complete(req, store.Succeeded, []byte("intruder"))
 	wrong.Token++
 	if err := s.Complete(ctx, wrong); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete with a wrong token: %v, want ErrLeaseLost", err)
 	}
-	c := complete(req, store.Succeeded, []byte(`{"id":"ch_1"}`), done)
+	c := complete(req, store.Succeeded, []byte(`{"id":"ch_1"}`))
+	c.TTL = 2 * longTTL
 	if err := s.Complete(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	want := req.Record
-	want.State, want.Value, want.UpdatedAt, want.ExpiresAt = store.Succeeded, c.Value, done, c.ExpiresAt
-	checkRecord(t, mustGet(t, s, req, done), want)
+	want.State, want.Value = store.Succeeded, c.Value
+	got := mustGet(t, s, req)
+	checkRecord(t, got, want)
+	checkTimes(t, h, got, 0, c.TTL)
+	if !got.CreatedAt.Equal(reserved.CreatedAt) || got.UpdatedAt.Before(reserved.UpdatedAt) {
+		t.Fatalf("completion moved the creation (%v to %v) or went back in time (updated %v to %v)",
+			reserved.CreatedAt, got.CreatedAt, reserved.UpdatedAt, got.UpdatedAt)
+	}
 
 	// A completed record cannot be completed, renewed or released again.
-	if err := s.Complete(ctx, complete(req, store.Failed, []byte("late"), done)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Complete(ctx, complete(req, store.Failed, []byte("late"))); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second Complete: %v, want ErrLeaseLost", err)
 	}
-	if err := s.Renew(ctx, fence(req), done.Add(time.Minute)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Renew(ctx, fence(req), longLease); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Renew after Complete: %v, want ErrLeaseLost", err)
 	}
 	if err := s.Release(ctx, fence(req)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Release after Complete: %v, want ErrLeaseLost", err)
 	}
-	checkRecord(t, mustGet(t, s, req, done), want)
+	checkRecord(t, mustGet(t, s, req), want)
 	// Completing an absent key is a lost lease, not a creation.
-	ghost := request(uniqueKey(t), T0)
-	if err := s.Complete(ctx, complete(ghost, store.Succeeded, nil, done)); !errors.Is(err, store.ErrLeaseLost) {
+	ghost := request(uniqueKey(t))
+	if err := s.Complete(ctx, complete(ghost, store.Succeeded, nil)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete of an absent key: %v, want ErrLeaseLost", err)
 	}
-	wantNotFound(t, s, ghost, done)
+	wantNotFound(t, s, ghost)
 }
 
 func testFail(t *testing.T, h Harness) {
 	s := newStore(t, h)
-	req := request(uniqueKey(t), T0)
+	req := leased(uniqueKey(t), shortLease)
 	mustReserve(t, s, req)
-	c := complete(req, store.Failed, []byte("card_declined"), T0.Add(time.Second))
+	c := complete(req, store.Failed, []byte("card_declined"))
 	if err := s.Complete(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	got := mustGet(t, s, req, T0.Add(time.Second))
+	got := mustGet(t, s, req)
 	if got.State != store.Failed || string(got.Value) != "card_declined" {
 		t.Fatalf("got %s %q, want failed card_declined", got.State, got.Value)
 	}
 	// A failed record is not stale, whatever its lease said.
-	res, err := s.Reserve(context.Background(), request(req.Record.Key, T0.Add(10*time.Minute)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Acquired || res.Existing.State != store.Failed {
-		t.Fatalf("reserve over a failed record: %+v", res)
+	time.Sleep(2 * shortLease)
+	for range 2 { // a store without a clock starts watching at the first read
+		res, err := s.Reserve(context.Background(), request(req.Record.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Acquired || res.Existing.State != store.Failed || res.Existing.Stale() {
+			t.Fatalf("reserve over a failed record: %+v", res)
+		}
+		time.Sleep(2 * shortLease)
 	}
 }
 
@@ -418,10 +524,9 @@ func testFail(t *testing.T, h Harness) {
 func testReleaseFailed(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
-	done := T0.Add(time.Second)
-	req := request(uniqueKey(t), T0)
+	req := request(uniqueKey(t))
 	mustReserve(t, s, req)
-	if err := s.Complete(ctx, complete(req, store.Failed, []byte("upstream timeout"), done)); err != nil {
+	if err := s.Complete(ctx, complete(req, store.Failed, []byte("upstream timeout"))); err != nil {
 		t.Fatal(err)
 	}
 	wrong := fence(req)
@@ -429,26 +534,26 @@ func testReleaseFailed(t *testing.T, h Harness) {
 	if err := s.Release(ctx, wrong); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Release of a failed record with a wrong token: %v, want ErrLeaseLost", err)
 	}
-	if err := s.Renew(ctx, fence(req), done.Add(time.Minute)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Renew(ctx, fence(req), longLease); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Renew of a failed record: %v, want ErrLeaseLost", err)
 	}
-	mustGet(t, s, req, done)
+	mustGet(t, s, req)
 	if err := s.Release(ctx, fence(req)); err != nil {
 		t.Fatalf("Release of a failed record: %v", err)
 	}
-	wantNotFound(t, s, req, done)
-	mustReserve(t, s, request(req.Record.Key, done))
+	wantNotFound(t, s, req)
+	mustReserve(t, s, request(req.Record.Key))
 
-	ok := request(uniqueKey(t), T0)
+	ok := request(uniqueKey(t))
 	mustReserve(t, s, ok)
-	c := complete(ok, store.Succeeded, []byte(`{"id":"ch_1"}`), done)
+	c := complete(ok, store.Succeeded, []byte(`{"id":"ch_1"}`))
 	if err := s.Complete(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, fence(ok)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Release of a succeeded record: %v, want ErrLeaseLost", err)
 	}
-	if got := mustGet(t, s, ok, done); got.State != store.Succeeded {
+	if got := mustGet(t, s, ok); got.State != store.Succeeded {
 		t.Fatalf("succeeded record after Release: %s", got.State)
 	}
 }
@@ -456,75 +561,90 @@ func testReleaseFailed(t *testing.T, h Harness) {
 func testRelease(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
-	req := request(uniqueKey(t), T0)
+	req := request(uniqueKey(t))
 	mustReserve(t, s, req)
 	wrong := fence(req)
 	wrong.Token++
 	if err := s.Release(ctx, wrong); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Release with a wrong token: %v, want ErrLeaseLost", err)
 	}
-	mustGet(t, s, req, T0)
+	mustGet(t, s, req)
 	if err := s.Release(ctx, fence(req)); err != nil {
 		t.Fatal(err)
 	}
-	wantNotFound(t, s, req, T0)
+	wantNotFound(t, s, req)
 	if err := s.Release(ctx, fence(req)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second Release: %v, want ErrLeaseLost", err)
 	}
 	// The key can be reserved again, by anybody.
-	again := request(req.Record.Key, T0.Add(time.Second))
+	again := request(req.Record.Key)
 	again.Record.Fingerprint = "sha256:another"
 	mustReserve(t, s, again)
 }
 
+// testRenew: a lease renewed before it ends is never judged over, by any
+// client, however long the holder runs; once renewals stop, it ends.
 func testRenew(t *testing.T, h Harness) {
 	s := newStore(t, h)
+	cs := clients(t, h, s)
 	ctx := context.Background()
-	req := request(uniqueKey(t), T0)
+	req := leased(uniqueKey(t), shortLease)
 	mustReserve(t, s, req)
 	wrong := fence(req)
 	wrong.Token++
-	if err := s.Renew(ctx, wrong, T0.Add(time.Hour)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Renew(ctx, wrong, longLease); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Renew with a wrong token: %v, want ErrLeaseLost", err)
 	}
-	// Renewed at 50 s to 110 s: at 90 s the holder is alive, so no takeover.
-	if err := s.Renew(ctx, fence(req), T0.Add(110*time.Second)); err != nil {
+	// Renewed with a long lease: live for every client, however many
+	// short leases pass.
+	if err := s.Renew(ctx, fence(req), longLease); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGet(t, s, req, T0); !sameTime(got.LeaseUntil, T0.Add(110*time.Second)) {
-		t.Fatalf("LeaseUntil %v, want %v", got.LeaseUntil, T0.Add(110*time.Second))
+	for range 3 {
+		time.Sleep(shortLease)
+		for _, c := range cs {
+			res, err := c.Reserve(ctx, request(req.Record.Key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Acquired {
+				t.Fatal("a renewed lease was taken over")
+			}
+			if res.Existing.Token != req.Record.Token || res.Existing.LeaseLeft <= shortLease {
+				t.Fatalf("existing token %d (want %d), lease left %v", res.Existing.Token, req.Record.Token, res.Existing.LeaseLeft)
+			}
+		}
 	}
-	res, err := s.Reserve(ctx, request(req.Record.Key, T0.Add(90*time.Second)))
-	if err != nil {
+	// Renewed with a short lease and left: the lease ends.
+	if err := s.Renew(ctx, fence(req), shortLease); err != nil {
 		t.Fatal(err)
 	}
-	if res.Acquired {
-		t.Fatal("a renewed lease was taken over")
-	}
-	if res.Existing.Token != req.Record.Token {
-		t.Fatalf("existing token %d, want %d", res.Existing.Token, req.Record.Token)
+	if got := waitStale(t, cs[len(cs)-1], leased(req.Record.Key, shortLease)); got.Token != req.Record.Token {
+		t.Fatalf("stale record's token %d, want %d", got.Token, req.Record.Token)
 	}
 }
 
 func testStaleTakeover(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
-	req := request(uniqueKey(t), T0)
+	req := leased(uniqueKey(t), shortLease)
 	mustReserve(t, s, req)
-	after := T0.Add(2 * time.Minute) // lease was one minute
 
-	// Not stale yet: no takeover.
-	res, err := s.Reserve(ctx, request(req.Record.Key, T0.Add(30*time.Second)))
+	// Not stale yet (a long lease this time): no takeover.
+	live := request(uniqueKey(t))
+	mustReserve(t, s, live)
+	res, err := s.Reserve(ctx, request(live.Record.Key))
 	if err != nil || res.Acquired {
 		t.Fatalf("takeover of a live lease: %+v, %v", res, err)
 	}
+	waitStale(t, s, req)
 	// Stale, but the request forbids takeover, or differs in fingerprint or
 	// binding: no takeover either.
-	noTake := request(req.Record.Key, after)
+	noTake := request(req.Record.Key)
 	noTake.TakeOverStale = false
-	otherFP := request(req.Record.Key, after)
+	otherFP := request(req.Record.Key)
 	otherFP.Record.Fingerprint = "sha256:different"
-	otherBinding := request(req.Record.Key, after)
+	otherBinding := request(req.Record.Key)
 	otherBinding.Record.Binding = "POST /refunds"
 	for name, r := range map[string]store.ReserveRequest{"no takeover": noTake, "fingerprint": otherFP, "binding": otherBinding} {
 		res, err := s.Reserve(ctx, r)
@@ -534,12 +654,12 @@ func testStaleTakeover(t *testing.T, h Harness) {
 		if res.Acquired {
 			t.Fatalf("%s: stale record taken over", name)
 		}
-		if res.Existing.State != store.InProgress || res.Existing.Token != req.Record.Token {
+		if res.Existing.State != store.InProgress || res.Existing.Token != req.Record.Token || !res.Existing.Stale() {
 			t.Fatalf("%s: existing %+v", name, res.Existing)
 		}
 	}
-	// Stale and matching: taken over with the new token.
-	taker := request(req.Record.Key, after)
+	// Stale and matching: taken over with the new token and its lease.
+	taker := request(req.Record.Key)
 	res, err = s.Reserve(ctx, taker)
 	if err != nil {
 		t.Fatal(err)
@@ -547,18 +667,23 @@ func testStaleTakeover(t *testing.T, h Harness) {
 	if !res.Acquired || !res.TookOver {
 		t.Fatalf("stale takeover: %+v", res)
 	}
-	got := mustGet(t, s, req, after)
-	if got.Token != taker.Record.Token || got.State != store.InProgress || !sameTime(got.LeaseUntil, taker.Record.LeaseUntil) {
+	got := mustGet(t, s, req)
+	if got.Token != taker.Record.Token || got.State != store.InProgress || got.Stale() {
 		t.Fatalf("after takeover: %+v", got)
 	}
+	checkTimes(t, h, got, taker.Lease, taker.TTL)
 }
 
 func testStaleTakeoverRace(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	cs := clients(t, h, s)
 	key := uniqueKey(t)
-	mustReserve(t, s, request(key, T0))
-	winners, _ := race(t, cs, key, h.Racers, T0.Add(5*time.Minute))
+	held := leased(key, shortLease)
+	mustReserve(t, s, held)
+	for _, c := range cs {
+		waitStale(t, c, held)
+	}
+	winners, _ := race(t, cs, key, h.Racers)
 	if winners != 1 {
 		t.Fatalf("%d racers took over the stale record, want exactly 1", winners)
 	}
@@ -567,52 +692,76 @@ func testStaleTakeoverRace(t *testing.T, h Harness) {
 func testFencingStaleHolder(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
-	old := request(uniqueKey(t), T0)
+	old := leased(uniqueKey(t), shortLease)
 	mustReserve(t, s, old)
-	after := T0.Add(2 * time.Minute)
-	taker := request(old.Record.Key, after)
+	waitStale(t, s, old)
+	taker := leased(old.Record.Key, longLease)
+	taker.TTL = h.shortTTL()
 	mustReserve(t, s, taker)
 
 	// The old holder wakes up: every write it tries is fenced off.
-	if err := s.Renew(ctx, fence(old), after.Add(time.Minute)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Renew(ctx, fence(old), longLease); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale Renew: %v", err)
 	}
-	if err := s.Complete(ctx, complete(old, store.Succeeded, []byte("stale"), after)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Complete(ctx, complete(old, store.Succeeded, []byte("stale"))); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale Complete: %v", err)
 	}
 	if err := s.Release(ctx, fence(old)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale Release: %v", err)
 	}
-	if err := s.Complete(ctx, complete(taker, store.Succeeded, []byte("fresh"), after)); err != nil {
-		t.Fatal(err)
-	}
-	if got := mustGet(t, s, old, after); string(got.Value) != "fresh" || got.Token != taker.Record.Token {
-		t.Fatalf("record after fencing: token %d value %q", got.Token, got.Value)
+	if got := mustGet(t, s, old); got.Token != taker.Record.Token || got.State != store.InProgress {
+		t.Fatalf("record after fencing: token %d state %s", got.Token, got.State)
 	}
 
 	// The same holds when the record expired and a new caller reused the key:
 	// a token never comes back.
-	expired := T0.Add(3 * time.Hour)
-	reuse := request(old.Record.Key, expired)
+	waitGone(t, s, taker, taker.TTL)
+	reuse := request(old.Record.Key)
 	mustReserve(t, s, reuse)
-	if err := s.Complete(ctx, complete(taker, store.Failed, []byte("ghost"), expired)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Complete(ctx, complete(taker, store.Failed, []byte("ghost"))); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete by the holder of an expired record: %v", err)
+	}
+	if got := mustGet(t, s, reuse); got.Token != reuse.Record.Token || got.State != store.InProgress {
+		t.Fatalf("record after the expired holder's write: %+v", got)
 	}
 }
 
 func testTTL(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
-	req := request(uniqueKey(t), T0)
+	ttl := h.shortTTL()
+	req := request(uniqueKey(t))
 	mustReserve(t, s, req)
-	if err := s.Complete(ctx, complete(req, store.Succeeded, []byte("v"), T0)); err != nil {
+	c := complete(req, store.Succeeded, []byte("v"))
+	c.TTL = ttl
+	// Live until its lifetime has passed on the store's clock, counted
+	// from no earlier than the completion was sent: a reader never finds
+	// it gone sooner.
+	done := time.Now()
+	if err := s.Complete(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	mustGet(t, s, req, T0.Add(59*time.Minute))
-	wantNotFound(t, s, req, T0.Add(time.Hour)) // expiry is exclusive
-	wantNotFound(t, s, req, T0.Add(2*time.Hour))
+	for {
+		r, err := s.Get(ctx, req.Record.Scope, req.Record.KeyHash)
+		if errors.Is(err, store.ErrNotFound) {
+			if lived := time.Since(done); lived < ttl-h.resolution() {
+				t.Fatalf("record gone after %v, its lifetime is %v", lived, ttl)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ExpiresIn() > ttl+h.resolution() {
+			t.Fatalf("expires in %v, lifetime %v", r.ExpiresIn(), ttl)
+		}
+		if time.Since(done) > 20*ttl+10*time.Second {
+			t.Fatalf("record still there %v after its lifetime of %v", time.Since(done), ttl)
+		}
+		time.Sleep(ttl / 10)
+	}
 	// An expired record is absent to Reserve as well, with any fingerprint.
-	later := request(req.Record.Key, T0.Add(2*time.Hour))
+	later := request(req.Record.Key)
 	later.Record.Fingerprint = "sha256:new"
 	later.TakeOverStale = false
 	res, err := s.Reserve(ctx, later)
@@ -622,37 +771,40 @@ func testTTL(t *testing.T, h Harness) {
 	if !res.Acquired || res.TookOver {
 		t.Fatalf("reserve over an expired record: %+v; want acquired, not a takeover", res)
 	}
-	checkRecord(t, mustGet(t, s, later, later.Now), later.Record)
+	checkRecord(t, mustGet(t, s, later), later.Record)
 }
 
 func testCleanup(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
 	base := uniqueKey(t)
+	ttl := h.shortTTL()
 	var live, expired []store.ReserveRequest
 	for i := range 40 {
-		req := request(fmt.Sprintf("%s-%d", base, i), T0)
+		req := request(fmt.Sprintf("%s-%d", base, i))
 		if i%2 == 0 {
-			req.Record.ExpiresAt = T0.Add(time.Duration(1+i) * time.Minute) // expires before T0+1h
+			req.TTL = ttl
 			expired = append(expired, req)
 		} else {
-			req.Record.ExpiresAt = T0.Add(48 * time.Hour)
+			req.TTL = 48 * time.Hour
 			live = append(live, req)
 		}
 		mustReserve(t, s, req)
 		if i%4 < 2 { // half of each kind completed
-			c := complete(req, store.Succeeded, []byte("v"), T0)
-			c.ExpiresAt = req.Record.ExpiresAt
+			c := complete(req, store.Succeeded, []byte("v"))
+			c.TTL = req.TTL
 			if err := s.Complete(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	now := T0.Add(time.Hour)
-	if n, err := s.Cleanup(ctx, T0, 0); err != nil || n != 0 {
+	if n, err := s.Cleanup(ctx, 0); err != nil || (n != 0 && !h.NativeExpiry) {
 		t.Fatalf("Cleanup before anything expired: %d, %v", n, err)
 	}
-	n, err := s.Cleanup(ctx, now, 0)
+	for _, r := range expired {
+		waitGone(t, s, r, ttl)
+	}
+	n, err := s.Cleanup(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -660,20 +812,15 @@ func testCleanup(t *testing.T, h Harness) {
 		t.Fatalf("Cleanup removed %d, want %d", n, len(expired))
 	}
 	for _, r := range live {
-		mustGet(t, s, r, now)
+		mustGet(t, s, r)
 	}
 	for _, r := range expired {
-		if h.NativeExpiry {
-			wantNotFound(t, s, r, now)
-		} else {
-			// Gone even when read with a clock from before its expiry.
-			wantNotFound(t, s, r, T0)
-		}
+		wantNotFound(t, s, r)
 	}
 	if h.NativeExpiry {
 		return
 	}
-	if n, err := s.Cleanup(ctx, now, 0); err != nil || n != 0 {
+	if n, err := s.Cleanup(ctx, 0); err != nil || n != 0 {
 		t.Fatalf("second Cleanup: %d, %v", n, err)
 	}
 }
@@ -685,15 +832,17 @@ func testCleanupLimit(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := context.Background()
 	base := uniqueKey(t)
+	ttl := h.shortTTL()
+	var last store.ReserveRequest
 	for i := range 25 {
-		req := request(fmt.Sprintf("%s-%d", base, i), T0)
-		req.Record.ExpiresAt = T0.Add(time.Second)
-		mustReserve(t, s, req)
+		last = request(fmt.Sprintf("%s-%d", base, i))
+		last.TTL = ttl
+		mustReserve(t, s, last)
 	}
-	now := T0.Add(time.Minute)
+	waitGone(t, s, last, ttl)
 	total := 0
 	for range 10 {
-		n, err := s.Cleanup(ctx, now, 10)
+		n, err := s.Cleanup(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -716,12 +865,12 @@ func testLargeValue(t *testing.T, h Harness) {
 	if _, err := rand.Read(value); err != nil {
 		t.Fatal(err)
 	}
-	req := request(uniqueKey(t), T0)
+	req := request(uniqueKey(t))
 	mustReserve(t, s, req)
-	if err := s.Complete(context.Background(), complete(req, store.Succeeded, value, T0)); err != nil {
+	if err := s.Complete(context.Background(), complete(req, store.Succeeded, value)); err != nil {
 		t.Fatal(err)
 	}
-	got := mustGet(t, s, req, T0)
+	got := mustGet(t, s, req)
 	if !bytes.Equal(got.Value, value) {
 		t.Fatalf("4 MiB value differs after a round trip (got %d bytes)", len(got.Value))
 	}
@@ -730,23 +879,23 @@ func testLargeValue(t *testing.T, h Harness) {
 func testBinaryValue(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	for _, v := range [][]byte{{}, {0, 0xff, '"', '\\', '\n', 0x80}, []byte(`{"a":"ü\u0000"}`)} {
-		req := request(uniqueKey(t), T0)
+		req := request(uniqueKey(t))
 		mustReserve(t, s, req)
-		if err := s.Complete(context.Background(), complete(req, store.Succeeded, v, T0)); err != nil {
+		if err := s.Complete(context.Background(), complete(req, store.Succeeded, v)); err != nil {
 			t.Fatal(err)
 		}
-		if got := mustGet(t, s, req, T0); !bytes.Equal(got.Value, v) {
+		if got := mustGet(t, s, req); !bytes.Equal(got.Value, v) {
 			t.Fatalf("value %q came back as %q", v, got.Value)
 		}
 	}
 	// Keys and scopes with any printable text, including quotes, slashes and
 	// non-ASCII letters.
 	for _, key := range []string{`a"b'c`, "päyment/ü/../x", strings.Repeat("k", 255), "{tag}:x"} {
-		req := request(key+uniqueKey(t), T0)
+		req := request(key + uniqueKey(t))
 		req.Record.Scope = `tenant "7"/POST /api/x`
 		req.Record.KeyHash = store.HashKey(req.Record.Scope, req.Record.Key)
 		mustReserve(t, s, req)
-		checkRecord(t, mustGet(t, s, req, T0), req.Record)
+		checkRecord(t, mustGet(t, s, req), req.Record)
 	}
 }
 
@@ -754,36 +903,37 @@ func testContextCanceled(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	req := request(uniqueKey(t), T0)
+	req := request(uniqueKey(t))
 	if _, err := s.Reserve(ctx, req); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Reserve with a canceled context: %v", err)
 	}
-	wantNotFound(t, s, req, T0)
+	wantNotFound(t, s, req)
 	mustReserve(t, s, req)
-	if _, err := s.Get(ctx, req.Record.Scope, req.Record.KeyHash, T0); !errors.Is(err, context.Canceled) {
+	before := mustGet(t, s, req)
+	if _, err := s.Get(ctx, req.Record.Scope, req.Record.KeyHash); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Get: %v", err)
 	}
-	if err := s.Renew(ctx, fence(req), T0.Add(time.Hour)); !errors.Is(err, context.Canceled) {
+	if err := s.Renew(ctx, fence(req), 2*longLease); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Renew: %v", err)
 	}
-	if err := s.Complete(ctx, complete(req, store.Succeeded, []byte("x"), T0)); !errors.Is(err, context.Canceled) {
+	if err := s.Complete(ctx, complete(req, store.Succeeded, []byte("x"))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Complete: %v", err)
 	}
 	if err := s.Release(ctx, fence(req)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Release: %v", err)
 	}
-	if _, err := s.Cleanup(ctx, T0.Add(48*time.Hour), 0); !errors.Is(err, context.Canceled) {
+	if _, err := s.Cleanup(ctx, 0); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Cleanup: %v", err)
 	}
 	// Nothing above took effect.
-	got := mustGet(t, s, req, T0)
-	if got.State != store.InProgress || !sameTime(got.LeaseUntil, req.Record.LeaseUntil) {
+	got := mustGet(t, s, req)
+	if got.State != store.InProgress || !got.LeaseUntil.Equal(before.LeaseUntil) {
 		t.Fatalf("a canceled call changed the record: %+v", got)
 	}
 	// A deadline that passes while waiting is reported as such.
 	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer dcancel()
-	if _, err := s.Reserve(dctx, request(uniqueKey(t), T0)); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.Reserve(dctx, request(uniqueKey(t))); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Reserve past its deadline: %v", err)
 	}
 }
@@ -794,7 +944,7 @@ func testKeyNotIndexed(t *testing.T, h Harness) {
 	}
 	s := newStore(t, h)
 	raw := "raw-key-" + uniqueKey(t)
-	req := request(raw, T0)
+	req := request(raw)
 	mustReserve(t, s, req)
 	found := false
 	for _, k := range h.IndexKeys(t, s) {
@@ -814,21 +964,21 @@ func testIsolation(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	// The same client key in two scopes is two records.
 	key := uniqueKey(t)
-	a, b := request(key, T0), request(key, T0)
+	a, b := request(key), request(key)
 	a.Record.Scope, b.Record.Scope = "tenant-a", "tenant-b"
 	a.Record.KeyHash, b.Record.KeyHash = store.HashKey("tenant-a", key), store.HashKey("tenant-b", key)
 	mustReserve(t, s, a)
 	mustReserve(t, s, b)
-	if err := s.Complete(context.Background(), complete(a, store.Succeeded, []byte("A"), T0)); err != nil {
+	if err := s.Complete(context.Background(), complete(a, store.Succeeded, []byte("A"))); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGet(t, s, b, T0); got.State != store.InProgress || len(got.Value) != 0 {
+	if got := mustGet(t, s, b); got.State != store.InProgress || len(got.Value) != 0 {
 		t.Fatalf("tenant b sees %+v", got)
 	}
 	// Returned records are copies.
-	got := mustGet(t, s, a, T0)
+	got := mustGet(t, s, a)
 	got.Value[0] = 'X'
-	if again := mustGet(t, s, a, T0); string(again.Value) != "A" {
+	if again := mustGet(t, s, a); string(again.Value) != "A" {
 		t.Fatalf("mutating a returned value changed the store: %q", again.Value)
 	}
 }
@@ -838,7 +988,7 @@ func testClose(t *testing.T, h Harness) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reserve(context.Background(), request(uniqueKey(t), T0)); err == nil {
+	if _, err := s.Reserve(context.Background(), request(uniqueKey(t))); err == nil {
 		t.Fatal("Reserve after Close succeeded")
 	}
 }

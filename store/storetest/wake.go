@@ -290,11 +290,12 @@ func loadAverage() string {
 	return "unknown"
 }
 
-// testPausedHolder is issue 8's paused gateway, through the engine on the
-// store: a holder stops past its lease, a retry through another client
-// takes the key over and completes it, then the first resumes. It gets its
-// value back marked NotRecorded with ErrLeaseLost, and the record keeps the
-// second call's outcome.
+// testPausedHolder: a holder whose process stops (SIGSTOP, a long GC
+// pause, a VM suspended) sends no renewals; it counts its own lease over
+// first and cancels its operation's context, a retry through another
+// client takes the key over and completes it, then the first resumes. It
+// gets its value back marked NotRecorded with ErrLeaseLost, and the record
+// keeps the second call's outcome.
 func testPausedHolder(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	peer := s
@@ -302,43 +303,52 @@ func testPausedHolder(t *testing.T, h Harness) {
 		peer = h.Peer(t, s)
 		t.Cleanup(func() { _ = peer.Close() })
 	}
-	var (
-		mu  sync.Mutex
-		now = T0
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	p := idem.Policy{Lease: time.Minute, TTL: time.Hour, CleanupInterval: -1}
-	gw1, gw2 := idem.New(s, p, idem.WithClock(clock)), idem.New(peer, p, idem.WithClock(clock))
+	const lease = 500 * time.Millisecond
+	p := idem.Policy{Lease: lease, TTL: time.Hour, CleanupInterval: -1}
+	frozen := &pausable{Store: s}
+	gw1, gw2 := idem.New(frozen, p), idem.New(peer, p)
 	defer gw1.Close()
 	defer gw2.Close()
 	call := idem.Call{Scope: "test", Key: uniqueKey(t), Fingerprint: "fp", RequestID: "req-1"}
 	paused, resume := make(chan struct{}), make(chan struct{})
 	type outcome struct {
-		res idem.Result
-		err error
+		res   idem.Result
+		err   error
+		cause error // of the operation's context when it resumed
 	}
 	first := make(chan outcome, 1)
 	go func() {
-		res, err := gw1.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+		var cause error
+		res, err := gw1.Do(context.Background(), call, func(ctx context.Context) ([]byte, error) {
+			frozen.paused.Store(true)
 			close(paused)
 			<-resume
+			cause = context.Cause(ctx)
 			return []byte("A"), nil
 		})
-		first <- outcome{res, err}
+		first <- outcome{res, err, cause}
 	}()
 	<-paused
-	mu.Lock()
-	now = now.Add(61 * time.Second) // the lease runs out during the pause
-	mu.Unlock()
 	call.RequestID = "req-2"
-	res, err := gw2.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("B"), nil })
-	if err != nil || !res.TookOver || string(res.Value) != "B" {
-		close(resume)
-		<-first
-		t.Fatalf("takeover: %+v %v", res, err)
-	}
+	var res idem.Result
+	eventually(t, 20*lease+10*time.Second, lease/4, "takeover of the paused holder's key", func() bool {
+		var err error
+		res, err = gw2.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("B"), nil })
+		if errors.Is(err, idem.ErrInProgress) {
+			return false
+		}
+		if err != nil || !res.TookOver || string(res.Value) != "B" {
+			close(resume)
+			<-first
+			t.Fatalf("takeover: %+v %v", res, err)
+		}
+		return true
+	})
 	close(resume)
 	o := <-first
+	if !errors.Is(o.cause, idem.ErrLeaseLost) {
+		t.Fatalf("the paused holder's context: cause %v, want ErrLeaseLost (the holder knows first)", o.cause)
+	}
 	if !errors.Is(o.err, idem.ErrLeaseLost) || !o.res.NotRecorded || string(o.res.Value) != "A" {
 		t.Fatalf("paused holder: %+v %v, want A, NotRecorded, ErrLeaseLost", o.res, o.err)
 	}
@@ -348,6 +358,21 @@ func testPausedHolder(t *testing.T, h Harness) {
 			t.Fatalf("retry after the pause: %+v %v, want B replayed", res, err)
 		}
 	}
+}
+
+// pausable is a client of a store whose renewals stop going out while
+// paused is set, as a stopped process's do.
+type pausable struct {
+	store.Store
+	paused atomic.Bool
+}
+
+func (p *pausable) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
+	if p.paused.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return p.Store.Renew(ctx, f, lease)
 }
 
 // testOutcomeUnknown: a call whose outcome is unknown leaves its key failed

@@ -1,0 +1,189 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+)
+
+// skewLease is the lease of the clock-skew tests: short, so that the
+// holders' renewals and the takeovers they allow happen within a test, and
+// long enough for a renewal every third of it on a loaded machine.
+const skewLease = time.Second
+
+// skews are the offsets of the retrier's clock from the holder's, in
+// leases: equal, half a lease, and the 2 and 10 leases at which every key
+// once ran twice, in both directions.
+var skews = []float64{0, 0.5, -0.5, 2, -2, 10, -10}
+
+func skewed(leases float64) func() time.Time {
+	d := time.Duration(leases * float64(skewLease))
+	return func() time.Time { return time.Now().Add(d) }
+}
+
+// peerOf returns a second client of s's backend when the harness has one,
+// else s itself (a store one process owns).
+func peerOf(t *testing.T, h Harness, s store.Store) store.Store {
+	if h.Peer == nil {
+		return s
+	}
+	p := h.Peer(t, s)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// testClockSkew: two replicas whose clocks disagree by 0 to 10 leases, in
+// both directions. One holds each key and works 2.5 leases, renewing on
+// time; the other retries every quarter lease until the first has
+// finished. No live holder is ever taken over: each key runs once, and the
+// retries end with its outcome.
+func testClockSkew(t *testing.T, h Harness) {
+	s := newStore(t, h)
+	peer := peerOf(t, h, s)
+	const keysPerSkew = 3
+	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
+	var wg sync.WaitGroup
+	type result struct {
+		skew      float64
+		runs      int32
+		conflicts int
+		replayed  bool
+		err       error
+	}
+	results := make(chan result, len(skews)*keysPerSkew)
+	for _, skew := range skews {
+		holder := idem.New(s, p, idem.WithClock(skewed(0)))
+		retrier := idem.New(peer, p, idem.WithClock(skewed(skew)))
+		t.Cleanup(func() { holder.Close(); retrier.Close() })
+		for k := range keysPerSkew {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := result{skew: skew}
+				defer func() { results <- r }()
+				call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-%v-%d", uniqueKey(t), skew, k), Fingerprint: "fp"}
+				var runs atomic.Int32
+				started := make(chan struct{})
+				work := func(ctx context.Context) ([]byte, error) {
+					if runs.Add(1) == 1 {
+						close(started)
+					}
+					select {
+					case <-time.After(skewLease * 5 / 2):
+						return []byte("done"), nil
+					case <-ctx.Done():
+						return nil, context.Cause(ctx)
+					}
+				}
+				held := make(chan error, 1)
+				go func() {
+					_, err := holder.Do(context.Background(), call, work)
+					held <- err
+				}()
+				<-started
+				for done := false; !done; {
+					select {
+					case err := <-held:
+						if err != nil {
+							r.err = fmt.Errorf("holder: %w", err)
+							return
+						}
+						done = true
+					case <-time.After(skewLease / 4):
+					}
+					res, err := retrier.Do(context.Background(), call, work)
+					switch {
+					case errors.Is(err, idem.ErrInProgress):
+						r.conflicts++
+					case err != nil:
+						r.err = fmt.Errorf("retry: %w", err)
+						return
+					case res.Replayed && string(res.Value) == "done":
+						r.replayed = true
+					}
+				}
+				r.runs = runs.Load()
+			}()
+		}
+	}
+	wg.Wait()
+	close(results)
+	twice := map[float64]int{}
+	for r := range results {
+		if r.err != nil {
+			t.Errorf("skew %v leases: %v", r.skew, r.err)
+			continue
+		}
+		if r.runs != 1 {
+			twice[r.skew]++
+			t.Errorf("skew %v leases: the work ran %d times", r.skew, r.runs)
+		}
+		if !r.replayed || r.conflicts == 0 {
+			t.Errorf("skew %v leases: %d retries saw the key in progress, replayed at the end: %v", r.skew, r.conflicts, r.replayed)
+		}
+	}
+	t.Logf("keys run twice per skew (of %d each): %v", keysPerSkew, twice)
+}
+
+// testDeadHolderSkew: a holder dies right after reserving its key (kill
+// -9), and a replica whose clock is 0 to 10 leases off retries it every
+// quarter lease. It takes the key over within two leases of the death.
+func testDeadHolderSkew(t *testing.T, h Harness) {
+	s := newStore(t, h)
+	peer := peerOf(t, h, s)
+	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var worst time.Duration
+	for _, skew := range skews {
+		retrier := idem.New(peer, p, idem.WithClock(skewed(skew)))
+		t.Cleanup(func() { retrier.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-%v", uniqueKey(t), skew), Fingerprint: "fp"}
+			dead := store.ReserveRequest{
+				Record: store.Record{KeyHash: store.HashKey(call.Scope, call.Key), Scope: call.Scope, Key: call.Key,
+					Fingerprint: call.Fingerprint, State: store.InProgress, Token: newToken(), RequestID: "dead"},
+				Lease: skewLease, TTL: time.Hour,
+			}
+			died := time.Now()
+			if res, err := s.Reserve(context.Background(), dead); err != nil || !res.Acquired {
+				t.Errorf("skew %v: the dead holder's reservation: %+v %v", skew, res, err)
+				return
+			}
+			for {
+				res, err := retrier.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
+				if errors.Is(err, idem.ErrInProgress) {
+					if time.Since(died) > 20*skewLease {
+						t.Errorf("skew %v leases: the dead holder's key still held after %v", skew, time.Since(died))
+						return
+					}
+					time.Sleep(skewLease / 4)
+					continue
+				}
+				took := time.Since(died)
+				if err != nil || !res.TookOver {
+					t.Errorf("skew %v leases: %+v %v, want a takeover", skew, res, err)
+					return
+				}
+				if took > 2*skewLease {
+					t.Errorf("skew %v leases: the dead holder's key taken over after %v, more than two leases", skew, took)
+				}
+				mu.Lock()
+				worst = max(worst, took)
+				mu.Unlock()
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("dead holders' keys taken over within %v at most (lease %v)", worst, skewLease)
+}
