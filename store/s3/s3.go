@@ -222,9 +222,13 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 // record returns the record st of the version v of the object key, as
 // read: its times on the server's clock, ReadAt the Date of the answer,
 // and, in progress, LeaseLeft as this client's watch of the version
-// judges it.
+// judges it. A read of the version this process holds makes the memory's
+// base exact (see heldObject).
 func (s *Store) record(key string, st *stored, v version) store.Record {
 	r := st.rec
+	if r.State == store.InProgress {
+		s.learnBase(key, v.etag, st.base(v.modified))
+	}
 	r.ReadAt = v.date
 	r.UpdatedAt = v.modified
 	r.ExpiresAt = st.expiresAt(v.modified)
@@ -239,8 +243,12 @@ func (s *Store) record(key string, st *stored, v version) store.Record {
 	}
 	r.LeaseLeft = 0
 	if r.State == store.InProgress {
-		r.LeaseLeft = s.watch.Left(key, v.etag, st.lease)
-		r.LeaseUntil = r.ReadAt.Add(r.LeaseLeft)
+		// For display, the lease ends a lease after the Date of the
+		// answer that first showed this version: the same from one read
+		// to the next, ReadAt + LeaseLeft to within the Date's second.
+		var since time.Time
+		r.LeaseLeft, since = s.watch.Watch(key, v.etag, st.lease, v.date)
+		r.LeaseUntil = since.Add(st.lease)
 	} else {
 		s.watch.Forget(key)
 	}
@@ -530,6 +538,19 @@ func (s *Store) remember(key string, h heldObject) {
 		}
 	}
 	s.held[key] = h
+}
+
+// learnBase sets the base of what this process holds of key, when it is
+// the version etag, to base read from the server: the Last-Modified of
+// the reservation's first write, where the memory had the Date of its
+// answer (no earlier, and usually the same second).
+func (s *Store) learnBase(key, etag string, base time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.held[key]; ok && h.etag == etag {
+		h.base = base
+		s.held[key] = h
+	}
 }
 
 // recall returns what this process last wrote for key under token.

@@ -95,9 +95,11 @@ func harness(srv *server) storetest.Harness {
 		IndexKeys: func(t *testing.T, s store.Store) []string {
 			return listKeys(context.Background(), srv.client(nil), srv.bucket, own(t, s).Options().Prefix)
 		},
-		// Cleanup really deletes (S3 has no expiry of its own on the
-		// caller's clock), so the suite counts what it removes.
+		// Cleanup really deletes (S3 expires nothing by itself), so the
+		// suite counts what it removes.
 		NativeExpiry: false,
+		// Expiry is judged on the server's Date, in whole seconds.
+		Resolution: time.Second,
 	}
 }
 

@@ -37,6 +37,7 @@ type sighting struct {
 	version string
 	since   time.Duration // monotonic reading when version was first seen
 	lease   time.Duration
+	at      time.Time // the caller's reading of its store's clock then (Watch)
 }
 
 // pruneEvery is how many new sightings pass between two sweeps of those no
@@ -59,20 +60,30 @@ func (w *Watcher) mono() time.Duration {
 // watch and gets the whole lease. Zero or less means the lease is over and
 // a takeover conditional on version may be tried.
 func (w *Watcher) Left(key, version string, lease time.Duration) time.Duration {
+	left, _ := w.Watch(key, version, lease, time.Time{})
+	return left
+}
+
+// Watch is Left that also returns when the watch of version began, as
+// at said on the first sighting: the caller's reading of its store's
+// clock (an S3 server's Date), so that the end of the lease it reports
+// for display, since + lease, stays the same from one read to the next
+// while the version does. Later calls' at are ignored.
+func (w *Watcher) Watch(key, version string, lease time.Duration, at time.Time) (left time.Duration, since time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.mono()
 	if s, ok := w.seen[key]; ok && s.version == version {
-		return s.since + s.lease - now
+		return s.since + s.lease - now, s.at
 	}
 	if w.seen == nil {
 		w.seen = make(map[string]sighting)
 	}
-	w.seen[key] = sighting{version: version, since: now, lease: lease}
+	w.seen[key] = sighting{version: version, since: now, lease: lease, at: at}
 	if w.adds++; w.adds >= pruneEvery {
 		w.prune(now)
 	}
-	return lease
+	return lease, at
 }
 
 // Forget drops what was seen of key: the record ended, was taken over by
