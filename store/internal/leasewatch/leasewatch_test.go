@@ -13,7 +13,7 @@ type stepped struct {
 	now time.Duration
 }
 
-func (c *stepped) read() time.Duration { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *stepped) read() time.Duration  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *stepped) step(d time.Duration) { c.mu.Lock(); c.now += d; c.mu.Unlock() }
 
 func TestLeftCountsFromTheFirstSighting(t *testing.T) {
