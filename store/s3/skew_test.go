@@ -69,6 +69,7 @@ func TestEngineClockSkew(t *testing.T) {
 				wg        sync.WaitGroup
 				ranTwice  atomic.Int32
 				conflicts atomic.Int32
+				gaveUp    atomic.Int32
 			)
 			for k := range skewKeys {
 				wg.Go(func() {
@@ -104,6 +105,14 @@ func TestEngineClockSkew(t *testing.T) {
 					for holderDone := false; !holderDone || !replayed; {
 						select {
 						case err := <-held:
+							if errors.Is(err, idem.ErrLeaseLost) {
+								// Its renewals did not get through in time
+								// (a loaded machine), and it gave its lease
+								// up by its own count, as it must: the work
+								// must still not run twice.
+								gaveUp.Add(1)
+								return
+							}
 							if err != nil {
 								t.Errorf("key %d: the holder: %v", k, err)
 								return
@@ -130,8 +139,8 @@ func TestEngineClockSkew(t *testing.T) {
 			}
 			wg.Wait()
 			twice[skew] = int(ranTwice.Load())
-			t.Logf("retrier %+g leases off: %d of %d keys ran twice; %d retries answered in progress",
-				skew, ranTwice.Load(), skewKeys, conflicts.Load())
+			t.Logf("retrier %+g leases off: %d of %d keys ran twice; %d retries answered in progress; %d holders gave their lease up (renewals too slow)",
+				skew, ranTwice.Load(), skewKeys, conflicts.Load(), gaveUp.Load())
 		})
 	}
 	t.Logf("keys run twice per skew in leases (of %d each): %v", skewKeys, twice)
