@@ -189,9 +189,6 @@ func (w *sweep) one(ctx context.Context, key string) error {
 	if err != nil && !conflict(err) {
 		return err
 	}
-	if err == nil {
-		s.watch.Forget(key)
-	}
 	return nil
 }
 

@@ -3,6 +3,8 @@ package s3store
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -83,7 +85,12 @@ type Store struct {
 	closed atomic.Bool
 
 	// watch judges the leases of in_progress records by observe and
-	// wait: see the package documentation.
+	// wait: see the package documentation. What it saw of a key is never
+	// dropped when this client writes the key or finds it ended: a
+	// concurrent call of this process may still be judging an older
+	// version it read, which must count as watched, not as new. Versions
+	// never come back (each write of a key has bytes of its own), and the
+	// watch prunes what nobody looks at.
 	watch leasewatch.Watcher
 	// clock estimates the server's clock for the times written for
 	// display.
@@ -189,7 +196,6 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		case bytes.Equal(curBody, body):
 			// Our own write: the SDK retried a request whose answer was
 			// lost, and the retry found the object the first try made.
-			s.watch.Forget(key)
 			s.remember(key, heldObject{st: st, etag: v.etag, base: v.modified})
 			return store.Reservation{Acquired: true, TookOver: tookOver}, nil
 		default:
@@ -208,7 +214,6 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			w, err = s.put(ctx, op, key, body, &st, v.etag, false)
 		}
 		if err == nil {
-			s.watch.Forget(key)
 			s.remember(key, heldObject{st: st, etag: w.etag, base: w.date})
 			return store.Reservation{Acquired: true, TookOver: tookOver}, nil
 		}
@@ -247,10 +252,8 @@ func (s *Store) record(key string, st *stored, v version) store.Record {
 		// answer that first showed this version: the same from one read
 		// to the next, ReadAt + LeaseLeft to within the Date's second.
 		var since time.Time
-		r.LeaseLeft, since = s.watch.Watch(key, v.etag, st.lease, v.date)
+		r.LeaseLeft, since = s.watch.Watch(key, v.watched, st.lease, v.date)
 		r.LeaseUntil = since.Add(st.lease)
-	} else {
-		s.watch.Forget(key)
 	}
 	return r
 }
@@ -267,7 +270,6 @@ func (s *Store) Get(ctx context.Context, scope, keyHash string) (store.Record, e
 	}
 	st, _, v, err := s.read(ctx, op, key, keyHash)
 	if errors.Is(err, errAbsent) {
-		s.watch.Forget(key)
 		return store.Record{}, store.ErrNotFound
 	}
 	if err != nil {
@@ -276,7 +278,6 @@ func (s *Store) Get(ctx context.Context, scope, keyHash string) (store.Record, e
 	// S3 expires nothing by itself: the reader judges, on the server's
 	// clock.
 	if st.expired(v.date, v.modified) {
-		s.watch.Forget(key)
 		return store.Record{}, store.ErrNotFound
 	}
 	return s.record(key, &st, v), nil
@@ -419,7 +420,6 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 		})
 		if err == nil {
 			s.forget(key)
-			s.watch.Forget(key)
 			return nil
 		}
 		if !conflict(err) {
@@ -449,6 +449,12 @@ type version struct {
 	etag     string
 	date     time.Time // the answer's Date: the server's clock when it answered
 	modified time.Time // the version's Last-Modified (reads only)
+	// watched names the version for the lease watch: the ETag and a hash
+	// of the body. A server may pair an ETag with the body of another
+	// version when a read races a write (versitygw reads them one after
+	// the other); such a pair is a version of its own, never seen again,
+	// so it never makes the record it shows stale.
+	watched string
 }
 
 // read GETs the object under key and decodes it. The body, the ETag and
@@ -481,6 +487,10 @@ func (s *Store) read(ctx context.Context, op, key, keyHash string) (stored, []by
 	st, err := decode(keyHash, body)
 	if err != nil {
 		return stored{}, nil, version{}, err
+	}
+	if st.rec.State == store.InProgress {
+		sum := sha256.Sum256(body)
+		v.watched = v.etag + " " + hex.EncodeToString(sum[:8])
 	}
 	return st, body, v, nil
 }
@@ -576,7 +586,6 @@ func (s *Store) settle(key string, h heldObject, keep bool) {
 		s.remember(key, h)
 	} else {
 		s.forget(key)
-		s.watch.Forget(key)
 	}
 }
 

@@ -51,11 +51,35 @@ func TestNewVersionRestartsTheCount(t *testing.T) {
 	if got := w.Left("k", "v2", 3*time.Second); got != time.Second {
 		t.Fatalf("2 s into the renewed lease: %v left, want 1s", got)
 	}
-	// Going back to an older version (a read racing a write may pair an
-	// older ETag with a newer body) starts a watch of that version too:
-	// never a shorter wait.
+}
+
+// A late read of an older version (two calls of one client in flight
+// around a renewal) goes on with that version's count: it was the
+// record's version all along until the newer one, and restarting it
+// would have the client answer with a version it watched as new.
+func TestLateReadOfOlderVersion(t *testing.T) {
+	c := &stepped{}
+	w := &Watcher{Mono: c.read}
+	w.Left("k", "v1", 10*time.Second)
+	c.step(10 * time.Second)
+	if got := w.Left("k", "v2", 10*time.Second); got != 10*time.Second {
+		t.Fatalf("new version: %v left", got)
+	}
+	if got := w.Left("k", "v1", 10*time.Second); got != 0 {
+		t.Fatalf("late read of v1: %v left, want its count (0)", got)
+	}
+	if got := w.Left("k", "v2", 10*time.Second); got != 10*time.Second {
+		t.Fatalf("v2 after the late read: %v left, want its own count", got)
+	}
+	// Only the last keepVersions versions are remembered.
+	for i := range keepVersions {
+		w.Left("k", fmt.Sprint("w", i), 10*time.Second)
+	}
 	if got := w.Left("k", "v1", 10*time.Second); got != 10*time.Second {
-		t.Fatalf("old version again: %v left, want a whole lease", got)
+		t.Fatalf("v1 after %d newer versions: %v left, want a new watch", keepVersions, got)
+	}
+	if w.Len() != 1 {
+		t.Fatalf("Len %d, want 1", w.Len())
 	}
 }
 
