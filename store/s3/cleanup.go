@@ -171,13 +171,13 @@ func (w *sweep) one(ctx context.Context, key string) error {
 		}
 	}
 	hash := strings.TrimSuffix(key[strings.LastIndexByte(key, '/')+1:], ".json")
-	st, _, v, err := s.read(ctx, op, key, hash)
+	_, _, v, expired, err := s.readJudged(ctx, op, key, hash)
 	switch {
 	case errors.Is(err, errAbsent):
 		return nil
 	case err != nil:
 		return err
-	case !st.expired(v.date, v.modified):
+	case !expired:
 		return nil // rewritten since the HEAD
 	}
 	etag := v.etag

@@ -146,13 +146,16 @@
 // run the operation once more: at-least-once in a corner, never a corrupt
 // record.
 //
-// GET returns the body and the ETag of one version on S3. versitygw reads
-// the Last-Modified, then the ETag, then opens the file, so a read racing
-// a write may pair an older ETag with a newer body; the conditional write
-// that follows then fails and re-reads, which is the safe direction. The
-// lease watch names a version by its ETag and its body together, so such a
-// pair is a version of its own, seen once, and never makes a record
-// stale.
+// GET returns the body, the ETag and the Last-Modified of one version on
+// S3. versitygw looks up the Last-Modified, then the ETag, then opens the
+// file, so a read racing a write may pair an older Last-Modified or ETag
+// with a newer body. An older ETag only makes the conditional write that
+// follows fail and re-read; the lease watch names a version by its ETag and
+// its body together, so such a pair is a version of its own, seen once,
+// that never makes a record stale. An older Last-Modified makes a fresh
+// record look older, possibly expired, so a verdict of expired is
+// confirmed by a second read before the record is treated as absent or
+// replaced (one more GET, for expired records only).
 //
 // # Clocks
 //

@@ -188,6 +188,53 @@ func TestTakeoverLosesToRenewal(t *testing.T) {
 	}
 }
 
+// TestTornReadNotExpired: a read racing a write may get the Last-Modified
+// of the version before with the new version's ETag and body (versitygw
+// looks them up one after the other). When the version before had
+// expired, the fresh record looks expired too. The store confirms an
+// expired verdict with a second read before it treats the record as
+// absent, so it neither replaces the new holder's record nor reports it
+// gone.
+func TestTornReadNotExpired(t *testing.T) {
+	t.Parallel()
+	srv := realServer(t)
+	clock := newFrozenClock(seedNow)
+	a := clockStore(t, srv, clock)
+	f := &faults{}
+	b, err := s3store.New(srv.clockClient(clock, f), a.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := request()
+	mustAcquire(t, a, old)
+	clock.add(2 * time.Hour)
+	fresh := taker(old)
+	if res := reserve(t, a, fresh); !res.Acquired || res.TookOver {
+		t.Fatalf("reserve over the expired record: %+v", res)
+	}
+	// The old version's Last-Modified, as a torn read gives it.
+	torn := func() *rule {
+		return f.add(&rule{match: isGet, times: 1, modify: func(r *http.Response) {
+			r.Header.Set("Last-Modified", seedNow.Format(http.TimeFormat))
+		}})
+	}
+	tr := torn()
+	other := taker(fresh)
+	if res := reserve(t, b, other); res.Acquired || res.Existing.Token != fresh.Record.Token {
+		t.Fatalf("reserve after a torn read: %+v; want the fresh holder's record", res)
+	}
+	if f.hits(tr) != 1 {
+		t.Fatal("no torn read was served")
+	}
+	tr = torn()
+	if r := get(t, b, fresh); r.Token != fresh.Record.Token || !r.UpdatedAt.Equal(seedNow.Add(2*time.Hour)) {
+		t.Fatalf("Get after a torn read: %+v", r)
+	}
+	if f.hits(tr) != 1 {
+		t.Fatal("no torn read was served")
+	}
+}
+
 func etagOf(t *testing.T, srv *server, key string) string {
 	t.Helper()
 	out, err := srv.client(nil).HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &srv.bucket, Key: &key})

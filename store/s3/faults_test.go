@@ -29,6 +29,7 @@ type rule struct {
 	before func(*http.Request)                // runs before the request is sent
 	answer func(*http.Request) *http.Response // answers instead of the server
 	lose   bool                               // sends the request, then reports a reset connection
+	modify func(*http.Response)               // changes the server's answer
 	hits   int                                // guarded by faults.mu
 }
 
@@ -80,6 +81,9 @@ func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	resp, err := next.RoundTrip(req)
+	if err == nil && r.modify != nil {
+		r.modify(resp)
+	}
 	if err != nil || !r.lose {
 		return resp, err
 	}

@@ -185,7 +185,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	}
 	tookOver := false
 	for range maxRounds {
-		cur, curBody, v, err := s.read(ctx, op, key, rec.KeyHash)
+		cur, curBody, v, expired, err := s.readJudged(ctx, op, key, rec.KeyHash)
 		switch {
 		case errors.Is(err, errAbsent):
 			// Released or cleaned up since the create failed: create again.
@@ -199,7 +199,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			s.remember(key, heldObject{st: st, etag: v.etag, base: v.modified})
 			return store.Reservation{Acquired: true, TookOver: tookOver}, nil
 		default:
-			live := !cur.expired(v.date, v.modified)
+			live := !expired
 			if live {
 				r := s.record(key, &cur, v)
 				if !(req.TakeOverStale && r.Stale() &&
@@ -268,7 +268,7 @@ func (s *Store) Get(ctx context.Context, scope, keyHash string) (store.Record, e
 	if err != nil {
 		return store.Record{}, err
 	}
-	st, _, v, err := s.read(ctx, op, key, keyHash)
+	st, _, v, expired, err := s.readJudged(ctx, op, key, keyHash)
 	if errors.Is(err, errAbsent) {
 		return store.Record{}, store.ErrNotFound
 	}
@@ -277,7 +277,7 @@ func (s *Store) Get(ctx context.Context, scope, keyHash string) (store.Record, e
 	}
 	// S3 expires nothing by itself: the reader judges, on the server's
 	// clock.
-	if st.expired(v.date, v.modified) {
+	if expired {
 		return store.Record{}, store.ErrNotFound
 	}
 	return s.record(key, &st, v), nil
@@ -495,6 +495,35 @@ func (s *Store) read(ctx context.Context, op, key, keyHash string) (stored, []by
 	return st, body, v, nil
 }
 
+// readJudged is read, and whether the version read has expired. A verdict
+// of expired is confirmed by a second read: a server may answer a read
+// that races a write with the Last-Modified of the version before and the
+// ETag and body of the new one (versitygw looks them up one after the
+// other), and an old Last-Modified makes a fresh record look expired.
+// When the second read finds the same ETag and body, that version was in
+// place from the first read to the second, so the second one's
+// Last-Modified is its own. A torn read can only make a record look
+// older, so a verdict of live needs no second look.
+func (s *Store) readJudged(ctx context.Context, op, key, keyHash string) (stored, []byte, version, bool, error) {
+	st, body, v, err := s.read(ctx, op, key, keyHash)
+	if err != nil || !st.expired(v.date, v.modified) {
+		return st, body, v, false, err
+	}
+	for range maxRounds {
+		again, againBody, w, err := s.read(ctx, op, key, keyHash)
+		switch {
+		case err != nil:
+			return stored{}, nil, version{}, false, err
+		case w.etag == v.etag && bytes.Equal(againBody, body):
+			return again, againBody, w, again.expired(w.date, w.modified), nil
+		case !again.expired(w.date, w.modified):
+			return again, againBody, w, false, nil
+		}
+		st, body, v = again, againBody, w
+	}
+	return stored{}, nil, version{}, false, fmt.Errorf("s3store: %s %s: the object changed %d times while judging its expiry; try again", op, key, maxRounds)
+}
+
 // put writes body, the encoding of st, under key: with If-None-Match: *
 // when create, else with If-Match: ifMatch. It returns the new version's
 // ETag ("" if the server sent none, which only costs a read before the
@@ -553,15 +582,24 @@ func (s *Store) remember(key string, h heldObject) {
 // learnBase sets the base of what this process holds of key, when it is
 // the version etag, to base read from the server: the Last-Modified of
 // the reservation's first write, where the memory had the Date of its
-// answer (no earlier, and usually the same second).
+// answer (no earlier, and usually the same second). A base more than
+// learnWindow before that Date is not this write's (a read racing the
+// write paired the Last-Modified of the version before with this one's
+// ETag, see readJudged) and is ignored: the Date stays, later, which is
+// the safe side.
 func (s *Store) learnBase(key, etag string, base time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h, ok := s.held[key]; ok && h.etag == etag {
+	if h, ok := s.held[key]; ok && h.etag == etag && !base.After(h.base) && h.base.Sub(base) <= learnWindow {
 		h.base = base
 		s.held[key] = h
 	}
 }
+
+// learnWindow is how much earlier than the Date of the answer to a write
+// its Last-Modified may be: the Date's second of precision, and a second
+// for the request itself.
+const learnWindow = 2 * time.Second
 
 // recall returns what this process last wrote for key under token.
 func (s *Store) recall(key string, token uint64) (heldObject, bool) {

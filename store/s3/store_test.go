@@ -639,28 +639,47 @@ func TestOptionsPrefix(t *testing.T) {
 
 // TestCleanupReadsOnlyExpired: Cleanup judges live records by a HEAD (the
 // TTL in the metadata, the server's Date and Last-Modified) and downloads
-// only the expired ones.
+// only the expired ones (twice: an expired verdict is confirmed, see
+// TestTornReadNotExpired).
 func TestCleanupReadsOnlyExpired(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	clock := newFrozenClock(seedNow)
 	f := &faults{}
 	s := newStore(t, srv, srv.clockClient(clock, f))
+	var live []string
 	for i := range 6 {
 		req := request()
 		if i < 2 {
 			req.TTL = time.Minute
+		} else {
+			live = append(live, req.Record.KeyHash)
 		}
 		mustAcquire(t, s, req)
 	}
 	clock.add(30 * time.Minute)
 	gets := f.add(&rule{match: isGet})
+	liveGets := f.add(&rule{match: func(r *http.Request) bool {
+		for _, h := range live {
+			if isGet(r) && strings.Contains(r.URL.Path, h) {
+				return true
+			}
+		}
+		return false
+	}})
+	// The rules are tried in order: count live GETs first.
+	f.mu.Lock()
+	f.rules[len(f.rules)-2], f.rules[len(f.rules)-1] = liveGets, gets
+	f.mu.Unlock()
 	n, err := s.Cleanup(context.Background(), 0)
 	if err != nil || n != 2 {
 		t.Fatalf("Cleanup: %d, %v; want 2", n, err)
 	}
-	if g := f.hits(gets); g != 2 {
-		t.Fatalf("Cleanup sent %d GETs for 2 expired and 4 live records, want 2", g)
+	if g := f.hits(liveGets); g != 0 {
+		t.Fatalf("Cleanup downloaded live records %d times, want 0", g)
+	}
+	if g := f.hits(gets); g != 4 {
+		t.Fatalf("Cleanup sent %d GETs for 2 expired records, want 4", g)
 	}
 }
 
