@@ -212,7 +212,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	m.KeysInProgress(func() int { return 3 })
 	s := m.WrapStore(memory.New())
 	defer s.Close()
-	_, _ = s.Get(context.Background(), "", store.HashKey("", "k"), time.Now())
+	_, _ = s.Get(context.Background(), "", store.HashKey("", "k"))
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	names := map[string]bool{}
