@@ -50,6 +50,7 @@ apt_need npm npm
 # store/dynamodb: dynalite (npm) in the cache, started on 127.0.0.1:8000
 # unless a server already answers there.
 ./scripts/dynalite.sh start
-# trigger/temporal: the Temporal dev server, built once into the cache
-# (about 4 minutes the first time) and started when it is not running.
-./scripts/temporal.sh start
+# trigger/temporal: the Temporal CLI, built once into the cache (about 4
+# minutes the first time). `make test` starts its dev server around the
+# module's tests and stops it after (scripts/temporal.sh run).
+./scripts/temporal.sh install >/dev/null
