@@ -171,7 +171,9 @@ func TestParseRefused(t *testing.T) {
 		{"127.0.0.1:6379", "a server is named with its kind, e.g. redis://127.0.0.1:6379 or postgres://USER@127.0.0.1:6379/DB", ErrUnknownScheme},
 		{"localhost:5432", "e.g. redis://localhost:5432 or postgres://USER@localhost:5432/DB", ErrUnknownScheme},
 		{"mysql://u:secret@h/db", "unknown store DSN: want memory:", ErrUnknownScheme},
-		{"dynamodb://table", "unknown store DSN", ErrUnknownScheme},
+		{"mongodb://h/db", "unknown store DSN", ErrUnknownScheme},
+		{"dynamodb:table", "dynamodb: write dynamodb://TABLE", ErrMalformed},
+		{"dynamodb://table?idem_prefix=x", `unknown parameter "idem_prefix"`, ErrMalformed},
 		{"sqlite:x.db", "unknown store DSN", ErrUnknownScheme},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
