@@ -111,8 +111,8 @@
 // about a round trip later) plus the slack after. A re-dating that fails
 // (the record changed meanwhile, which carries a date of its own, or the
 // request failed) leaves the first date: an early expiry by at most how
-// late that answer came. An answer without a Date is an error: the store
-// will not judge without the server's clock.
+// late that answer came. A server whose answers carry no Date is refused:
+// the store will not judge without the server's clock.
 //
 // The times a record shows (CreatedAt, UpdatedAt, ExpiresAt) are the lower
 // bounds, so ExpiresAt may pass a second or two before the record

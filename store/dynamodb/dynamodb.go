@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -461,7 +462,7 @@ func (s *Store) complete(ctx context.Context, c store.Completion, value []byte, 
 	if notStored > 0 {
 		set = append(set, "#ns = :ns")
 		names["#ns"] = attrNotStored
-		values[":ns"] = num(fmt.Sprint(notStored))
+		values[":ns"] = num(strconv.FormatInt(notStored, 10))
 	}
 	expr := "SET " + strings.Join(set, ", ") + " REMOVE " + strings.Join(remove, ", ")
 	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -483,8 +484,7 @@ func (s *Store) complete(ctx context.Context, c store.Completion, value []byte, 
 	}
 	s.watch.Forget(c.KeyHash)
 	if v, ok := out.Attributes[attrVersion].(*types.AttributeValueMemberN); ok {
-		var version uint64
-		if _, err := fmt.Sscan(v.Value, &version); err == nil {
+		if version, err := strconv.ParseUint(v.Value, 10, 64); err == nil {
 			s.redate(ctx, c.KeyHash, c.Token, version, c.TTL, until, a)
 		}
 	}
