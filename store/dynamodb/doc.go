@@ -152,7 +152,8 @@
 //     as for a response over max_response_bytes;
 //   - any other value (a library caller's own bytes, or a response sealed
 //     by package seal, which the store cannot read) is recorded empty,
-//     which the middleware answers with 409 response_not_stored as well; a
+//     which the middleware answers with 409 response_not_stored as well
+//     (saying that the stored response cannot be read, and logging it); a
 //     library caller then replays an empty value, and should keep outcomes
 //     that may be this large elsewhere, storing a reference.
 //

@@ -424,7 +424,12 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			// Our own write, whose answer was lost and whose retry by the
 			// SDK found it done, or a lost lease.
 			cur, _, rerr := s.read(ctx, c.KeyHash)
-			if rerr == nil && cur != nil && cur.rec.Token == c.Token && cur.write == write {
+			switch {
+			case rerr != nil:
+				// Which of the two it was is unknown: an error, which
+				// may have taken effect, not a lost lease.
+				return s.wrap(ctx, op, c.KeyHash, fmt.Errorf("the condition failed, and reading whether the write was this call's own failed too: %w", rerr))
+			case cur != nil && cur.rec.Token == c.Token && cur.write == write:
 				s.watch.Forget(c.KeyHash)
 				return nil
 			}
