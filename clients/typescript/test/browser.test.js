@@ -101,14 +101,14 @@ test('LocalStorageOutbox over the browser\'s localStorage survives a reload', { 
   const page = await ctx.newPage()
   await page.goto(`${s.proxy.url}/static/test/browser/page.html?tab=ls`)
   await page.evaluate(async () => {
-    const { LocalStorageOutbox, IdemClient } = await import('/static/src/index.js')
+    const { LocalStorageOutbox, IdemClient } = await import('/static/dist/index.js')
     const client = new IdemClient({ outbox: new LocalStorageOutbox(), fetch: async () => { throw new TypeError('Failed to fetch') } })
-    await client.request('/api/funnels/stress/assessments/a1/answers/save', { key: 'ls-1', headers: { 'x-user-id': 'ls-user' }, body: { n: 'ls' }, maxAttempts: 1 }).catch(() => {})
+    await client.request('/api/funnels/stress/assessments/a1/answers/save', { method: 'POST', key: 'ls-1', headers: { 'x-user-id': 'ls-user' }, body: { n: 'ls' }, maxAttempts: 1 }).catch(() => {})
   })
   await page.reload()
   s.proxy.mode = 'normal'
   const statuses = await page.evaluate(async () => {
-    const { LocalStorageOutbox, IdemClient } = await import('/static/src/index.js')
+    const { LocalStorageOutbox, IdemClient } = await import('/static/dist/index.js')
     const outbox = new LocalStorageOutbox()
     const before = (await outbox.list()).map(e => e.key)
     const results = await new IdemClient({ outbox }).retryPending()
