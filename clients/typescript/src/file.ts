@@ -88,7 +88,8 @@ function testHook(name: string): boolean {
 async function pauseForTest(): Promise<void> {
   if (testHook('pause-after-lock')) {
     process.stdout.write('paused-after-lock\n')
-    await new Promise(() => {})
+    // A timer keeps the process alive until the test kills it.
+    await new Promise(() => setInterval(() => {}, 60_000))
   }
 }
 
