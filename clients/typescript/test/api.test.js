@@ -187,6 +187,47 @@ describe('fetch options and bodies reach fetch, from request() and from the outb
   })
 })
 
+describe('onOutcome: each outcome reaches the app before its entry leaves the outbox', () => {
+  test('called per entry, awaited, while the entry is still stored; request() and retryPending alike', async () => {
+    const outbox = new MemoryOutbox()
+    await pending(3, outbox)
+    const seen = []
+    const onOutcome = async o => {
+      // Still in the outbox while the app takes the outcome.
+      seen.push([o.status, JSON.parse(o.entry.body).i, !!(await outbox.get(o.entry.id))])
+      await new Promise(r => setTimeout(r, 5))
+    }
+    const f = fakeFetch([{ status: 201 }, { status: 422 }, { status: 201 }, { status: 201 }])
+    const client = new IdemClient({ outbox, baseURL: base, fetch: f, concurrency: 1, onOutcome })
+    const results = await client.retryPending()
+    assert.deepEqual(results.map(r => r.status), ['sent', 'failed', 'sent'])
+    assert.deepEqual(seen, [['sent', 0, true], ['failed', 1, true], ['sent', 2, true]])
+    await client.request('/x', { method: 'POST', body: { i: 9 } })
+    assert.deepEqual(seen.at(-1), ['sent', 9, true])
+    assert.deepEqual(await outbox.list(), [])
+  })
+  test('a handler that throws keeps the entry; the next pass brings the outcome again', async () => {
+    const outbox = new MemoryOutbox()
+    await pending(3, outbox)
+    const f = fakeFetch([{ status: 201 }])
+    const boom = new Error('the app could not store it')
+    const err = await new IdemClient({ outbox, fetch: f, concurrency: 1 })
+      .retryPending({ onOutcome: o => { if (JSON.parse(o.entry.body).i === 1) throw boom } }).then(() => null, e => e)
+    assert.equal(err, boom)
+    assert.equal(f.calls.length, 2, 'no entry is started after the handler failed')
+    assert.deepEqual((await outbox.list()).map(e => JSON.parse(e.body).i).sort(), [1, 2])
+    const again = []
+    await new IdemClient({ outbox, fetch: f }).retryPending({ onOutcome: o => { again.push(JSON.parse(o.entry.body).i) } })
+    assert.deepEqual(again.sort(), [1, 2])
+    assert.deepEqual(await outbox.list(), [])
+
+    const err2 = await new IdemClient({ outbox, baseURL: base, fetch: f, onOutcome: () => { throw boom } })
+      .request('/x', { method: 'POST', body: { i: 7 } }).then(() => null, e => e)
+    assert.equal(err2, boom)
+    assert.equal((await outbox.list()).length, 1)
+  })
+})
+
 // A browser's fetch error: a TypeError with no code anywhere.
 const lost = () => new TypeError('Failed to fetch')
 const refused = () => Object.assign(new TypeError('fetch failed'), { cause: Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }) })
