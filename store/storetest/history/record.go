@@ -214,7 +214,9 @@ func newWorkload(cfg Config, prefix string, high uint64, clock func() int64, log
 	return &workload{cfg: cfg, prefix: prefix, gens: make([]atomic.Int64, cfg.Keys), high: high, clock: clock, log: log}
 }
 
-func (w *workload) key(slot int, gen int64) string { return fmt.Sprintf("%s-%d-%d", w.prefix, slot, gen) }
+func (w *workload) key(slot int, gen int64) string {
+	return fmt.Sprintf("%s-%d-%d", w.prefix, slot, gen)
+}
 
 func (w *workload) client(id int, s store.Store) *client {
 	return &client{w: w, id: id, s: s, rng: rand.New(rand.NewPCG(rand.Uint64(), uint64(id))), keys: map[string]*held{}}
