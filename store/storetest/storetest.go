@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest/history"
 )
 
 // Harness tells the suite how to make stores.
@@ -117,6 +118,7 @@ func Run(t *testing.T, h Harness) {
 		{"EngineOutcomeUnknown", testOutcomeUnknown},
 		{"EngineClockSkew", testClockSkew},
 		{"EngineDeadHolderSkew", testDeadHolderSkew},
+		{"Linearizable", func(t *testing.T, h Harness) { s := newStore(t, h); history.Check(t, s, peerOf(t, h, s)) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
