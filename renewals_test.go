@@ -22,11 +22,11 @@ type renewCounter struct {
 	at map[uint64][]time.Time
 }
 
-func (c *renewCounter) Renew(ctx context.Context, f store.Fence, until time.Time) error {
+func (c *renewCounter) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
 	c.mu.Lock()
 	c.at[f.Token] = append(c.at[f.Token], time.Now())
 	c.mu.Unlock()
-	return c.Store.Renew(ctx, f, until)
+	return c.Store.Renew(ctx, f, lease)
 }
 
 func (c *renewCounter) times(tok uint64) []time.Time {

@@ -214,7 +214,14 @@ func TestRetryAfterFromLease(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Type != idem.ConflictInProgress {
 		t.Fatalf("%v", err)
 	}
-	now := b.clock.Now()
+	if ce.Record.ReadAt.IsZero() || ce.Record.LeaseLeft <= 0 || ce.Record.LeaseLeft > time.Minute {
+		t.Fatalf("the conflict's record as the store read it: read at %v, lease left %v", ce.Record.ReadAt, ce.Record.LeaseLeft)
+	}
+	if got := ce.RetryAfter(); got != time.Second {
+		t.Errorf("RetryAfter of a holder that just started: %v, want 1s", got)
+	}
+	// Read later by the store, whose clock the record's times are on: the
+	// holder has run `at`, with a minute's lease renewed at its start.
 	for _, tc := range []struct {
 		at   time.Duration
 		want time.Duration
@@ -225,12 +232,16 @@ func TestRetryAfterFromLease(t *testing.T) {
 		{59*time.Second + 200*time.Millisecond, time.Second},
 		{2 * time.Minute, time.Second},
 	} {
-		if got := ce.RetryAfter(now.Add(tc.at)); got != tc.want {
+		r := ce.Record
+		r.ReadAt = r.CreatedAt.Add(tc.at)
+		r.LeaseLeft = time.Minute - tc.at
+		later := &idem.ConflictError{Type: idem.ConflictInProgress, Record: r}
+		if got := later.RetryAfter(); got != tc.want {
 			t.Errorf("RetryAfter %v after the holder started: %v, want %v", tc.at, got, tc.want)
 		}
 	}
 	other := &idem.ConflictError{Type: idem.ConflictOutcomeUnknown, Record: ce.Record}
-	if got := other.RetryAfter(now); got != 0 {
+	if got := other.RetryAfter(); got != 0 {
 		t.Errorf("RetryAfter of outcome_unknown: %v, want 0", got)
 	}
 }
@@ -242,7 +253,8 @@ func TestRetryAfterFromLease(t *testing.T) {
 // keep the second call's outcome.
 func TestPausedHolderLosesItsLease(t *testing.T) {
 	t.Parallel()
-	st, clk := memory.New(), testkit.NewClock()
+	clk := testkit.NewClock()
+	st := memory.New(memory.WithClock(clk.Now))
 	p := idem.Policy{Lease: time.Minute, CleanupInterval: -1}
 	gw1 := idem.New(st, p, idem.WithClock(clk.Now), quiet)
 	gw2 := idem.New(st, p, idem.WithClock(clk.Now), quiet)

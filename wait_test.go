@@ -25,9 +25,9 @@ func (r *reads) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	return r.Store.Reserve(ctx, req)
 }
 
-func (r *reads) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+func (r *reads) Get(ctx context.Context, scope, keyHash string) (store.Record, error) {
 	r.n.Add(1)
-	return r.Store.Get(ctx, scope, keyHash, now)
+	return r.Store.Get(ctx, scope, keyHash)
 }
 
 // parked waits until n callers of eng wait for key.

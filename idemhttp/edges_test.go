@@ -67,10 +67,10 @@ func TestOverrideScope(t *testing.T) {
 		t.Errorf("bob on the plain route: %d %v", r.Status, r.Header)
 	}
 	ctx, now := context.Background(), org.clock.Now()
-	if _, err := org.store.Get(ctx, "org:acme|POST /charges", storeHash("org:acme|POST /charges", "k1"), now); err != nil {
+	if _, err := org.store.Get(ctx, "org:acme|POST /charges", storeHash("org:acme|POST /charges", "k1")); err != nil {
 		t.Errorf("the record is not in the overridden scope: %v", err)
 	}
-	if _, err := plain.store.Get(ctx, "alice|POST /charges", storeHash("alice|POST /charges", "k1"), now); err != nil {
+	if _, err := plain.store.Get(ctx, "alice|POST /charges", storeHash("alice|POST /charges", "k1")); err != nil {
 		t.Errorf("the default scope moved: %v", err)
 	}
 }
@@ -155,7 +155,7 @@ func TestSlowBodyReservesNothing(t *testing.T) {
 	}
 	for i := range n {
 		k := fmt.Sprint("slow-", i)
-		if _, err := s.store.Get(context.Background(), "", storeHash("", k), s.clock.Now()); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.store.Get(context.Background(), "", storeHash("", k)); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("%s reserved: %v", k, err)
 		}
 	}

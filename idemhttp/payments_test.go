@@ -110,7 +110,7 @@ func TestPaymentsInFlightConflictWithoutWaiting(t *testing.T) {
 	// Wait until the first request holds the key.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := s.store.Get(context.Background(), "org-1|POST "+startPath, storeHash("org-1|POST "+startPath, key), s.clock.Now()); err == nil {
+		if _, err := s.store.Get(context.Background(), "org-1|POST "+startPath, storeHash("org-1|POST "+startPath, key)); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -142,7 +142,7 @@ func (m *middleware) conflict(w http.ResponseWriter, rt *route, key string, res 
 		}
 	case idem.ConflictInProgress:
 		p.Kind, p.Detail = KindInProgress, "a request with this key is still being processed; retry later"
-		p.RetryAfter = ce.RetryAfter(rt.eng.Now())
+		p.RetryAfter = ce.RetryAfter()
 	case idem.ConflictPayloadMismatch:
 		p.Kind, p.Detail = KindPayloadMismatch, "this key was used with a different request body or target"
 	case idem.ConflictKeyReused:

@@ -176,7 +176,7 @@ func (p *tap) Reserve(ctx context.Context, req store.ReserveRequest) (store.Rese
 
 func (p *tap) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
 	p.check("Get", store.Record{Scope: scope, KeyHash: keyHash})
-	return p.Store.Get(ctx, scope, keyHash, now)
+	return p.Store.Get(ctx, scope, keyHash)
 }
 
 func (p *tap) Complete(ctx context.Context, c store.Completion) error {

@@ -161,14 +161,14 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	r := req.Record
 	ids := s.identities(r.Scope, r.KeyHash)
 	for _, id := range ids[1:] {
-		ex, err := s.inner.Get(ctx, id.scope, id.keyHash, req.Now)
+		ex, err := s.inner.Get(ctx, id.scope, id.keyHash)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return store.Reservation{}, err
 		}
-		if req.TakeOverStale && ex.Stale(req.Now) &&
+		if req.TakeOverStale && ex.Stale() &&
 			ex.Fingerprint == comparable(id, "fingerprint", r.KeyHash, r.Fingerprint) &&
 			ex.Binding == comparable(id, "binding", r.KeyHash, r.Binding) {
 			return s.reserveAt(ctx, req, id)
@@ -189,7 +189,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	// racers sees the other; it steps back.
 	own := store.Fence{KeyHash: ids[0].keyHash, Scope: ids[0].scope, Token: r.Token}
 	for _, id := range ids[1:] {
-		ex, err := s.inner.Get(ctx, id.scope, id.keyHash, req.Now)
+		ex, err := s.inner.Get(ctx, id.scope, id.keyHash)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -227,9 +227,9 @@ func (s *Store) reserveAt(ctx context.Context, req store.ReserveRequest, id iden
 }
 
 // Get returns the record, looking under each secret's identity in turn.
-func (s *Store) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+func (s *Store) Get(ctx context.Context, scope, keyHash string) (store.Record, error) {
 	for _, id := range s.identities(scope, keyHash) {
-		r, err := s.inner.Get(ctx, id.scope, id.keyHash, now)
+		r, err := s.inner.Get(ctx, id.scope, id.keyHash)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -258,8 +258,8 @@ func (s *Store) fenced(f store.Fence, op func(store.Fence) error) error {
 }
 
 // Renew extends the lease of the record f holds.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
-	return s.fenced(f, func(sf store.Fence) error { return s.inner.Renew(ctx, sf, leaseUntil) })
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
+	return s.fenced(f, func(sf store.Fence) error { return s.inner.Renew(ctx, sf, lease) })
 }
 
 // Complete seals c.Value with the primary secret and completes the record.
@@ -282,20 +282,20 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 }
 
 // Cleanup is the wrapped store's: expiry times are kept in the clear.
-func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
-	return s.inner.Cleanup(ctx, now, limit)
+func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
+	return s.inner.Cleanup(ctx, limit)
 }
 
 // CountExpired is the wrapped store's, when it has one (`idem cleanup
 // --dry-run`).
-func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+func (s *Store) CountExpired(ctx context.Context) (int, error) {
 	c, ok := s.inner.(interface {
-		CountExpired(context.Context, time.Time) (int, error)
+		CountExpired(context.Context) (int, error)
 	})
 	if !ok {
 		return 0, fmt.Errorf("seal: %T cannot count expired records: %w", s.inner, errors.ErrUnsupported)
 	}
-	return c.CountExpired(ctx, now)
+	return c.CountExpired(ctx)
 }
 
 // Close closes the wrapped store.

@@ -136,7 +136,7 @@ func TestSwappedValuesFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range hashes {
-		if r, err := s.Get(ctx, "s", h, now); !errors.Is(err, seal.ErrCorrupt) {
+		if r, err := s.Get(ctx, "s", h); !errors.Is(err, seal.ErrCorrupt) {
 			t.Fatalf("a swapped value: %q, %v; want ErrCorrupt", r.Value, err)
 		}
 	}

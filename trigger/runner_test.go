@@ -29,7 +29,8 @@ type runnerBundle struct {
 
 func setupRunner(t *testing.T, start time.Time, p idem.Policy) *runnerBundle {
 	t.Helper()
-	b := &runnerBundle{store: &flakyStore{Store: memory.New()}, clock: testkit.NewClockAt(start), perKey: map[string]int{}}
+	clock := testkit.NewClockAt(start)
+	b := &runnerBundle{store: &flakyStore{Store: memory.New(memory.WithClock(clock.Now))}, clock: clock, perKey: map[string]int{}}
 	p.CleanupInterval = -1
 	b.eng = idem.New(b.store, p, idem.WithClock(b.clock.Now))
 	t.Cleanup(func() { b.eng.Close() })
@@ -101,7 +102,7 @@ func (s *flakyStore) Get(ctx context.Context, scope, keyHash string, now time.Ti
 	if s.down.Load() {
 		return store.Record{}, errStoreDown
 	}
-	return s.Store.Get(ctx, scope, keyHash, now)
+	return s.Store.Get(ctx, scope, keyHash)
 }
 
 func mustZone(t *testing.T, name string) *time.Location {
@@ -287,10 +288,9 @@ func TestSlotOfDeadReplicaRerunsAfterLease(t *testing.T) {
 	res, err := b.store.Reserve(context.Background(), store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("schedules", slot), Scope: "schedules", Key: slot,
-			State: store.InProgress, Token: 42, CreatedAt: now, UpdatedAt: now,
-			ExpiresAt: now.Add(idem.DefaultTTL), LeaseUntil: now.Add(lease),
+			State: store.InProgress, Token: 42,
 		},
-		Now: now,
+		Lease: lease, TTL: idem.DefaultTTL,
 	})
 	if err != nil || !res.Acquired {
 		t.Fatal(res, err)
@@ -487,10 +487,9 @@ func TestRestartFindsDeadSlotBehindSettledOne(t *testing.T) {
 	if _, err := b.store.Reserve(context.Background(), store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("schedules", slot), Scope: "schedules", Key: slot,
-			State: store.InProgress, Token: 42, CreatedAt: now, UpdatedAt: now,
-			ExpiresAt: now.Add(idem.DefaultTTL), LeaseUntil: now.Add(lease),
+			State: store.InProgress, Token: 42,
 		},
-		Now: now,
+		Lease: lease, TTL: idem.DefaultTTL,
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,10 @@ import (
 )
 
 // expiredCounter is the optional store method behind `cleanup --dry-run`:
-// how many records are expired at now, without removing them.
+// how many records have expired, on the store's clock, without removing
+// them.
 type expiredCounter interface {
-	CountExpired(ctx context.Context, now time.Time) (int, error)
+	CountExpired(ctx context.Context) (int, error)
 }
 
 // CleanupCommand removes expired records.
@@ -44,13 +45,12 @@ func (c *CleanupCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer opened.Close()
 
-	now := time.Now()
 	if *dryRun {
 		ec, ok := opened.Store.(expiredCounter)
 		if !ok {
 			return fmt.Errorf("cleanup --dry-run: the %s store cannot count expired records without removing them; nothing was removed", opened.DSN.Kind)
 		}
-		n, err := ec.CountExpired(ctx, now)
+		n, err := ec.CountExpired(ctx)
 		if err != nil {
 			return fmt.Errorf("cleanup --dry-run: %w", err)
 		}

@@ -57,15 +57,14 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	now := time.Now()
-	rec, err := opened.Get(ctx, *scope, store.HashKey(*scope, k), now)
+	rec, err := opened.Get(ctx, *scope, store.HashKey(*scope, k))
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("inspect: no live record for scope %q and key %q in %s", *scope, k, opened.DSN)
 	}
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
-	b, err := inspect.Marshal(inspect.New(rec, now))
+	b, err := inspect.Marshal(inspect.New(rec))
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func roundTrip(t *testing.T, s store.Store) {
 	if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: []byte("v"), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Get(ctx, "dsn-test", kh, now)
+	got, err := s.Get(ctx, "dsn-test", kh)
 	if err != nil || string(got.Value) != "v" {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}

@@ -71,7 +71,7 @@ type AdminOptions struct {
 	Cleaner Cleaner
 	// CountExpired serves POST /api/cleanup?dry_run=true; nil means the
 	// store cannot count without removing.
-	CountExpired func(ctx context.Context, now time.Time) (int, error)
+	CountExpired func(ctx context.Context) (int, error)
 	// Tracker lists the keys this gateway holds and the ones that ended
 	// failed; nil means the page lists none.
 	Tracker *Tracker
@@ -81,7 +81,7 @@ type AdminOptions struct {
 	// OutcomeUnknown says whether a record's outcome is unknown, for the
 	// page's list of keys an operator may release. nil means
 	// DefaultOutcomeUnknown.
-	OutcomeUnknown func(r store.Record, now time.Time) bool
+	OutcomeUnknown func(r store.Record) bool
 	Logger         *slog.Logger
 }
 
@@ -89,8 +89,8 @@ type AdminOptions struct {
 // unknown outcome (idem.OutcomeUnknown: the call was started and nothing
 // says whether it took effect), or one whose holder's lease is over (stale
 // in_progress, its holder likely dead): the keys an operator may release.
-func DefaultOutcomeUnknown(r store.Record, now time.Time) bool {
-	if r.Stale(now) {
+func DefaultOutcomeUnknown(r store.Record) bool {
+	if r.Stale() {
 		return true
 	}
 	_, ok := idem.OutcomeUnknown(r)
@@ -206,7 +206,7 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 	res := map[string]string{"status": "ok"}
 	status := http.StatusOK
 	start := time.Now()
-	_, err := a.o.Store.Get(ctx, healthScope, store.HashKey(healthScope, healthKey), time.Now())
+	_, err := a.o.Store.Get(ctx, healthScope, store.HashKey(healthScope, healthKey))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		a.o.Logger.Warn("idem: readiness: the store does not answer", "err", err)
 		res["store"], status = err.Error(), http.StatusServiceUnavailable
@@ -256,8 +256,7 @@ func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	now := time.Now()
-	rec, err := a.o.Store.Get(r.Context(), scope, store.HashKey(scope, key), now)
+	rec, err := a.o.Store.Get(r.Context(), scope, store.HashKey(scope, key))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, "no live record for this scope and key")
@@ -266,11 +265,11 @@ func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	v := inspect.New(rec, now)
+	v := inspect.New(rec)
 	writeJSON(w, http.StatusOK, struct {
 		inspect.Record
 		OutcomeUnknown bool `json:"outcome_unknown"`
-	}{v, a.o.OutcomeUnknown(rec, now)})
+	}{v, a.o.OutcomeUnknown(rec)})
 }
 
 func (a *admin) release(w http.ResponseWriter, r *http.Request) {
@@ -327,7 +326,7 @@ func (a *admin) cleanup(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, http.StatusNotImplemented, "this store cannot count expired records without removing them; nothing was removed")
 			return
 		}
-		n, err := a.o.CountExpired(r.Context(), time.Now())
+		n, err := a.o.CountExpired(r.Context())
 		if err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, err.Error())
 			return
@@ -456,14 +455,14 @@ func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), a.o.HealthTimeout)
 		defer cancel()
 		for _, k := range t.Candidates(now) {
-			rec, err := a.o.Store.Get(ctx, k.Scope, store.HashKey(k.Scope, k.Key), now)
+			rec, err := a.o.Store.Get(ctx, k.Scope, store.HashKey(k.Scope, k.Key))
 			if err != nil {
 				if errors.Is(err, store.ErrNotFound) {
 					t.forget(k.Scope, store.HashKey(k.Scope, k.Key))
 				}
 				continue
 			}
-			if a.o.OutcomeUnknown(rec, now) {
+			if a.o.OutcomeUnknown(rec) {
 				k.State = string(rec.State)
 				s.OutcomeUnknown = append(s.OutcomeUnknown, k)
 			}

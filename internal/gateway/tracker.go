@@ -165,10 +165,10 @@ func (s *tracked) Reserve(ctx context.Context, req store.ReserveRequest) (store.
 	case err != nil:
 	case r.Acquired:
 		s.t.reserved(req.Record)
-	case r.Existing.State == store.Failed || r.Existing.Stale(req.Now):
+	case r.Existing.State == store.Failed || r.Existing.Stale():
 		// A retry found a failed record or a dead holder (perhaps left
 		// by another gateway, or before a restart): a candidate too.
-		s.t.candidate(r.Existing, req.Now)
+		s.t.candidate(r.Existing, time.Now())
 	}
 	return r, err
 }
@@ -179,9 +179,9 @@ func (s *tracked) Complete(ctx context.Context, c store.Completion) error {
 	// stays listed until its lease ends or it is taken over.
 	switch {
 	case err == nil:
-		s.t.ended(c.Fence, c.State == store.Failed, c.Now)
+		s.t.ended(c.Fence, c.State == store.Failed, time.Now())
 	case errors.Is(err, store.ErrLeaseLost):
-		s.t.ended(c.Fence, false, c.Now) // no longer ours
+		s.t.ended(c.Fence, false, time.Now()) // no longer ours
 	}
 	return err
 }

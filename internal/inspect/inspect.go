@@ -25,6 +25,12 @@ type Record struct {
 	UpdatedAt   time.Time `json:"updated_at"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	LeaseUntil  time.Time `json:"lease_until,omitzero"`
+	// ReadAt is the store's clock when it read the record: the times above
+	// are on that clock, which need not be the reader's.
+	ReadAt time.Time `json:"read_at,omitzero"`
+	// LeaseLeftMS is how long an in_progress record's lease still ran, as
+	// the store judged when it read it.
+	LeaseLeftMS int64 `json:"lease_left_ms,omitempty"`
 	// Stale is set for an in_progress record whose holder's lease is over.
 	Stale      bool      `json:"stale,omitempty"`
 	ValueBytes int       `json:"value_bytes"`
@@ -46,8 +52,8 @@ type Response struct {
 	BodyBase64 string          `json:"body_base64,omitempty"`
 }
 
-// New returns the JSON form of r as seen at now.
-func New(r store.Record, now time.Time) Record {
+// New returns the JSON form of r, as its store judged it when it read it.
+func New(r store.Record) Record {
 	v := Record{
 		Scope:       r.Scope,
 		Key:         r.Key,
@@ -59,11 +65,13 @@ func New(r store.Record, now time.Time) Record {
 		CreatedAt:   r.CreatedAt,
 		UpdatedAt:   r.UpdatedAt,
 		ExpiresAt:   r.ExpiresAt,
-		Stale:       r.Stale(now),
+		ReadAt:      r.ReadAt,
+		Stale:       r.Stale(),
 		ValueBytes:  len(r.Value),
 	}
 	if r.State == store.InProgress {
 		v.LeaseUntil = r.LeaseUntil
+		v.LeaseLeftMS = max(r.LeaseLeft.Milliseconds(), 0)
 	}
 	if len(r.Value) == 0 {
 		return v

@@ -144,16 +144,16 @@ func (t *timed) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	return r, err
 }
 
-func (t *timed) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+func (t *timed) Get(ctx context.Context, scope, keyHash string) (store.Record, error) {
 	start := time.Now()
-	r, err := t.s.Get(ctx, scope, keyHash, now)
+	r, err := t.s.Get(ctx, scope, keyHash)
 	t.observe("get", start, err)
 	return r, err
 }
 
-func (t *timed) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+func (t *timed) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
 	start := time.Now()
-	err := t.s.Renew(ctx, f, leaseUntil)
+	err := t.s.Renew(ctx, f, lease)
 	t.observe("renew", start, err)
 	return err
 }
@@ -172,9 +172,9 @@ func (t *timed) Release(ctx context.Context, f store.Fence) error {
 	return err
 }
 
-func (t *timed) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+func (t *timed) Cleanup(ctx context.Context, limit int) (int, error) {
 	start := time.Now()
-	n, err := t.s.Cleanup(ctx, now, limit)
+	n, err := t.s.Cleanup(ctx, limit)
 	t.observe("cleanup", start, err)
 	return n, err
 }

@@ -132,7 +132,7 @@ func TestStoreResults(t *testing.T) {
 	s := m.WrapStore(memory.New())
 	ctx := context.Background()
 	now := time.Now()
-	if _, err := s.Get(ctx, "", "nope", now); err == nil {
+	if _, err := s.Get(ctx, "", "nope"); err == nil {
 		t.Fatal("Get of a missing key: no error")
 	}
 	if err := s.Release(ctx, store.Fence{KeyHash: "nope", Token: 1}); err == nil {
