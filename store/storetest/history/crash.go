@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,11 +29,12 @@ const crashEnv = "IDEM_HISTORY_CRASH"
 // crashSpec tells a crash child where its store and its log are, which
 // keys to use and how to tell its tokens apart.
 type crashSpec struct {
-	Dir    string `json:"dir"`
-	Log    string `json:"log"`
-	Prefix string `json:"prefix"`
-	High   uint64 `json:"high"`
-	Client int    `json:"client"` // the first client's number
+	Dir    string  `json:"dir"`
+	Log    string  `json:"log"`
+	Prefix string  `json:"prefix"`
+	Gens   []int64 `json:"gens"` // the generation of each slot to start at
+	High   uint64  `json:"high"`
+	Client int     `json:"client"` // the first client's number
 }
 
 // crashRounds is how many times RunCrash kills a child.
@@ -61,16 +63,23 @@ func wallClock() int64 { return time.Now().UnixNano() }
 // test's name, so the package needs no TestMain hook. open opens the store
 // in dir, in the child and in the test.
 func RunCrash(t *testing.T, open func(dir string) (store.Store, error)) {
+	verify(t, runCrash(t, open))
+}
+
+// runCrash records RunCrash's history; in a crash child, it runs the child
+// and never returns.
+func runCrash(t *testing.T, open func(dir string) (store.Store, error)) *History {
 	if spec := os.Getenv(crashEnv); spec != "" {
 		os.Exit(crashChild(open, spec))
 	}
 	dir, logs := t.TempDir(), t.TempDir()
 	cfg := crashConfig()
 	prefix := keyPrefix()
-	var h History
-	h.slack = cfg.Slack
+	h := &History{slack: cfg.Slack}
+	cut := 0
+	var gens []int64 // where the workload is, so that each process carries on with the keys of the last
 	for round := range crashRounds {
-		spec := crashSpec{Dir: dir, Log: filepath.Join(logs, fmt.Sprint(round, ".log")), Prefix: prefix, High: uint64(2*round+1) << 32, Client: 2 * round * cfg.Clients}
+		spec := crashSpec{Dir: dir, Log: filepath.Join(logs, fmt.Sprint(round, ".log")), Prefix: prefix, Gens: gens, High: uint64(2*round+1) << 32, Client: 3 * round * cfg.Clients}
 		// A third of the kills fall anywhere, open and recovery
 		// included; the others while the child runs operations.
 		killed, stderr := killChild(t, spec, round%3 != 0, time.Duration(rand.Int64N(int64(400*time.Millisecond))))
@@ -78,7 +87,14 @@ func RunCrash(t *testing.T, open func(dir string) (store.Store, error)) {
 		if err != nil {
 			t.Fatalf("round %d: %v\nchild's stderr: %s", round, err, stderr)
 		}
-		h.ops = append(h.ops, operations(events, killed)...)
+		before := operations(events, killed)
+		gens = furthest(gens, events)
+		for _, op := range before {
+			if op.Return == killed {
+				cut++
+			}
+		}
+		h.ops = append(h.ops, before...)
 
 		s, err := open(dir)
 		if err != nil {
@@ -86,7 +102,7 @@ func RunCrash(t *testing.T, open func(dir string) (store.Store, error)) {
 		}
 		var mu sync.Mutex
 		var after []event
-		w := newWorkload(cfg, prefix, uint64(2*round+2)<<32, wallClock, func(e event) {
+		w := newWorkload(cfg, prefix, gens, uint64(2*round+2)<<32, wallClock, func(e event) {
 			mu.Lock()
 			after = append(after, e)
 			mu.Unlock()
@@ -96,7 +112,7 @@ func RunCrash(t *testing.T, open func(dir string) (store.Store, error)) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.client((2*round+1)*cfg.Clients+i, s).run(context.Background(), cfg.Ops)
+				w.client((3*round+2)*cfg.Clients+i, s).run(context.Background(), cfg.Ops)
 			}()
 		}
 		wg.Wait()
@@ -104,9 +120,27 @@ func RunCrash(t *testing.T, open func(dir string) (store.Store, error)) {
 			t.Fatal(err)
 		}
 		h.ops = append(h.ops, operations(after, never)...)
-		t.Logf("round %d: %d operations by the child before the kill, %d after the restart", round, len(operations(events, killed)), len(after)/2)
+		gens = w.generations()
+		t.Logf("round %d: %d operations by the child before the kill, %d after the restart", round, len(before), len(after)/2)
 	}
-	verify(t, &h)
+	t.Logf("%d calls cut by the kills", cut)
+	return h
+}
+
+// furthest returns gens moved on to the furthest generation of each slot
+// that events called on.
+func furthest(gens []int64, events []event) []int64 {
+	gens = slices.Clone(gens)
+	for _, e := range events {
+		if e.In == nil {
+			continue
+		}
+		for len(gens) <= e.In.Slot {
+			gens = append(gens, 0)
+		}
+		gens[e.In.Slot] = max(gens[e.In.Slot], e.In.Gen)
+	}
+	return gens
 }
 
 // killChild starts a crash child, kills it with SIGKILL delay after it
@@ -222,7 +256,8 @@ func crashChild(open func(string) (store.Store, error), js string) int {
 	fmt.Println("open")
 	var mu sync.Mutex
 	cfg := crashConfig()
-	w := newWorkload(cfg, spec.Prefix, spec.High, wallClock, func(e event) {
+	cfg.Clients *= 2 // more calls in flight when the kill comes
+	w := newWorkload(cfg, spec.Prefix, spec.Gens, spec.High, wallClock, func(e event) {
 		b, err := json.Marshal(e)
 		if err == nil {
 			mu.Lock()

@@ -33,6 +33,8 @@ const never = math.MaxInt64
 type input struct {
 	Kind  kind   `json:"kind"`
 	Key   string `json:"key"`
+	Slot  int    `json:"slot"` // the workload's slot and generation Key is of
+	Gen   int64  `json:"gen"`
 	Token uint64 `json:"token"`
 	// Match is what a takeover must find equal in the stale record: its
 	// fingerprint and binding. Ident is everything the reservation wrote

@@ -99,7 +99,7 @@ func Record(ctx context.Context, cfg Config, stores ...store.Store) *History {
 	clock := func() int64 { return int64(time.Since(base)) }
 	var mu sync.Mutex
 	var events []event
-	w := newWorkload(cfg, keyPrefix(), rand.Uint64()<<24, clock, func(e event) {
+	w := newWorkload(cfg, keyPrefix(), nil, rand.Uint64()<<24, clock, func(e event) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
@@ -210,8 +210,23 @@ type workload struct {
 	log    func(event)
 }
 
-func newWorkload(cfg Config, prefix string, high uint64, clock func() int64, log func(event)) *workload {
-	return &workload{cfg: cfg, prefix: prefix, gens: make([]atomic.Int64, cfg.Keys), high: high, clock: clock, log: log}
+// newWorkload returns a workload on cfg.Keys slots, starting at the
+// generations gens (zero when missing).
+func newWorkload(cfg Config, prefix string, gens []int64, high uint64, clock func() int64, log func(event)) *workload {
+	w := &workload{cfg: cfg, prefix: prefix, gens: make([]atomic.Int64, cfg.Keys), high: high, clock: clock, log: log}
+	for i := range min(len(gens), len(w.gens)) {
+		w.gens[i].Store(gens[i])
+	}
+	return w
+}
+
+// generations returns each slot's current generation.
+func (w *workload) generations() []int64 {
+	gens := make([]int64, len(w.gens))
+	for i := range w.gens {
+		gens[i] = w.gens[i].Load()
+	}
+	return gens
 }
 
 func (w *workload) key(slot int, gen int64) string {
@@ -274,7 +289,7 @@ func (c *client) one(ctx context.Context) {
 		}
 	}
 	gen := c.w.gens[slot].Load()
-	in := input{Key: c.w.key(slot, gen)}
+	in := input{Key: c.w.key(slot, gen), Slot: slot, Gen: gen}
 	h := c.keys[in.Key]
 	if h == nil {
 		h = &held{}
