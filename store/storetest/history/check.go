@@ -2,7 +2,10 @@ package history
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,17 +19,21 @@ import (
 // this long fails rather than passes.
 const checkTimeout = 5 * time.Minute
 
-// Check records a history of random operations on s and peer (a second
-// client of the same backend; nil or s itself when the store has none)
-// and fails t unless it is linearizable. A history that is not is drawn
-// to an HTML file whose path the failure names.
-func Check(t testing.TB, s, peer store.Store) {
+// Check records a history of random operations shaped by cfg (its zero
+// value will do) on stores, clients of one backend (a store and a second
+// client of it, as another process would have, where it has one; the same
+// store given twice counts once), and fails t unless it is linearizable.
+// A history that is not is drawn to an HTML file whose path the failure
+// names, and the operations of a key that cannot be ordered are listed.
+func Check(t testing.TB, cfg Config, stores ...store.Store) {
 	t.Helper()
-	if peer == s {
-		peer = nil
+	var distinct []store.Store
+	for _, s := range stores {
+		if s != nil && !slices.Contains(distinct, s) {
+			distinct = append(distinct, s)
+		}
 	}
-	h := Record(context.Background(), Config{}, s, peer)
-	verify(t, h)
+	verify(t, Record(context.Background(), cfg, distinct...))
 }
 
 // verify fails t unless h is linearizable and did what it is for: some
@@ -37,7 +44,7 @@ func verify(t testing.TB, h *History) {
 	res, info := h.Check(checkTimeout)
 	t.Logf("%d operations checked in %v: %s (%s)", h.Len(), time.Since(start).Round(time.Millisecond), res, h.summary())
 	if res != porcupine.Ok {
-		t.Errorf("the history is not linearizable (%s); drawn in %s", res, visualize(t, h, info))
+		t.Errorf("the history is not linearizable (%s); drawn in %s\n%s", res, visualize(t, h, info), explain(h, info))
 	}
 	n := h.Counts()
 	if n["reserve acquired"] == 0 || n["reserve took over"] == 0 {
@@ -57,4 +64,56 @@ func visualize(t testing.TB, h *History, info porcupine.LinearizationInfo) strin
 		t.Logf("visualization: %v", err)
 	}
 	return f.Name()
+}
+
+// explain returns the operations of the first key whose history has no
+// linearization, around where the longest partial one stops: the last
+// operations it could place and those it could not.
+func explain(h *History, info porcupine.LinearizationInfo) string {
+	parts := info.PartialLinearizationsOperations()
+	for _, p := range parts {
+		longest := slices.MaxFunc(p, func(a, b []porcupine.Operation) int { return len(a) - len(b) })
+		if len(longest) == 0 {
+			continue
+		}
+		key := longest[0].Input.(input).Key
+		var ops []porcupine.Operation
+		for _, op := range h.ops {
+			if op.Input.(input).Key == key {
+				ops = append(ops, op)
+			}
+		}
+		if len(longest) == len(ops) {
+			continue // this key's history is linearizable
+		}
+		placed := map[int64]bool{} // by call time and client
+		for _, op := range longest {
+			placed[op.Call*1000+int64(op.ClientId)] = true
+		}
+		last := longest[len(longest)-1]
+		var b strings.Builder
+		fmt.Fprintf(&b, "key %s: %d of %d operations placed; the last placed, and those around it (times in ms from the first call):\n", key, len(longest), len(ops))
+		t0 := ops[0].Call
+		ms := func(t int64) string {
+			if t == never {
+				return "never"
+			}
+			return fmt.Sprintf("%.3f", float64(t-t0)/1e6)
+		}
+		for _, op := range ops {
+			if op.Return < last.Call-int64(time.Second) || op.Call > last.Return+int64(100*time.Millisecond) {
+				continue
+			}
+			mark := "  "
+			if placed[op.Call*1000+int64(op.ClientId)] {
+				mark = "ok"
+			}
+			if op.Call == last.Call && op.ClientId == last.ClientId {
+				mark = "=>"
+			}
+			fmt.Fprintf(&b, "%s client %d [%s, %s] %s\n", mark, op.ClientId, ms(op.Call), ms(op.Return), describe(op.Input, op.Output))
+		}
+		return b.String()
+	}
+	return ""
 }

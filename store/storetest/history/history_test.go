@@ -21,7 +21,7 @@ func TestMemory(t *testing.T) {
 	t.Parallel()
 	s := memory.New()
 	t.Cleanup(func() { _ = s.Close() })
-	Check(t, s, nil)
+	Check(t, Config{}, s)
 }
 
 // racyReserve is a memory store whose Reserve is not atomic: it reads the

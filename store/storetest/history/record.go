@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,12 @@ type Config struct {
 	// Scope is the scope of the keys; "" means "history". Keys are made
 	// unique per history.
 	Scope string
+	// NoStaleReleases keeps clients from releasing an in_progress record,
+	// whose lease may run out meanwhile: they release only records they
+	// failed. It is for backends whose deletes are not conditional
+	// (gofakes3 ignores If-Match on DeleteObject), where a release racing
+	// a takeover deletes the new holder's record (see store/s3).
+	NoStaleReleases bool
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -122,7 +129,24 @@ func keyPrefix() string { return fmt.Sprintf("h%08x", rand.Uint32()) }
 // timeout (0: none) passed first. The information draws the history with
 // porcupine.Visualize.
 func (h *History) Check(timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
-	return porcupine.CheckOperationsVerbose(model(h.slack), h.ops, timeout)
+	// An operation that may take effect at any time returns just after
+	// the last one that did return: any effect it has later is seen by
+	// nobody, and the drawing keeps its scale.
+	var last int64
+	for _, op := range h.ops {
+		if op.Return != never {
+			last = max(last, op.Return)
+		}
+	}
+	ops := slices.Clone(h.ops)
+	for i, op := range ops {
+		if op.Return == never {
+			in := op.Input.(input)
+			in.Return = last + 1
+			ops[i].Input, ops[i].Return = in, last+1
+		}
+	}
+	return porcupine.CheckOperationsVerbose(model(h.slack), ops, timeout)
 }
 
 // Len is the number of operations in h.
@@ -192,13 +216,14 @@ func operations(events []event, end int64) []porcupine.Operation {
 	return ops
 }
 
-// workload makes the clients of one history; the clients of a crash test's
-// rounds share its keys.
+// workload makes the clients of one history.
 //
-// A key whose record succeeded stays so for the rest of the history, so
-// each of the cfg.Keys slots moves on to a fresh key (a new generation)
-// once a client has seen its key succeed a few times: the clients keep
-// racing on keys that can still change.
+// A key whose record succeeded stays so for the rest of the history, and a
+// failed one until its holder releases it, so each of the cfg.Keys slots
+// moves on to a fresh key (a new generation) once a client has seen its key
+// completed a few times: the clients keep racing on keys that can still
+// change. A crash test's processes carry on from the generations the last
+// one reached.
 type workload struct {
 	cfg    Config
 	prefix string
@@ -239,11 +264,13 @@ func (w *workload) client(id int, s store.Store) *client {
 
 // held is what a client knows of one key.
 type held struct {
-	token uint64   // the token it believes holds the key, or 0
-	old   []uint64 // tokens it held before, fenced off by now
+	token  uint64   // the token it believes holds the key, or 0
+	failed bool     // token's record failed: nothing but its release changes it
+	old    []uint64 // tokens it held before, fenced off by now
 }
 
 func (h *held) drop() {
+	h.failed = false
 	if h.token != 0 {
 		h.old = append(h.old, h.token)
 		if len(h.old) > 4 {
@@ -330,6 +357,9 @@ func (c *client) one(ctx context.Context) {
 	default:
 		in.Kind = opGet
 	}
+	if in.Kind == opRelease && cfg.NoStaleReleases && !(in.Token == h.token && h.failed) {
+		in.Kind, in.Lease = opRenew, int64(cfg.Lease)
+	}
 	out := c.call(ctx, in)
 
 	// What the client learnt.
@@ -348,6 +378,8 @@ func (c *client) one(ctx context.Context) {
 		// as an operator frees an unknown outcome.
 		if out.Outcome == outLeaseLost || in.Kind == opRelease || in.Kind == opComplete && in.State == store.Succeeded {
 			h.drop()
+		} else if in.Kind == opComplete {
+			h.failed = true
 		}
 	}
 	if v := out.Record; v != nil && v.State != store.InProgress && c.rng.IntN(4) == 0 ||
