@@ -71,6 +71,12 @@ type Result struct {
 	// (ErrStoreUnavailable). Retries will not get Value, so it must not be
 	// presented as the key's outcome; see Do.
 	NotRecorded bool
+	// Kept is set with NotRecorded when the store failed (not when the
+	// lease was lost): this process keeps the outcome, renews the key's
+	// lease, writes the outcome as soon as the store takes it, and
+	// meanwhile answers retries of the key from it. The key runs no
+	// second time unless this process dies first.
+	Kept bool
 }
 
 // Func is the operation behind a key. Its context is derived from Do's: it
@@ -111,6 +117,7 @@ type shared struct {
 	closeCtx    context.Context
 	signalClose context.CancelFunc
 	orphans     orphans // reservations whose answer was lost; see freeOrphan
+	keeper      keeper  // outcomes the store would not take yet; see keep
 
 	// waiters holds the callers waiting for a key held by a call in this
 	// process (Policy.Wait), woken when it ends.
@@ -297,6 +304,10 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		sent := time.Now()
 		if handed != nil {
 			res.Existing, handed = *handed, nil
+		} else if cur, ok := e.keptRecord(keyHash); ok {
+			// This process holds the key's outcome, which the store has
+			// not taken yet: it is what the store will say.
+			res.Existing = cur
 		} else if cur, ok := e.ended(ctx, woken, c.Scope, keyHash); ok {
 			res.Existing = cur
 		} else {
@@ -572,6 +583,11 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 		// lost lease. The record says who really holds it.
 		werr = nil
 	}
+	if werr != nil && !errors.Is(werr, store.ErrLeaseLost) && !errors.Is(werr, store.ErrClosed) {
+		final := rec
+		final.State, final.Value, final.UpdatedAt, final.ExpiresAt = res.State, stored, now, now.Add(e.policy.TTL)
+		res.Kept = e.keep(final, release)
+	}
 	if werr == nil {
 		var final *store.Record
 		if !release {
@@ -648,7 +664,9 @@ func (e *Engine) endWrite(ctx context.Context, op string, write func(context.Con
 			return nil
 		case errors.Is(err, store.ErrLeaseLost):
 			return fmt.Errorf("idem: %s: %w", op, err)
-		case errors.Is(err, store.ErrClosed) || wctx.Err() != nil:
+		case errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrNoSpace) || wctx.Err() != nil:
+			// A full disk does not empty in a few retries: the keeper
+			// takes the outcome over at once (see keep).
 			return &StoreError{Op: op, Err: err}
 		}
 		e.logger.Warn("idem: store write failed, retrying", "op", op, "err", err)

@@ -50,7 +50,9 @@ func (c *renewCounter) total() int {
 // retry finds the key in progress and the work does not start again.
 func TestRenewalAfterHangUp(t *testing.T) {
 	t.Parallel()
-	const lease = 150 * time.Millisecond
+	// Long enough that a renewal every third of it gets through on a
+	// loaded machine.
+	const lease = 600 * time.Millisecond
 	eng := idem.New(memory.New(), idem.Policy{Lease: lease, CleanupInterval: -1}, quiet)
 	defer eng.Close()
 	ctx, hangUp := context.WithCancel(bg)
@@ -61,14 +63,14 @@ func TestRenewalAfterHangUp(t *testing.T) {
 		_, err := eng.Do(ctx, call("k"), func(context.Context) ([]byte, error) {
 			runs.Add(1)
 			close(started)
-			time.Sleep(8 * lease) // ignores its context
+			time.Sleep(4 * lease) // ignores its context
 			return []byte("v"), nil
 		})
 		done <- err
 	}()
 	<-started
 	hangUp()
-	for i := range 12 {
+	for i := range 6 {
 		time.Sleep(lease / 2)
 		_, err := eng.Do(bg, call("k"), func(context.Context) ([]byte, error) {
 			runs.Add(1)

@@ -66,7 +66,7 @@ func TestOverrideScope(t *testing.T) {
 	if r := plain.do("POST", "/charges", `{"amount":1}`, "Idempotency-Key", "k1", "X-User-ID", "bob", "X-Org-ID", "acme"); r.Header.Get("Idempotent-Replayed") != "false" {
 		t.Errorf("bob on the plain route: %d %v", r.Status, r.Header)
 	}
-	ctx, now := context.Background(), org.clock.Now()
+	ctx := context.Background()
 	if _, err := org.store.Get(ctx, "org:acme|POST /charges", storeHash("org:acme|POST /charges", "k1")); err != nil {
 		t.Errorf("the record is not in the overridden scope: %v", err)
 	}

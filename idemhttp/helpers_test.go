@@ -58,7 +58,8 @@ func (s *server) counting(h http.HandlerFunc) http.HandlerFunc {
 
 func newServer(t *testing.T, opts idemhttp.Options, routes func(s *server, mux *http.ServeMux)) *server {
 	t.Helper()
-	s := &server{t: t, clock: testkit.NewClock(), store: memory.New(), counts: map[string]int{}}
+	clock := testkit.NewClock()
+	s := &server{t: t, clock: clock, store: memory.New(memory.WithClock(clock.Now)), counts: map[string]int{}}
 	eng := idem.New(s.store, idem.Policy{CleanupInterval: -1}, idem.WithClock(s.clock.Now))
 	t.Cleanup(func() { eng.Close() })
 	mux := http.NewServeMux()

@@ -44,7 +44,6 @@ func benchWraps(b *testing.B, open func(*testing.B) store.Store) {
 func benchPairs(b *testing.B, s store.Store) {
 	value := make([]byte, 1024)
 	ctx := context.Background()
-	now := time.Now()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -53,14 +52,13 @@ func benchPairs(b *testing.B, s store.Store) {
 		r := store.Record{
 			KeyHash: store.HashKey("tenant-7", key), Scope: "tenant-7", Key: key,
 			Fingerprint: "sha256:0123456789abcdef", Binding: "POST /v1/charges", State: store.InProgress,
-			Token: uint64(i), RequestID: "req-" + key, CreatedAt: now, UpdatedAt: now,
-			ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute),
+			Token: uint64(i), RequestID: "req-" + key,
 		}
-		if res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Now: now}); err != nil || !res.Acquired {
+		if res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Acquired {
 			b.Fatal(res, err)
 		}
 		f := store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: r.Token}
-		if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: value, Now: now, ExpiresAt: r.ExpiresAt}); err != nil {
+		if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: value, TTL: time.Hour}); err != nil {
 			b.Fatal(err)
 		}
 	}

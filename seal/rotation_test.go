@@ -35,8 +35,8 @@ func charge(runs *atomic.Int32, v string) idem.Func {
 func TestRotationReplaysOldRecords(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := memory.New()
 	c := testkit.NewClock()
+	inner := memory.New(memory.WithClock(c.Now))
 	var runs atomic.Int32
 	call := func(key string) idem.Call {
 		return idem.Call{Scope: "tenant-7|POST /v1/charges", Key: key, Fingerprint: "fp-" + key, RequestID: "req-" + key}
@@ -138,18 +138,17 @@ func rotationRace(t *testing.T, innerA, innerB store.Store, keys int) {
 func TestUnknownKeyFailsClearly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inner := memory.New()
 	c := testkit.NewClock()
+	inner := memory.New(memory.WithClock(c.Now))
 	old := engine(seal.Wrap(inner, mustRing(t, secretA)), c)
 	rotated := engine(seal.Wrap(inner, mustRing(t, secretB+","+secretA)), c)
 	var runs atomic.Int32
 	call := idem.Call{Scope: "s", Key: "refund-9"}
 
 	// The first holder reserves the key with the old secret, then dies.
-	now := c.Now()
-	_, err := seal.Wrap(inner, mustRing(t, secretA)).Reserve(ctx, store.ReserveRequest{Now: now, Record: store.Record{
+	_, err := seal.Wrap(inner, mustRing(t, secretA)).Reserve(ctx, store.ReserveRequest{Lease: time.Second, TTL: time.Hour, Record: store.Record{
 		KeyHash: store.HashKey(call.Scope, call.Key), Scope: call.Scope, Key: call.Key, State: store.InProgress,
-		Token: 1, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Second),
+		Token: 1,
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -116,17 +116,16 @@ func TestSwappedValuesFail(t *testing.T) {
 	pool := pgPool(t)
 	inner := pgStore(t, pool)
 	s := seal.Wrap(inner, mustRing(t, secretA))
-	now := time.Now()
 	var hashes []string
 	for i, v := range []string{`{"charge":"alice"}`, `{"charge":"bob"}`} {
 		key := fmt.Sprintf("k%d", i)
 		r := store.Record{KeyHash: store.HashKey("s", key), Scope: "s", Key: key, State: store.InProgress,
-			Token: uint64(i + 1), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute)}
-		if res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Now: now}); err != nil || !res.Acquired {
+			Token: uint64(i + 1)}
+		if res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Lease: time.Minute, TTL: time.Hour}); err != nil || !res.Acquired {
 			t.Fatal(res, err)
 		}
 		f := store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: r.Token}
-		if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: []byte(v), Now: now, ExpiresAt: r.ExpiresAt}); err != nil {
+		if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: []byte(v), TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		hashes = append(hashes, r.KeyHash)

@@ -18,6 +18,9 @@ var (
 	ErrLeaseLost = errors.New("store: lease lost")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrNoSpace: the store cannot write for want of space (its disk is
+	// full). Reads still work; retry the write later.
+	ErrNoSpace = errors.New("store: no space left to write")
 )
 
 // State is the state of a record.

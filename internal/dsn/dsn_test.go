@@ -108,16 +108,14 @@ func TestRedact(t *testing.T) {
 func roundTrip(t *testing.T, s store.Store) {
 	t.Helper()
 	ctx := context.Background()
-	now := time.Now()
 	kh := store.HashKey("dsn-test", fmt.Sprint(rand.Uint64()))
-	rec := store.Record{KeyHash: kh, Scope: "dsn-test", Key: "k", State: store.InProgress, Token: 7,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute)}
-	res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: now})
+	rec := store.Record{KeyHash: kh, Scope: "dsn-test", Key: "k", State: store.InProgress, Token: 7}
+	res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
 	f := store.Fence{KeyHash: kh, Scope: "dsn-test", Token: 7}
-	if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: []byte("v"), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, store.Completion{Fence: f, State: store.Succeeded, Value: []byte("v"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Get(ctx, "dsn-test", kh)
@@ -127,7 +125,7 @@ func roundTrip(t *testing.T, s store.Store) {
 }
 
 type counter interface {
-	CountExpired(context.Context, time.Time) (int, error)
+	CountExpired(context.Context) (int, error)
 }
 
 func TestOpenMemoryAndFile(t *testing.T) {
@@ -196,7 +194,12 @@ func TestOpenPostgres(t *testing.T) {
 	if !ok {
 		t.Fatal("postgres store has no CountExpired")
 	}
-	if n, err := c.CountExpired(ctx, time.Now().Add(2*time.Hour)); err != nil || n != 1 {
+	gone := store.Record{KeyHash: store.HashKey("dsn-test", fmt.Sprint(rand.Uint64())), Scope: "dsn-test", Key: "gone", State: store.InProgress, Token: 8}
+	if _, err := o.Store.Reserve(ctx, store.ReserveRequest{Record: gone, Lease: time.Millisecond, TTL: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // its lifetime has passed on the server's clock
+	if n, err := c.CountExpired(ctx); err != nil || n != 1 {
 		t.Errorf("CountExpired = %d, %v; want 1", n, err)
 	}
 	if _, err := Migrate(ctx, "memory:"); !errors.Is(err, ErrNotPostgres) {

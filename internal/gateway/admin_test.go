@@ -156,13 +156,12 @@ func TestAdminKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A holder that died: in progress, lease over.
-	now := time.Now()
 	stuck := store.Record{KeyHash: store.HashKey("t1", "stuck"), Scope: "t1", Key: "stuck", State: store.InProgress,
-		Token: 7, CreatedAt: now.Add(-time.Minute), UpdatedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Hour),
-		LeaseUntil: now.Add(-time.Second), RequestID: "req-stuck"}
-	if r, err := a.store.Reserve(ctx, store.ReserveRequest{Record: stuck, Now: now.Add(-time.Minute)}); err != nil || !r.Acquired {
+		Token: 7, RequestID: "req-stuck"}
+	if r, err := a.store.Reserve(ctx, store.ReserveRequest{Record: stuck, Lease: time.Millisecond, TTL: time.Hour}); err != nil || !r.Acquired {
 		t.Fatal(r, err)
 	}
+	time.Sleep(5 * time.Millisecond) // its lease is over
 	for _, c := range []struct {
 		method, path string
 		code         int
@@ -219,15 +218,14 @@ func TestAdminCleanup(t *testing.T) {
 	t.Parallel()
 	a := newAdminServer(t, "tok", nil)
 	ctx := context.Background()
-	// Three records that expired an hour ago.
-	past := time.Now().Add(-2 * time.Hour)
+	// Three records that have expired.
 	for i, k := range []string{"a", "b", "c"} {
-		rec := store.Record{KeyHash: store.HashKey("", k), Key: k, State: store.InProgress, Token: uint64(i + 1),
-			CreatedAt: past, UpdatedAt: past, ExpiresAt: past.Add(time.Hour), LeaseUntil: past.Add(time.Minute)}
-		if r, err := a.store.Reserve(ctx, store.ReserveRequest{Record: rec, Now: past}); err != nil || !r.Acquired {
+		rec := store.Record{KeyHash: store.HashKey("", k), Key: k, State: store.InProgress, Token: uint64(i + 1)}
+		if r, err := a.store.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Millisecond, TTL: time.Millisecond}); err != nil || !r.Acquired {
 			t.Fatal(r, err)
 		}
 	}
+	time.Sleep(5 * time.Millisecond)
 	if code, body := a.call(t, "POST", "/api/cleanup?dry_run=true", "tok"); code != 200 || !strings.Contains(body, `"expired": 3`) {
 		t.Errorf("dry run = %d %s", code, body)
 	}

@@ -34,7 +34,8 @@ type edge struct {
 
 func newEdge(t *testing.T, o Options, upstream http.HandlerFunc) *edge {
 	t.Helper()
-	e := &edge{store: memory.New(), clock: testkit.NewClockAt(time.Now())}
+	clock := testkit.NewClockAt(time.Now())
+	e := &edge{store: memory.New(memory.WithClock(clock.Now)), clock: clock}
 	e.upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.calls.Add(1)
 		upstream(w, r)

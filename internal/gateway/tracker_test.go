@@ -21,11 +21,11 @@ func TestTracker(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now()
-	reserve := func(key string, token uint64, at time.Time, lease time.Duration) store.Reservation {
+	reserve := func(key string, token uint64, lease time.Duration) store.Reservation {
 		t.Helper()
 		rec := store.Record{KeyHash: store.HashKey("sc", key), Scope: "sc", Key: key, State: store.InProgress, Token: token,
-			Fingerprint: "f", CreatedAt: at, UpdatedAt: at, ExpiresAt: at.Add(time.Hour), LeaseUntil: at.Add(lease)}
-		r, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: at})
+			Fingerprint: "f"}
+		r, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: lease, TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,13 +35,13 @@ func TestTracker(t *testing.T) {
 		return store.Fence{KeyHash: store.HashKey("sc", key), Scope: "sc", Token: token}
 	}
 	for i := range 5 {
-		reserve(fmt.Sprint("k", i), uint64(i+1), now.Add(time.Duration(i)*time.Millisecond), time.Minute)
+		reserve(fmt.Sprint("k", i), uint64(i+1), time.Minute)
 	}
 	if l := tr.InProgress(); len(l) != 5 || l[0].Key != "k0" || l[4].Key != "k4" {
 		t.Fatalf("in progress %+v", l)
 	}
 	for i := range 5 {
-		c := store.Completion{Fence: fence(fmt.Sprint("k", i), uint64(i+1)), State: store.Failed, Now: now.Add(time.Duration(i) * time.Second), ExpiresAt: now.Add(time.Hour)}
+		c := store.Completion{Fence: fence(fmt.Sprint("k", i), uint64(i+1)), State: store.Failed, TTL: time.Hour}
 		if i == 4 {
 			c.State = store.Succeeded
 		}
@@ -57,8 +57,8 @@ func TestTracker(t *testing.T) {
 		t.Errorf("candidates %+v", l)
 	}
 	// A lost lease ends the holding without a candidate.
-	reserve("lost", 9, now, time.Minute)
-	if err := s.Complete(ctx, store.Completion{Fence: fence("lost", 10), State: store.Failed, Now: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, store.ErrLeaseLost) {
+	reserve("lost", 9, time.Minute)
+	if err := s.Complete(ctx, store.Completion{Fence: fence("lost", 10), State: store.Failed, TTL: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatal(err)
 	}
 	if len(tr.InProgress()) != 1 {
@@ -71,9 +71,9 @@ func TestTracker(t *testing.T) {
 		t.Error("released key still listed")
 	}
 	// A request that finds a dead holder makes it a candidate.
-	past := now.Add(-10 * time.Minute)
-	reserve("dead", 11, past, time.Second)
-	if r := reserve("dead", 12, now, time.Minute); r.Acquired {
+	reserve("dead", 11, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // its lease is over
+	if r := reserve("dead", 12, time.Minute); r.Acquired {
 		t.Fatal("took over without TakeOverStale")
 	}
 	found := false

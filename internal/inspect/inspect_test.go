@@ -62,7 +62,7 @@ func TestDecodeMiddlewareValue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			v := New(rec, time.Now())
+			v := New(rec)
 			if v.Response == nil {
 				t.Fatalf("value not decoded: %+v", v)
 			}
@@ -85,18 +85,19 @@ func TestDecodeMiddlewareValue(t *testing.T) {
 func TestPlainValues(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	rec := store.Record{Key: "k", State: store.Succeeded, Value: []byte("task-42"), ExpiresAt: now.Add(time.Hour)}
-	v := New(rec, now)
+	rec := store.Record{Key: "k", State: store.Succeeded, Value: []byte("task-42"), ExpiresAt: now.Add(time.Hour), ReadAt: now}
+	v := New(rec)
 	if v.Response != nil || v.ValueText == nil || *v.ValueText != "task-42" {
 		t.Errorf("text value: %+v", v)
 	}
 	rec.Value = []byte{0x01, 0xff, 0xfe, 0x00, 0x00, 0x00, 0x9f}
-	v = New(rec, now)
+	v = New(rec)
 	if v.Response != nil || v.ValueBase64 == "" {
 		t.Errorf("binary value: %+v", v)
 	}
 	rec = store.Record{State: store.InProgress, LeaseUntil: now.Add(-time.Second), ExpiresAt: now.Add(time.Hour)}
-	if v := New(rec, now); !v.Stale || v.LeaseUntil.IsZero() {
+	rec.SetReadAt(now)
+	if v := New(rec); !v.Stale || v.LeaseUntil.IsZero() || v.LeaseLeftMS != 0 || !v.ReadAt.Equal(now) {
 		t.Errorf("stale in_progress record: %+v", v)
 	}
 	for _, b := range [][]byte{nil, {1, 0, 0, 50, 0, 0}, {1, 0, 0, 200, 0, 5}, {2, 0, 0, 200, 0, 0}} {

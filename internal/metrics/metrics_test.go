@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -131,7 +130,6 @@ func TestStoreResults(t *testing.T) {
 	m := New()
 	s := m.WrapStore(memory.New())
 	ctx := context.Background()
-	now := time.Now()
 	if _, err := s.Get(ctx, "", "nope"); err == nil {
 		t.Fatal("Get of a missing key: no error")
 	}
@@ -139,7 +137,7 @@ func TestStoreResults(t *testing.T) {
 		t.Fatal("Release of a missing key: no error")
 	}
 	s.Close()
-	_, _ = s.Cleanup(ctx, now, 0)
+	_, _ = s.Cleanup(ctx, 0)
 	for _, c := range []struct{ op, result string }{{"get", "not_found"}, {"release", "lease_lost"}, {"cleanup", "error"}} {
 		if got := value(t, m, "idem_store_operation_duration_seconds", map[string]string{"operation": c.op, "result": c.result}); got != 1 {
 			t.Errorf("%s/%s = %v, want 1", c.op, c.result, got)
