@@ -269,6 +269,7 @@ func crashChild(open func(string) (store.Store, error), js string) int {
 			os.Exit(2)
 		}
 	})
+	w.busy = true
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup

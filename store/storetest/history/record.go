@@ -233,6 +233,9 @@ type workload struct {
 	ids    atomic.Int64
 	clock  func() int64
 	log    func(event)
+	// busy: clients call without pausing, so that many calls are in
+	// flight when a crash child is killed.
+	busy bool
 }
 
 // newWorkload returns a workload on cfg.Keys slots, starting at the
@@ -294,7 +297,7 @@ type client struct {
 func (c *client) run(ctx context.Context, n int) {
 	for i := 0; (n < 0 || i < n) && ctx.Err() == nil; i++ {
 		c.one(ctx)
-		if c.rng.IntN(2) == 0 {
+		if !c.w.busy && c.rng.IntN(2) == 0 {
 			time.Sleep(time.Duration(c.rng.Int64N(int64(c.w.cfg.Lease / 5))))
 		}
 	}
