@@ -339,26 +339,14 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			w.stop()
 			return e.run(ctx, req.Record, sent, res.TookOver, fn)
 		}
-		switch {
-		case ex.Binding != c.Binding:
-			return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: key, Record: ex}
-		case ex.Fingerprint != c.Fingerprint:
-			return Result{}, &ConflictError{Type: ConflictPayloadMismatch, Scope: c.Scope, Key: key, Record: ex}
-		case ex.State == store.Succeeded:
-			return replay(ex), nil
-		case ex.State == store.Failed:
-			if failure, ok := OutcomeUnknown(ex); ok {
-				ex.Value = failure
-				return replay(ex), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: key, Record: ex}
-			}
-			return replay(ex), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: key, Record: ex}
+		if res, err, ended := decide(c, ex); ended {
+			return res, err
 		}
 		// In progress. A stale record reaches here only under
 		// OnStaleConflict; waiting for it is pointless.
-		stale := ex.Stale()
 		left := time.Until(waitUntil)
-		if waitUntil.IsZero() || stale || left <= 0 {
-			return Result{}, &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: key, Record: ex, Stale: stale}
+		if waitUntil.IsZero() || ex.Stale() || left <= 0 {
+			return Result{}, inProgress(c, ex)
 		}
 		if !w.subscribed() {
 			// Subscribe, then read the record again: a holder that ended
@@ -696,8 +684,10 @@ func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, s
 	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash)
 	switch {
 	case released:
-		// Gone, or someone else's: either way this call's hold is over.
-		return errors.Is(err, store.ErrNotFound) || (err == nil && cur.Token != rec.Token)
+		// Gone: the release landed (or the record expired). Someone
+		// else's record is a lost lease: the caller must learn that
+		// another holder has the key now.
+		return errors.Is(err, store.ErrNotFound)
 	case err != nil || cur.Token != rec.Token:
 		return false
 	default:

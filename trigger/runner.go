@@ -135,7 +135,7 @@ func (r *Runner) Tick(ctx context.Context) ([]Run, error) {
 				started = append(started, p.run)
 			}
 		case o.running:
-			r.pending[p.run.Key] = pendingRun{p.run, o.leaseUntil}
+			r.pending[p.run.Key] = pendingRun{p.run, r.Now().Add(o.leaseLeft)}
 		}
 		if err != nil && !errors.Is(err, ErrAlreadyStarted) {
 			errs = append(errs, fmt.Errorf("trigger: %s: %w", p.run.Key, err))
@@ -155,7 +155,7 @@ func (r *Runner) Tick(ctx context.Context) ([]Run, error) {
 			errs = append(errs, fmt.Errorf("trigger: %s: %w", run.Key, err))
 		}
 		if o.running {
-			r.pending[run.Key] = pendingRun{run, o.leaseUntil}
+			r.pending[run.Key] = pendingRun{run, r.Now().Add(o.leaseLeft)}
 		}
 		if !o.settled && !o.running {
 			// Not recorded: the store failed, or the job failed and its
@@ -231,7 +231,7 @@ func (r *Runner) recover(ctx context.Context, now time.Time) error {
 			return err
 		case rec.State == store.InProgress:
 			run := Run{ActivityID: r.Schedule.ActivityID, Key: key, ScheduledFor: t, WindowStart: t, WindowEnd: t, Slots: 1}
-			r.pending[key] = pendingRun{run, rec.LeaseUntil}
+			r.pending[key] = pendingRun{run, r.Now().Add(rec.LeaseLeft)}
 		case !settled && i >= window:
 			settled = true
 			// Catch-up plans every slot it could run again: one that

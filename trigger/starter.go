@@ -19,14 +19,19 @@ var ErrAlreadyStarted = errors.New("trigger: already started")
 //
 // A broker consumer must not acknowledge an event whose first start is
 // still Running: if that holder was killed, the event would be lost. It
-// asks for redelivery after LeaseUntil instead, when a start takes the ID
+// asks for redelivery after LeaseLeft instead, when a start takes the ID
 // over from a dead holder (under the engine's default OnStaleRetry).
 type AlreadyStartedError struct {
 	ID string
-	// Running: another holder has the ID in progress; its lease runs until
-	// LeaseUntil unless renewed. False: the first start finished, and its
-	// outcome is recorded.
-	Running    bool
+	// Running: another holder has the ID in progress; its lease runs
+	// LeaseLeft more unless renewed, as the store judged when it read the
+	// record. False: the first start finished, and its outcome is
+	// recorded.
+	Running   bool
+	LeaseLeft time.Duration
+	// LeaseUntil is when that lease ends on the store's clock, for
+	// display: the store's clock need not be this machine's, so waits are
+	// counted from LeaseLeft.
 	LeaseUntil time.Time
 }
 
@@ -67,8 +72,8 @@ type outcome struct {
 	settled bool
 	// running: another holder has the ID in progress, with its lease until
 	// leaseUntil; if that holder died, a start after then runs it again.
-	running    bool
-	leaseUntil time.Time
+	running   bool
+	leaseLeft time.Duration // the holder's, when running
 }
 
 func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Context) error) (outcome, error) {
@@ -78,8 +83,8 @@ func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Cont
 	var conflict *idem.ConflictError
 	switch {
 	case errors.As(err, &conflict) && errors.Is(err, idem.ErrInProgress):
-		lu := conflict.Record.LeaseUntil
-		return outcome{running: true, leaseUntil: lu}, &AlreadyStartedError{ID: id, Running: true, LeaseUntil: lu}
+		r := conflict.Record
+		return outcome{running: true, leaseLeft: r.LeaseLeft}, &AlreadyStartedError{ID: id, Running: true, LeaseLeft: r.LeaseLeft, LeaseUntil: r.LeaseUntil}
 	case errors.Is(err, idem.ErrPreviousFailure):
 		return outcome{settled: true}, &AlreadyStartedError{ID: id}
 	case errors.Is(err, idem.ErrLeaseLost):

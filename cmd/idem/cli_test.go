@@ -194,11 +194,11 @@ func TestMigrateMessages(t *testing.T) {
 		before string
 		want   []string
 	}{
-		{"", []string{": applied 0001_create_records; schema at version 1\n"}},
-		{"", []string{": schema at version 1 (checked: the table and its columns are there; nothing to do)\n"}},
+		{"", []string{": applied 0001_create_records, 0002_clock_token; schema at version 2\n"}},
+		{"", []string{": schema at version 2 (checked: the table and its columns are there; nothing to do)\n"}},
 		{"DROP TABLE " + schema + ".idem_records", []string{
 			": the records table was recorded as migrated but did not exist (dropped?); created it again: its earlier records are gone\n",
-			": applied 0001_create_records; schema at version 1\n"}},
+			": applied 0001_create_records, 0002_clock_token; schema at version 2\n"}},
 	} {
 		if step.before != "" {
 			if _, err := pool.Exec(ctx, step.before); err != nil {

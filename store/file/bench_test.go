@@ -18,16 +18,15 @@ var benchValue = []byte(`{"status":201,"headers":{"Content-Type":["application/j
 
 var benchRun atomic.Uint64
 
-func benchRequest(run, i uint64, now time.Time) store.ReserveRequest {
+func benchRequest(run, i uint64) store.ReserveRequest {
 	key := fmt.Sprintf("bench-%d-%d", run, i)
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("tenant-1", key), Scope: "tenant-1", Key: key,
 			Fingerprint: "sha256:" + strings.Repeat("ab", 32), Binding: "POST /v1/charges",
 			State: store.InProgress, Token: i, RequestID: "req-" + key,
-			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour), LeaseUntil: now.Add(time.Minute),
 		},
-		Now: now,
+		Lease: time.Minute, TTL: 24 * time.Hour,
 	}
 }
 
@@ -67,15 +66,13 @@ func pairs(s store.Store) func(i uint64) error {
 	ctx := context.Background()
 	run := benchRun.Add(1)
 	return func(i uint64) error {
-		now := time.Now()
-		req := benchRequest(run, i, now)
+		req := benchRequest(run, i)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			return err
 		}
-		done := time.Now()
 		return s.Complete(ctx, store.Completion{
 			Fence: store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token},
-			State: store.Succeeded, Value: benchValue, Now: done, ExpiresAt: done.Add(24 * time.Hour),
+			State: store.Succeeded, Value: benchValue, TTL: 24 * time.Hour,
 		})
 	}
 }

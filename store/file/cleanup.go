@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"time"
+	"os"
 
 	"github.com/idem-dev/idem/store/internal/expiry"
 )
@@ -15,14 +15,16 @@ import (
 // still expired. Then it reclaims disk: the oldest segment is dropped once
 // no record lives in it, and compacted (its live records copied to the
 // head of the log) when it is mostly dead or the log has grown past twice
-// its live data.
-func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+// its live data. While the log cannot write (a full disk), it drops the
+// segments no record lives in, which frees room, and compacts none.
+func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("file: cleanup: %w", err)
 	}
 	defer s.closeMu.RUnlock()
 	s.cleanMu.Lock()
 	defer s.cleanMu.Unlock()
+	now := s.clock.Now()
 	n, err := s.exp.Sweep(ctx, now, limit, func(it expiry.Item[keyID]) bool {
 		s.scanned++
 		st := &s.stripes[stripeOf(it.Key)]
@@ -48,18 +50,18 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 // an older put of its key, so nothing released comes back on replay.
 func (s *Store) reclaim(ctx context.Context) error {
 	for ctx.Err() == nil {
-		old := s.log.oldest()
+		old, f, size := s.log.oldest()
 		if old == nil {
 			return nil
 		}
 		if old.live.Load() > 0 {
 			total, live := s.log.sizes()
-			sparse := old.live.Load()*2 < old.size
+			sparse := old.live.Load()*2 < size
 			bloated := total > 2*live+2*s.log.maxSegment
-			if !sparse && !bloated {
+			if !sparse && !bloated || s.log.unwritable.Load() != nil {
 				return nil
 			}
-			if err := s.compact(old); err != nil {
+			if err := s.compact(old, f, size); err != nil {
 				return err
 			}
 			if old.live.Load() > 0 {
@@ -76,13 +78,15 @@ func (s *Store) reclaim(ctx context.Context) error {
 // compactBatch is how many frames compact copies per sync.
 const compactBatch = 256
 
-// compact copies the frames of old that the index still points to to the
-// head of the log, keeping their seq, and points the index at the copies.
-// Each key's stripe is held until its copy is durable, as in every write.
-func (s *Store) compact(old *segment) error {
+// compact copies the frames of old (whose file is f, its frames size
+// bytes long) that the index still points to to the head of the log,
+// keeping their seq, and points the index at the copies. Each key's
+// stripe is held until its copy is durable, as in every write; copies
+// that could not be made durable leave the index pointing at old.
+func (s *Store) compact(old *segment, f *os.File, size int64) error {
 	// Up to the segment's last frame: the file's allocated tail is zeros.
-	data := make([]byte, old.size)
-	if _, err := old.f.ReadAt(data, 0); err != nil {
+	data := make([]byte, size)
+	if _, err := f.ReadAt(data, 0); err != nil {
 		return err
 	}
 	var held [stripes]bool
@@ -95,12 +99,30 @@ func (s *Store) compact(old *segment) error {
 		}
 	}
 	defer unlock()
-	var pos uint64
-	pending := 0
+	type move struct {
+		id       keyID
+		from, to entry
+	}
+	var moves []move
+	var batches []*batch
 	flush := func() error {
-		err := s.log.wait(pos)
+		var err error
+		for _, b := range batches {
+			if werr := s.log.wait(b); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			// Some copy is not durable (a failed sync drops every frame
+			// appended after it, so it may not be the last): keep the
+			// originals, which are. A copy that did reach the disk holds
+			// the original's seq and content: replay keeps either.
+			for _, m := range moves {
+				s.index(&s.stripes[stripeOf(m.id)], m.id, &m.to, &m.from)
+			}
+		}
 		unlock()
-		pending = 0
+		moves, batches = moves[:0], batches[:0]
 		return err
 	}
 	for off := len(segmentMagic); off+frameHeader <= len(data); {
@@ -118,15 +140,17 @@ func (s *Store) compact(old *segment) error {
 		}
 		st := &s.stripes[i]
 		if e, ok := st.entries[id]; ok && e.seg == old && e.off == int64(off) {
-			seg, at, p := s.log.append(frame)
+			seg, at, b := s.log.append(frame)
 			moved := e
 			moved.seg, moved.off = seg, at
 			s.index(st, id, &e, &moved)
-			pos = p
-			pending++
+			moves = append(moves, move{id, e, moved})
+			if len(batches) == 0 || batches[len(batches)-1] != b {
+				batches = append(batches, b)
+			}
 		}
 		off += frameHeader + n
-		if pending >= compactBatch {
+		if len(moves) >= compactBatch {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -135,13 +159,14 @@ func (s *Store) compact(old *segment) error {
 	return flush()
 }
 
-// CountExpired counts the records expired at now from the expiry index, so
-// it costs what a Cleanup would (`idem cleanup --dry-run`).
-func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+// CountExpired counts the records that have expired from the expiry index,
+// so it costs what a Cleanup would (`idem cleanup --dry-run`).
+func (s *Store) CountExpired(ctx context.Context) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("file: count expired: %w", err)
 	}
 	defer s.closeMu.RUnlock()
+	now := s.clock.Now()
 	n := 0
 	for _, it := range s.exp.Due(now) {
 		st := &s.stripes[stripeOf(it.Key)]

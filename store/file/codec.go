@@ -17,13 +17,28 @@ import (
 //	header  "IDEMLOG" 0x01
 //	frame   length uint32 | crc32c(body) uint32 | body
 //	body    kind byte | seq uint64 | keyhash [32]byte | payload
-//	put     payload = the record (encodeRecord), its value last
+//	put     payload = the record, its value last
 //	delete  payload = nothing: the key's record was released
+//	record  format byte (2) | scope, key, fingerprint, binding, state,
+//	        request ID (uvarint length, bytes) | token uint64 |
+//	        created, updated, expires, lease-until (12 bytes each) |
+//	        lease int64 ns | value (uvarint length, bytes)
 //
 // All integers are big-endian. seq orders the entries of one key: the
 // entry with the highest seq is the key's state, wherever it lies, so an
 // entry keeps its seq when compaction copies it forward. The raw key is
 // inside the record, never in an index.
+//
+// lease is the length of the lease that the last reservation or renewal
+// asked for: recovery holds a record left in progress by a process that
+// died to at most that long from the reopen (see recover), whatever the
+// wall clock did in between. Format 1, written before the store kept its
+// own clock, has no lease field: its lease is read as LeaseUntil -
+// UpdatedAt, exact for a record that was never renewed, longer for one
+// that was.
+//
+// A delete of the zero key hash is a no-op frame: Store.Writable writes
+// one to find out whether the log can write again.
 const (
 	kindPut byte = 1
 	kindDel byte = 2
@@ -32,6 +47,7 @@ const (
 	bodyHeader  = 1 + 8 + 32 // kind + seq + keyhash
 	maxBody     = 64 << 20   // a frame longer than this is damage, not data
 	recordV1    = byte(1)
+	recordV2    = byte(2)
 )
 
 var segmentMagic = []byte("IDEMLOG\x01")
@@ -69,8 +85,10 @@ func parseTime(b []byte) time.Time {
 }
 
 // appendFrame appends one entry's frame to b and returns it with the
-// offset of the record's value inside the frame (0 for a delete).
-func appendFrame(b []byte, kind byte, seq uint64, id keyID, r *store.Record) ([]byte, int) {
+// offset of the record's value inside the frame (0 for a delete). lease is
+// the length of the lease r's LeaseUntil was set from (0 for a record not
+// in progress).
+func appendFrame(b []byte, kind byte, seq uint64, id keyID, r *store.Record, lease time.Duration) ([]byte, int) {
 	start := len(b)
 	b = append(b, make([]byte, frameHeader)...)
 	b = append(b, kind)
@@ -78,7 +96,7 @@ func appendFrame(b []byte, kind byte, seq uint64, id keyID, r *store.Record) ([]
 	b = append(b, id[:]...)
 	valAt := 0
 	if kind == kindPut {
-		b = append(b, recordV1)
+		b = append(b, recordV2)
 		for _, s := range [...]string{r.Scope, r.Key, r.Fingerprint, r.Binding, string(r.State), r.RequestID} {
 			b = binary.AppendUvarint(b, uint64(len(s)))
 			b = append(b, s...)
@@ -87,6 +105,7 @@ func appendFrame(b []byte, kind byte, seq uint64, id keyID, r *store.Record) ([]
 		for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil} {
 			b = appendTime(b, t)
 		}
+		b = binary.BigEndian.AppendUint64(b, uint64(lease))
 		b = binary.AppendUvarint(b, uint64(len(r.Value)))
 		valAt = len(b) - start
 		b = append(b, r.Value...)
@@ -105,6 +124,7 @@ type frame struct {
 	seq    uint64
 	id     keyID
 	rec    store.Record
+	lease  time.Duration // the lease LeaseUntil was set from
 	valAt  int
 	valLen int
 }
@@ -126,7 +146,8 @@ func decodeBody(body []byte) (frame, error) {
 		return f, fmt.Errorf("%w: entry kind %d", ErrCorrupt, f.kind)
 	}
 	d := wire.Reader{B: body[bodyHeader:]}
-	if v := d.Byte(); v != recordV1 {
+	v := d.Byte()
+	if v != recordV1 && v != recordV2 {
 		return f, fmt.Errorf("%w: record format %d", ErrCorrupt, v)
 	}
 	r := &f.rec
@@ -137,6 +158,11 @@ func decodeBody(body []byte) (frame, error) {
 	r.Token = binary.BigEndian.Uint64(d.Bytes(8))
 	for _, t := range [...]*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil} {
 		*t = parseTime(d.Bytes(12))
+	}
+	if v == recordV1 {
+		f.lease = r.LeaseUntil.Sub(r.UpdatedAt)
+	} else {
+		f.lease = time.Duration(binary.BigEndian.Uint64(d.Bytes(8)))
 	}
 	f.valLen = int(d.Uvarint())
 	f.valAt = frameHeader + len(body) - len(d.B)

@@ -24,6 +24,42 @@
 // however it exits. Processes that must share records across machines use
 // the PostgreSQL, Redis or S3 stores instead.
 //
+// # One clock
+//
+// Leases and lifetimes are judged on the store's own clock (store/doc.go,
+// "One clock for a lease"): the wall clock read once, when Open starts
+// (Options.WallClock), and carried forward on the monotonic clock, so that
+// a jump of the wall clock while the store is open moves neither. A
+// restart reads the wall clock again: lifetimes written before a jump
+// move with it (an hour back, records live an hour longer). A record left
+// in progress by a process that died has its lease held, at recovery, to
+// at most its length from the reopen: its key is free again within one
+// lease, whatever the clock did. Records keep the length of their lease
+// for this (record format 2); those written before (format 1) read it as
+// LeaseUntil - UpdatedAt.
+//
+// # A full disk
+//
+// A write that fails (a full disk, a quota, an I/O error: any error of the
+// write or of its fdatasync) fails the calls whose frames it carried, and
+// those appended behind it, with an error that matches store.ErrNoSpace
+// when the disk is full; it does not fail the store. The log cuts its
+// file back to where the failed write began (truncated and synced, so
+// that no part of it is read again, by this process or by a reopen), the
+// index is put back as it was, and reads go on: replays of acknowledged
+// keys work while the disk is full. New reservations are then refused at
+// once, with the same error, except for one try every 100 ms once the
+// filesystem reports 1 MiB free; Complete, Renew and Release still try,
+// as the outcome of work already under way may fit. The first write that
+// succeeds makes the store writable again, without a restart. Writable
+// tells the gateway's readiness check which it is. While the log cannot
+// write, Cleanup drops the segments no record lives in, which frees room,
+// and compacts none. Open writes nothing but the cut of a torn tail (a
+// segment's file is created by the first write to it), so the store
+// opens on a full disk and serves what it holds. Should the cut itself
+// fail, the log no longer knows what its tail holds and refuses every
+// write until the store is opened again.
+//
 // # Design: a log with an index in memory
 //
 // The store is log-structured, in the manner of Bitcask, which suits
@@ -43,7 +79,10 @@
 // this project's machine (ext4 on a virtual disk). Recovery reads the
 // zeros after the last entry as the segment's end, and cuts a tail that
 // has entries after a gap (pages of an unacknowledged write reach the disk
-// in any order), so they can never be read later.
+// in any order), so they can never be read later. Zeros are written only
+// while the filesystem keeps 8 MiB free beyond them, so preallocation
+// never takes the room the frames need; a piece that fails for want of
+// room all the same gives back what it took.
 //
 // Expiry costs no write: an expired record replayed after a crash is still
 // expired. Cleanup takes the due items of an in-memory index of expiry

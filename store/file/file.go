@@ -17,6 +17,7 @@ import (
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/expiry"
+	"github.com/idem-dev/idem/store/internal/monoclock"
 	"github.com/idem-dev/idem/store/internal/packed"
 )
 
@@ -36,6 +37,14 @@ type Options struct {
 	// file. Zero means 64 MiB. Smaller segments are dropped and compacted
 	// sooner; larger ones mean fewer files.
 	SegmentBytes int64
+	// WallClock is read once, when Open starts, to set the store's clock,
+	// which then advances on the monotonic clock only (see "One clock" in
+	// the package doc). Nil means time.Now.
+	WallClock func() time.Time
+
+	// now, in tests, replaces the store's clock: every instant is read
+	// from it, jumps included.
+	now func() time.Time
 }
 
 // Store is the embedded store. It is safe for concurrent use; Open it once
@@ -47,6 +56,10 @@ type Store struct {
 	seq     atomic.Uint64 // the last entry's seq
 	stripes [stripes]stripe
 	exp     *expiry.Index[keyID]
+	clock   *monoclock.Clock
+	// opened is the store's clock when Open began: recovery holds a
+	// record left in progress to at most its lease from then.
+	opened time.Time
 
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
@@ -80,11 +93,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
+	clock := monoclock.New(opts.WallClock)
+	if opts.now != nil {
+		clock = monoclock.Stepped(opts.now)
+	}
 	s := &Store{
 		log:    newLog(dir, opts.SegmentBytes),
 		lock:   lock,
 		logger: opts.Logger,
 		exp:    expiry.New[keyID](),
+		clock:  clock,
+		opened: clock.Now(),
 	}
 	for i := range s.stripes {
 		s.stripes[i].entries = map[keyID]entry{}
@@ -97,8 +116,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// begin starts a method: it checks ctx, Close and a failed log. On success
-// the caller must call s.closeMu.RUnlock.
+// begin starts a method: it checks ctx and Close. On success the caller
+// must call s.closeMu.RUnlock. A log that cannot write does not stop
+// reads: they are served from the index and the segments' pages.
 func (s *Store) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -107,10 +127,6 @@ func (s *Store) begin(ctx context.Context) error {
 	if s.closed {
 		s.closeMu.RUnlock()
 		return store.ErrClosed
-	}
-	if p := s.log.failed.Load(); p != nil {
-		s.closeMu.RUnlock()
-		return *p
 	}
 	return nil
 }
@@ -141,27 +157,33 @@ func (s *Store) withKey(ctx context.Context, op, keyHash string, fn func(st *str
 var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // put appends r as id's latest frame, points the index at it, and returns
-// once the frame is durable. cur is id's entry before, or nil. The stripe is
-// held.
-func (s *Store) put(st *stripe, id keyID, r *store.Record, p packed.Record, cur *entry) error {
+// once the frame is durable; if the frame could not be made durable, it
+// points the index back at cur and returns the error. cur is id's entry
+// before, or nil; lease is the lease r.LeaseUntil was set from. The stripe
+// is held.
+func (s *Store) put(st *stripe, id keyID, r *store.Record, p packed.Record, cur *entry, lease time.Duration) error {
 	if uint64(len(r.Value)) > math.MaxUint32 {
 		// Refused before copying it into a frame.
 		return fmt.Errorf("%w: a value of %d bytes", ErrTooLarge, len(r.Value))
 	}
 	bp := framePool.Get().(*[]byte)
 	seq := s.seq.Add(1)
-	b, valAt := appendFrame((*bp)[:0], kindPut, seq, id, r)
+	b, valAt := appendFrame((*bp)[:0], kindPut, seq, id, r, lease)
 	if len(b) > math.MaxUint32 {
 		return fmt.Errorf("%w: a record of %d bytes", ErrTooLarge, len(b))
 	}
-	seg, off, pos := s.log.append(b)
+	seg, off, batch := s.log.append(b)
 	e := entry{rec: p, seq: seq, seg: seg, off: off, size: uint32(len(b)), valAt: uint32(valAt), valLen: uint32(len(r.Value))}
 	if cap(b) <= 64<<10 { // a 4 MiB response's buffer is not kept
 		*bp = b
 		framePool.Put(bp)
 	}
 	s.index(st, id, cur, &e)
-	return s.log.wait(pos)
+	if err := s.log.wait(batch); err != nil {
+		s.index(st, id, &e, cur)
+		return err
+	}
+	return nil
 }
 
 // ErrTooLarge is returned for a record whose frame would pass 4 GiB.
@@ -184,9 +206,10 @@ func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
 	}
 }
 
-// record returns e's record with its value, read from its segment.
-func (s *Store) record(e *entry) (store.Record, error) {
-	r := e.rec.Unpack()
+// record returns e's record as read at now, with its value read from its
+// segment.
+func (s *Store) record(e *entry, now time.Time) (store.Record, error) {
+	r := e.rec.ReadAt(now)
 	if e.valLen > 0 {
 		r.Value = make([]byte, e.valLen)
 		if _, err := e.seg.f.ReadAt(r.Value, e.off+int64(e.valAt)); err != nil {
@@ -200,16 +223,22 @@ func (s *Store) record(e *entry) (store.Record, error) {
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	var res store.Reservation
 	err := s.withKey(ctx, "reserve", req.Record.KeyHash, func(st *stripe, id keyID) error {
+		now := s.clock.Now()
 		cur, ok := st.entries[id]
-		if ok && !cur.rec.Expired(req.Now) {
+		if ok && !cur.rec.Expired(now) {
 			c := &cur.rec
-			if !(req.TakeOverStale && c.Stale(req.Now) &&
+			if !(req.TakeOverStale && c.Stale(now) &&
 				c.Fingerprint() == req.Record.Fingerprint && c.Binding() == req.Record.Binding) {
 				var err error
-				res.Existing, err = s.record(&cur)
+				res.Existing, err = s.record(&cur, now)
 				return err
 			}
 			res.TookOver = true
+		}
+		// A log that cannot write refuses a new reservation at once,
+		// rather than have work start whose outcome it cannot keep.
+		if err := s.log.admit(); err != nil {
+			return err
 		}
 		var before *entry
 		if ok {
@@ -217,7 +246,9 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		}
 		r := req.Record
 		r.State, r.Value = store.InProgress, nil
-		if err := s.put(st, id, &r, packed.Pack(&r), before); err != nil {
+		r.CreatedAt, r.UpdatedAt = now, now
+		r.ExpiresAt, r.LeaseUntil = now.Add(req.TTL), now.Add(req.Lease)
+		if err := s.put(st, id, &r, packed.Pack(&r), before, req.Lease); err != nil {
 			return err
 		}
 		res.Acquired = true
@@ -229,16 +260,18 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	return res, nil
 }
 
-// Get implements store.Store.
-func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (store.Record, error) {
+// Get implements store.Store. It reads the index and the record's value
+// only, so it works while the disk is full.
+func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error) {
 	var r store.Record
 	err := s.withKey(ctx, "get", keyHash, func(st *stripe, id keyID) error {
+		now := s.clock.Now()
 		e, ok := st.entries[id]
 		if !ok || e.rec.Expired(now) {
 			return store.ErrNotFound
 		}
 		var err error
-		r, err = s.record(&e)
+		r, err = s.record(&e, now)
 		return err
 	})
 	if err != nil {
@@ -264,12 +297,12 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *
 }
 
 // Renew implements store.Store.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
 	return s.held(ctx, "renew", f, func(st *stripe, id keyID, cur *entry) error {
 		p := cur.rec
-		p.SetLeaseUntil(leaseUntil)
+		p.SetLeaseUntil(s.clock.Now().Add(lease))
 		r := p.Unpack()
-		return s.put(st, id, &r, p, cur)
+		return s.put(st, id, &r, p, cur, lease)
 	})
 }
 
@@ -277,10 +310,11 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) 
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	return s.held(ctx, "complete", c.Fence, func(st *stripe, id keyID, cur *entry) error {
 		p := cur.rec
-		p.Complete(c.State, c.Now, c.ExpiresAt)
+		now := s.clock.Now()
+		p.Complete(c.State, now, now.Add(c.TTL))
 		r := p.Unpack()
 		r.Value = c.Value
-		return s.put(st, id, &r, p, cur)
+		return s.put(st, id, &r, p, cur, 0)
 	})
 }
 
@@ -289,13 +323,42 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	return s.held(ctx, "release", f, func(st *stripe, id keyID, cur *entry) error {
 		bp := framePool.Get().(*[]byte)
-		b, _ := appendFrame((*bp)[:0], kindDel, s.seq.Add(1), id, nil)
-		_, _, pos := s.log.append(b)
+		b, _ := appendFrame((*bp)[:0], kindDel, s.seq.Add(1), id, nil, 0)
+		_, _, batch := s.log.append(b)
 		*bp = b
 		framePool.Put(bp)
 		s.index(st, id, cur, nil)
-		return s.log.wait(pos)
+		if err := s.log.wait(batch); err != nil {
+			s.index(st, id, nil, cur)
+			return err
+		}
+		return nil
 	})
+}
+
+// Writable returns nil if the store can write: no write has failed since
+// the last that succeeded, or, after one failed, a write it tries now (a
+// frame that changes nothing) succeeds. Otherwise it returns why not: an
+// error matching store.ErrNoSpace while the disk is full; reads work
+// meanwhile. It tries at most every 100 ms, and only once the filesystem
+// reports 1 MiB free. A store opened on a full disk learns that it is
+// full from its first write. The gateway's readiness check asks here.
+func (s *Store) Writable(ctx context.Context) error {
+	if err := s.begin(ctx); err != nil {
+		return fmt.Errorf("file: writable: %w", err)
+	}
+	defer s.closeMu.RUnlock()
+	if s.log.unwritable.Load() == nil && s.log.broken.Load() == nil {
+		return nil
+	}
+	if err := s.log.admit(); err != nil {
+		return err
+	}
+	// A delete of the zero key hash, which no record has: a frame that
+	// changes nothing, written and synced as any other.
+	b, _ := appendFrame(nil, kindDel, s.seq.Add(1), keyID{}, nil, 0)
+	_, _, batch := s.log.append(b)
+	return s.log.wait(batch)
 }
 
 // Close implements store.Store. It waits for the calls in progress, then

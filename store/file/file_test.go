@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -33,6 +34,10 @@ func TestMain(m *testing.M) {
 		testkit.VerifyTestMain(m)
 	case "hold":
 		os.Exit(holdChild(os.Getenv("IDEM_FILE_TEST_DIR")))
+	case "reserve":
+		os.Exit(reserveChild(os.Getenv("IDEM_FILE_TEST_DIR")))
+	case "fill":
+		os.Exit(fullChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
 		os.Exit(2)
@@ -104,7 +109,7 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 		st := &s.stripes[i]
 		st.mu.Lock()
 		for id, e := range st.entries {
-			r, err := s.record(&e)
+			r, err := s.record(&e, s.clock.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,16 +135,26 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	return records
 }
 
-func reserveReq(key string, now time.Time, ttl time.Duration) store.ReserveRequest {
+var tokens atomic.Uint64
+
+// reserveReq reserves key with a lease of a minute (it never runs out
+// during a test) and a lifetime of ttl, on a token of its own.
+func reserveReq(key string, ttl time.Duration) store.ReserveRequest {
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("s", key), Scope: "s", Key: key,
 			Fingerprint: "fp", Binding: "POST /x", State: store.InProgress,
-			Token: uint64(now.UnixNano()), RequestID: "req-" + key,
-			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(ttl), LeaseUntil: now.Add(time.Minute),
+			Token: tokens.Add(1), RequestID: "req-" + key,
 		},
-		Now: now, TakeOverStale: true,
+		Lease: time.Minute, TTL: ttl, TakeOverStale: true,
 	}
+}
+
+// leased is reserveReq with the lease lease.
+func leased(key string, lease, ttl time.Duration) store.ReserveRequest {
+	r := reserveReq(key, ttl)
+	r.Lease = lease
+	return r
 }
 
 func fenceOf(req store.ReserveRequest) store.Fence {
@@ -149,9 +164,43 @@ func fenceOf(req store.ReserveRequest) store.Fence {
 func complete(t testing.TB, s *Store, req store.ReserveRequest, value string, ttl time.Duration) {
 	t.Helper()
 	if err := s.Complete(context.Background(), store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-		Value: []byte(value), Now: req.Now, ExpiresAt: req.Now.Add(ttl)}); err != nil {
+		Value: []byte(value), TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// short is a lease or lifetime that a test waits out.
+const short = 30 * time.Millisecond
+
+// eventually polls cond until it holds, failing the test after a
+// deadline generous enough for a loaded machine.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// gone waits until the record of req has expired.
+func gone(t testing.TB, s *Store, req store.ReserveRequest) {
+	t.Helper()
+	eventually(t, "record "+req.Record.Key+" expires", func() bool {
+		_, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
+		return errors.Is(err, store.ErrNotFound)
+	})
+}
+
+// stale waits until the record of req is stale.
+func stale(t testing.TB, s *Store, req store.ReserveRequest) {
+	t.Helper()
+	eventually(t, "lease of "+req.Record.Key+" runs out", func() bool {
+		r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
+		return err == nil && r.Stale()
+	})
 }
 
 // TestIndexConsistent runs every kind of write, including the ones that
@@ -160,7 +209,6 @@ func TestIndexConsistent(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	t0 := storetest.T0
 	step := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -168,34 +216,35 @@ func TestIndexConsistent(t *testing.T) {
 		}
 		checkIndex(t, s)
 	}
-	a := reserveReq("a", t0, time.Hour)
+	a := reserveReq("a", time.Hour)
 	_, err := s.Reserve(ctx, a)
 	step("reserve a", err)
-	step("renew a", s.Renew(ctx, fenceOf(a), t0.Add(2*time.Minute)))
+	step("renew a", s.Renew(ctx, fenceOf(a), 2*time.Minute))
 	step("complete a", s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded,
-		Value: []byte("A"), Now: t0, ExpiresAt: t0.Add(24 * time.Hour)}))
-	b := reserveReq("b", t0, time.Hour)
+		Value: []byte("A"), TTL: 24 * time.Hour}))
+	b := leased("b", short, time.Hour)
 	_, err = s.Reserve(ctx, b)
 	step("reserve b", err)
-	take := reserveReq("b", t0.Add(5*time.Minute), 2*time.Hour) // b's lease is over
-	take.Record.Token++
+	stale(t, s, b)
+	take := reserveReq("b", short) // b's lease is over
 	res, err := s.Reserve(ctx, take)
 	step("take over b", err)
 	if !res.TookOver {
 		t.Fatalf("no takeover: %+v", res)
 	}
-	again := reserveReq("b", t0.Add(3*time.Hour), time.Hour) // b expired
-	again.Record.Token += 2
+	gone(t, s, take)
+	again := reserveReq("b", time.Hour) // b expired
 	res, err = s.Reserve(ctx, again)
 	step("replace expired b", err)
 	if !res.Acquired || res.TookOver {
 		t.Fatalf("replacing an expired record: %+v", res)
 	}
 	step("release b", s.Release(ctx, fenceOf(again)))
-	c := reserveReq("c", t0, time.Minute)
+	c := reserveReq("c", short)
 	_, err = s.Reserve(ctx, c)
 	step("reserve c", err)
-	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	gone(t, s, c)
+	n, err := s.Cleanup(ctx, 0)
 	step("cleanup", err)
 	if n != 1 {
 		t.Fatalf("cleanup removed %d, want 1 (c)", n)
@@ -211,17 +260,22 @@ func TestCleanupReadsOnlyDue(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	t0 := storetest.T0
+	var last store.ReserveRequest
 	for i := range 2000 {
 		ttl := 48 * time.Hour
 		if i%100 == 0 {
-			ttl = time.Minute
+			ttl = short
 		}
-		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint(i), t0, ttl)); err != nil {
+		req := reserveReq(fmt.Sprint(i), ttl)
+		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
+		if ttl == short {
+			last = req
+		}
 	}
-	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	gone(t, s, last)
+	n, err := s.Cleanup(ctx, 0)
 	if err != nil || n != 20 {
 		t.Fatalf("Cleanup: %d, %v; want 20", n, err)
 	}
@@ -232,14 +286,16 @@ func TestCleanupReadsOnlyDue(t *testing.T) {
 		t.Fatalf("%d records left, want 1980", len(recs))
 	}
 	for i := range 600 {
-		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint("b", i), t0, time.Minute)); err != nil {
+		last = reserveReq(fmt.Sprint("b", i), short)
+		if _, err := s.Reserve(ctx, last); err != nil {
 			t.Fatal(err)
 		}
 	}
+	gone(t, s, last)
 	s.scanned = 0
 	total := 0
 	for {
-		n, err := s.Cleanup(ctx, t0.Add(time.Hour), 500)
+		n, err := s.Cleanup(ctx, 500)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,14 +315,13 @@ func TestReopen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
-	t0 := storetest.T0
 	s, err := Open(dir, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := reserveReq("done", t0, time.Hour)
-	held := reserveReq("held", t0, time.Hour)
-	gone := reserveReq("gone", t0, time.Hour)
+	done := reserveReq("done", time.Hour)
+	held := reserveReq("held", time.Hour)
+	gone := reserveReq("gone", time.Hour)
 	for _, r := range []store.ReserveRequest{done, held, gone} {
 		if _, err := s.Reserve(ctx, r); err != nil {
 			t.Fatal(err)
@@ -294,8 +349,7 @@ func TestReopen(t *testing.T) {
 		t.Fatalf("completed record after reopen: %+v", r)
 	}
 	// New writes after a reopen get seqs above every replayed one.
-	again := reserveReq("gone", t0.Add(time.Minute), time.Hour)
-	again.Record.Token = 99
+	again := reserveReq("gone", time.Hour)
 	if res, err := s.Reserve(ctx, again); err != nil || !res.Acquired {
 		t.Fatalf("reserve released key: %+v %v", res, err)
 	}
@@ -306,8 +360,8 @@ func TestReopen(t *testing.T) {
 func TestTornTail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a := reserveReq("a", storetest.T0, time.Hour)
-	b := reserveReq("b", storetest.T0, time.Hour)
+	a := reserveReq("a", time.Hour)
+	b := reserveReq("b", time.Hour)
 	// Cut inside b's body, inside its frame header, and append garbage
 	// that fails its checksum.
 	for _, damage := range []string{"cut 3", "cut 9", "garbage", "frame after a gap"} {
@@ -388,7 +442,7 @@ func TestCorruptMiddle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		req := reserveReq(fmt.Sprint(i), storetest.T0, time.Hour)
+		req := reserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +465,6 @@ func TestSegmentsReclaimed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
-	t0 := storetest.T0
 	small := func(o *Options) { o.SegmentBytes = 4 << 10 }
 	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 4 << 10})
 	if err != nil {
@@ -419,13 +472,14 @@ func TestSegmentsReclaimed(t *testing.T) {
 	}
 	keep := map[string]bool{}
 	var released []store.ReserveRequest
+	var last store.ReserveRequest
 	for i := range 400 {
-		ttl := time.Hour
+		ttl := short
 		if i%10 == 0 {
 			ttl = 30 * 24 * time.Hour // a few long-lived records among short ones
 			keep[store.HashKey("s", fmt.Sprint(i))] = true
 		}
-		req := reserveReq(fmt.Sprint(i), t0, ttl)
+		req := reserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -438,9 +492,13 @@ func TestSegmentsReclaimed(t *testing.T) {
 			continue
 		}
 		complete(t, s, req, strings.Repeat("x", 60), ttl)
+		if ttl == short {
+			last = req
+		}
 	}
+	gone(t, s, last)
 	segsBefore, bytesBefore := segmentFiles(t, dir)
-	n, err := s.Cleanup(ctx, t0.Add(2*time.Hour), 0)
+	n, err := s.Cleanup(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,11 +519,19 @@ func TestSegmentsReclaimed(t *testing.T) {
 			t.Fatalf("long-lived record %s after compaction and reopen: %+v", h, r)
 		}
 	}
+	// Expired records of segments not yet reclaimed replay as expired:
+	// only live ones count.
+	now := s.clock.Now()
+	for h, r := range recs {
+		if !r.ExpiresAt.After(now) {
+			delete(recs, h)
+		}
+	}
 	if len(recs) != len(keep) {
 		t.Fatalf("after reopen, %d records, want %d (a released or expired record came back?)", len(recs), len(keep))
 	}
 	for _, r := range released {
-		if _, err := s.Get(ctx, "s", r.Record.KeyHash, t0); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Get(ctx, "s", r.Record.KeyHash); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("released key %s came back: %v", r.Record.Key, err)
 		}
 	}
@@ -500,7 +566,7 @@ func TestRefusesPebbleDirectory(t *testing.T) {
 func TestRejectsMalformedKeyHash(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
-	req := reserveReq("k", storetest.T0, time.Hour)
+	req := reserveReq("k", time.Hour)
 	req.Record.KeyHash = "not-a-hash"
 	if _, err := s.Reserve(context.Background(), req); err == nil {
 		t.Fatal("a malformed key hash was accepted")
@@ -572,12 +638,12 @@ func TestGroupCommit(t *testing.T) {
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
 	pair := func(key string) error {
-		req := reserveReq(key, storetest.T0, time.Hour)
+		req := reserveReq(key, time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			return err
 		}
 		return s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-			Value: []byte(key), Now: storetest.T0, ExpiresAt: storetest.T0.Add(time.Hour)})
+			Value: []byte(key), TTL: time.Hour})
 	}
 	const n = 64
 	s0 := s.log.syncs.Load()
@@ -620,18 +686,26 @@ func TestCountExpired(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var last store.ReserveRequest
 	for i := range 30 {
-		req := reserveReq(fmt.Sprint(i), now, time.Duration(i)*time.Minute)
+		ttl := time.Hour
+		if i <= 10 {
+			ttl = short
+		}
+		req := reserveReq(fmt.Sprint(i), ttl)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
+		if ttl == short {
+			last = req
+		}
 	}
-	n, err := s.CountExpired(ctx, now.Add(10*time.Minute))
+	gone(t, s, last)
+	n, err := s.CountExpired(ctx)
 	if err != nil || n != 11 {
-		t.Fatalf("CountExpired = %d, %v; want 11 (expiry at 0..10 min)", n, err)
+		t.Fatalf("CountExpired = %d, %v; want 11", n, err)
 	}
-	if removed, _ := s.Cleanup(ctx, now.Add(10*time.Minute), 0); removed != n {
+	if removed, _ := s.Cleanup(ctx, 0); removed != n {
 		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
 	}
 }
@@ -667,7 +741,7 @@ func TestZeroFilled(t *testing.T) {
 	dir := t.TempDir()
 	// Segments of a little more than one fill each.
 	s := openT(t, dir, func(o *Options) { o.SegmentBytes = zeroAhead + zeroAhead/4 })
-	if _, err := s.Reserve(ctx, reserveReq("a", storetest.T0, time.Hour)); err != nil {
+	if _, err := s.Reserve(ctx, reserveReq("a", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.log.fills.Wait()
@@ -692,13 +766,13 @@ func TestZeroFilled(t *testing.T) {
 	for w := range writers {
 		go func() {
 			for i := range each {
-				req := reserveReq(fmt.Sprintf("w%d-%d", w, i), storetest.T0, time.Hour)
+				req := reserveReq(fmt.Sprintf("w%d-%d", w, i), time.Hour)
 				if _, err := s.Reserve(ctx, req); err != nil {
 					errs <- err
 					return
 				}
 				if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-					Value: val, Now: storetest.T0, ExpiresAt: storetest.T0.Add(time.Hour)}); err != nil {
+					Value: val, TTL: time.Hour}); err != nil {
 					errs <- err
 					return
 				}
@@ -717,7 +791,7 @@ func TestZeroFilled(t *testing.T) {
 	// One more write once every fill ended: the last segment gets a
 	// fill of its own, so that the store reopens inside its zeros.
 	s.log.fills.Wait()
-	if _, err := s.Reserve(ctx, reserveReq("c", storetest.T0, time.Hour)); err != nil {
+	if _, err := s.Reserve(ctx, reserveReq("c", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -729,7 +803,7 @@ func TestZeroFilled(t *testing.T) {
 	if fi, err := os.Stat(last.path); err != nil || fi.Size() <= last.size {
 		t.Fatalf("the last segment (%v) holds no zeros after its frames: the test did not reopen inside zeros", err)
 	}
-	if _, err := s.Reserve(ctx, reserveReq("b", storetest.T0, time.Hour)); err != nil {
+	if _, err := s.Reserve(ctx, reserveReq("b", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -755,21 +829,20 @@ func TestTooLarge(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	t0 := storetest.T0
-	a := reserveReq("a", t0, time.Hour)
+	a := reserveReq("a", time.Hour)
 	if _, err := s.Reserve(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	huge := make([]byte, 1<<32)
-	err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: huge, Now: t0, ExpiresAt: t0.Add(time.Hour)})
+	err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: huge, TTL: time.Hour})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a 4 GiB value: %v", err)
 	}
-	rec, err := s.Get(ctx, a.Record.Scope, a.Record.KeyHash, t0)
+	rec, err := s.Get(ctx, a.Record.Scope, a.Record.KeyHash)
 	if err != nil || rec.State != store.InProgress {
 		t.Fatalf("after the refusal: %+v %v", rec, err)
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: []byte("A"), Now: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: []byte("A"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	checkIndex(t, s)

@@ -1,28 +1,43 @@
 package file
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/idem-dev/idem/store"
 )
 
 // segment is one file of the log.
 type segment struct {
 	id   uint64
 	path string
-	f    *os.File
+	// f is the segment's file. A segment is made in memory when the log
+	// rotates to it, and its file by the sync that writes its first frames
+	// (with the header), so that neither a rotation nor Open needs room on
+	// the disk. Nil until then; set under log.mu.
+	f *os.File
 	// size is the bytes appended to the segment, written or still in the
 	// log's buffer; guarded by log.mu.
 	size int64
+	// synced is the bytes of the segment known durable; guarded by log.mu.
+	// A segment whose size passes it has a sync under way.
+	synced int64
 	// live is the bytes of the frames that the index points to: the
 	// segment's share of live data, which decides when to compact it.
 	live atomic.Int64
 	// written is the bytes written to the file; only the running sync
 	// (or recovery, before any) touches it.
 	written int64
+	// named: the segment's directory entry is durable. Only the running
+	// sync (or recovery) touches it.
+	named bool
 	// ready bounds where frames may go: no zero-fill writes below it.
 	// Up to it the file holds zeros written ahead (see zeroAhead), or
 	// frames, or a hole the sync left for a fill to start past.
@@ -47,10 +62,17 @@ type segment struct {
 // A fill starts zeroGap past the frames when it has no zeros to extend (a
 // new segment), so that the sync goes on writing (growing the file) while
 // its first piece is written, rather than wait for it.
+//
+// Zeros are written only while the filesystem keeps fillReserve free
+// beyond the piece: preallocation is a speed-up, and never takes the room
+// that frames need. A piece that fails all the same (another process took
+// the room) is cut off again, and no fill starts for fillPause.
 const (
-	zeroAhead = 4 << 20
-	zeroPiece = 1 << 20
-	zeroGap   = 256 << 10
+	zeroAhead   = 4 << 20
+	zeroPiece   = 1 << 20
+	zeroGap     = 256 << 10
+	fillReserve = 2 * zeroAhead
+	fillPause   = time.Second
 )
 
 // zeros is a piece of zeros, made when the first fill starts rather than
@@ -59,15 +81,24 @@ var zeros = sync.OnceValue(func() []byte { return make([]byte, zeroPiece) })
 
 func segmentName(id uint64) string { return fmt.Sprintf("%016d.log", id) }
 
+// batch is the frames that one sync writes: their writers wait on done,
+// and read err once it is closed.
+type batch struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+func newBatch() *batch { return &batch{done: make(chan struct{})} }
+
 // log appends frames to the active segment and makes them durable with
 // group commit: a writer appends its frame to a shared buffer, then waits
 // until a sync covers it. The first waiter to find no sync running becomes
 // the syncer: it takes the whole buffer (its own frame and every frame
-// appended meanwhile), writes it with one write and one fdatasync, and
-// wakes everyone it covered at once by closing a channel. Writers that
-// arrive during a sync form the next group. A lone writer pays one fsync;
-// 64 concurrent writers share about one fsync per group, and no writer ever
-// waits on a timer.
+// appended meanwhile, one batch), writes it with one write and one
+// fdatasync, and wakes everyone it covered at once by closing the batch's
+// channel. Writers that arrive during a sync form the next batch. A lone
+// writer pays one fsync; 64 concurrent writers share about one fsync per
+// group, and no writer ever waits on a timer.
 //
 // A writer about to sync yields once first when the last sync covered more
 // than one writer: the goroutines ready to run (requests on their way to
@@ -81,6 +112,21 @@ func segmentName(id uint64) string { return fmt.Sprintf("%016d.log", id) }
 // lock from one waiter to the next, each checking that it is covered and
 // leaving, one context switch after another (measured: 64 writers then
 // reached 6,600-11,400 pairs/s against 18,000 for Pebble's pipeline).
+//
+// # A failed write
+//
+// A write or fdatasync that fails (a full disk, an I/O error) fails its
+// batch and every frame appended after it, none of which was
+// acknowledged, and not the store: the log cuts its file back to where
+// the batch began (truncated and synced, so that no part of the failed
+// frames can be read later, by this process or by recovery) and the next
+// sync writes there. The writers put their index entries back as they
+// were. Until a sync succeeds again the log is unwritable: new
+// reservations are refused at once (admit), except for one try every
+// retryEvery while the filesystem has retryRoom free; any write that
+// succeeds makes the log writable again. Should the cut itself fail, the
+// log no longer knows what its tail holds and refuses every write until
+// the store is opened again (broken).
 type log struct {
 	dir        string
 	maxSegment int64
@@ -91,28 +137,48 @@ type log struct {
 	nextID  uint64              // guarded by mu
 	buf     []byte              // frames appended, not yet written; guarded by mu
 	spare   []byte              // the buffer of the previous sync, reused; guarded by mu
-	pos     uint64              // bytes appended since Open, the log's logical end; guarded by mu
-	syncing bool                // a syncer is writing; guarded by mu
+	cur     *batch              // the batch frames are appended to; guarded by mu
+	run     *batch              // the batch being synced, nil when none; guarded by mu
 	frames  int                 // frames appended since the last sync began; guarded by mu
 	grouped bool                // the last sync covered more than one frame; guarded by mu
-	done    chan struct{}       // closed when the running sync ends; guarded by mu
 
-	synced atomic.Uint64 // the log is durable up to this position
-	syncs  atomic.Uint64 // fdatasyncs done, for tests
-	// failed is the first write or sync error. After a failed fsync the
-	// kernel may have dropped the dirty pages, so nothing can be promised
-	// about what the file holds: the store refuses every write from then
-	// on, and reopening it recovers from what is really on disk.
-	failed atomic.Pointer[error]
+	syncs atomic.Uint64 // fdatasyncs done, for tests
+
+	// start is the log's origin on the monotonic clock, for retryAt.
+	start time.Time
+	// unwritable is the last sync's error while no sync has succeeded
+	// since; nil when the log is writable.
+	unwritable atomic.Pointer[error]
+	// broken is set when a failed sync could not be cut off: the log
+	// refuses every write from then on.
+	broken atomic.Pointer[error]
+	// retryAt is when an unwritable log lets a new reservation try
+	// again, in nanoseconds since start.
+	retryAt atomic.Int64
+	// freeBytes reports the room left on the log's filesystem; tests
+	// replace it.
+	freeBytes func() (int64, error)
 
 	zmu   sync.Mutex
 	zcond *sync.Cond // on zmu: a fill moved a segment's ready or ended
 	fill  *fill      // the zero-fill running, if any; guarded by zmu
-	fills sync.WaitGroup
+	// noFillUntil is when fills may start again after one stopped for
+	// want of room, in nanoseconds since start; guarded by zmu.
+	noFillUntil int64
+	fills       sync.WaitGroup
 	// slowFill, in tests, runs before each piece a fill writes, so that
 	// frames catch up with the fill.
 	slowFill func()
 }
+
+// retryEvery is how often an unwritable log lets a new reservation (or
+// Store.Writable) try to write again, and retryRoom the room its
+// filesystem must report free for that try: on a disk that has just a
+// few bytes, a reservation would be recorded and its outcome not.
+const (
+	retryEvery = 100 * time.Millisecond
+	retryRoom  = 1 << 20
+)
 
 // fill is a zero-fill of seg's file from from on.
 type fill struct {
@@ -121,49 +187,52 @@ type fill struct {
 }
 
 func newLog(dir string, maxSegment int64) *log {
-	l := &log{dir: dir, maxSegment: maxSegment, segs: map[uint64]*segment{}, nextID: 1}
+	l := &log{dir: dir, maxSegment: maxSegment, segs: map[uint64]*segment{}, nextID: 1,
+		cur: newBatch(), start: time.Now()}
+	l.freeBytes = func() (int64, error) { return freeBytes(dir) }
 	l.zcond = sync.NewCond(&l.zmu)
 	return l
 }
 
+// since is the time since the log's start on the monotonic clock.
+func (l *log) since() int64 { return int64(time.Since(l.start)) }
+
 // append adds frame to the active segment and returns the segment, the
-// frame's offset in it and the log position a sync must reach for the
-// frame to be durable.
-func (l *log) append(frame []byte) (*segment, int64, uint64) {
+// frame's offset in it and the batch to wait on for it to be durable.
+func (l *log) append(frame []byte) (*segment, int64, *batch) {
 	l.mu.Lock()
 	seg := l.active
 	off := seg.size
 	seg.size += int64(len(frame))
 	l.buf = append(l.buf, frame...)
 	l.frames++
-	l.pos += uint64(len(frame))
-	pos := l.pos
+	b := l.cur
 	l.mu.Unlock()
-	return seg, off, pos
+	return seg, off, b
 }
 
-// wait returns once the log is durable up to pos, syncing it itself when
-// no other writer is.
-func (l *log) wait(pos uint64) error {
+// wait returns once b's frames are durable, syncing them itself when no
+// other writer is, or with the error that failed them.
+func (l *log) wait(b *batch) error {
 	yielded := false
 	for {
-		if l.synced.Load() >= pos {
-			return nil
+		select {
+		case <-b.done:
+			return b.err
+		default:
 		}
 		l.mu.Lock()
-		if l.synced.Load() >= pos {
-			l.mu.Unlock()
-			return nil
-		}
-		if p := l.failed.Load(); p != nil {
-			l.mu.Unlock()
-			return *p
-		}
-		if l.syncing {
-			done := l.done
+		if l.run != nil {
+			done := l.run.done
 			l.mu.Unlock()
 			<-done
 			continue
+		}
+		if b != l.cur {
+			// Its sync ended between the check above and the lock.
+			l.mu.Unlock()
+			<-b.done
+			return b.err
 		}
 		if l.grouped && !yielded {
 			// The last sync covered more than one writer: others are
@@ -174,54 +243,148 @@ func (l *log) wait(pos uint64) error {
 			runtime.Gosched()
 			continue
 		}
-		l.syncing, l.done = true, make(chan struct{})
-		buf, end, seg := l.buf, l.pos, l.active
-		l.grouped = l.frames > 1
-		l.frames = 0
-		l.buf = l.spare[:0]
-		var next *segment
-		var err error
-		if seg.size >= l.maxSegment {
-			// Rotate while holding mu: every frame appended from now on
-			// goes to the new segment, and all of seg's frames are in buf.
-			if next, err = l.create(); err == nil {
-				l.active = next
-			}
-		}
-		l.mu.Unlock()
-		err = l.write(seg, next, buf, err)
-		l.mu.Lock()
-		if err != nil {
-			l.failed.Store(&err)
-		} else {
-			l.synced.Store(end)
-		}
-		l.spare = buf
-		l.syncing = false
-		close(l.done)
-		l.mu.Unlock()
+		l.sync() // unlocks mu
 	}
 }
 
-// write writes buf at the end of seg and syncs it; next is a segment just
-// created by rotation, whose name must be durable before any of its frames
-// is acknowledged.
-func (l *log) write(seg, next *segment, buf []byte, err error) error {
-	if err == nil {
-		l.room(seg, seg.written+int64(len(buf)))
-		_, err = seg.f.Write(buf)
-		seg.written += int64(len(buf))
-		l.fillAhead(seg)
+// sync writes the current batch and makes it durable, or fails it. mu is
+// held; sync releases it while it writes, and returns with it released.
+func (l *log) sync() {
+	run, seg, buf := l.cur, l.active, l.buf
+	l.cur, l.run = newBatch(), run
+	start, end := seg.written, seg.size
+	l.grouped = l.frames > 1
+	l.frames = 0
+	l.buf = l.spare[:0]
+	if seg.size >= l.maxSegment {
+		// Rotate while holding mu: every frame appended from now on goes
+		// to the new segment, and all of seg's frames are in buf.
+		l.active = l.newSegment()
+	}
+	l.mu.Unlock()
+
+	var err error
+	if p := l.broken.Load(); p != nil {
+		err = *p
+	} else {
+		l.retryAt.Store(l.since() + int64(retryEvery))
+		err = l.write(seg, buf)
+	}
+
+	l.mu.Lock()
+	if err != nil {
+		if l.broken.Load() == nil {
+			l.rewind(seg, start, err)
+		} else {
+			l.dropPending(err)
+		}
+		l.unwritable.Store(&err)
+	} else {
+		seg.synced = end
+		l.unwritable.Store(nil)
+	}
+	l.spare = buf[:0]
+	run.err = err
+	close(run.done)
+	l.run = nil
+	l.mu.Unlock()
+}
+
+// write writes buf at the end of seg, creating seg's file first if it has
+// none, and syncs it.
+func (l *log) write(seg *segment, buf []byte) error {
+	var err error
+	if seg.f == nil {
+		err = l.create(seg)
 	}
 	if err == nil {
+		l.room(seg, seg.written+int64(len(buf)))
+		_, err = seg.f.WriteAt(buf, seg.written)
+	}
+	if err == nil {
+		seg.written += int64(len(buf))
+		l.fillAhead(seg)
 		err = fdatasync(seg.f)
 		l.syncs.Add(1)
 	}
-	if err == nil && next != nil {
-		err = syncDir(l.dir)
+	if err == nil && !seg.named {
+		// The segment's name must be durable before any of its frames is
+		// acknowledged.
+		if err = syncDir(l.dir); err == nil {
+			seg.named = true
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("file: write log: %w", err)
+		return writeError(err)
+	}
+	return nil
+}
+
+// writeError wraps a failed write of the log; a full disk matches
+// store.ErrNoSpace as well as the system's error.
+func writeError(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("file: write log: %w: %w", store.ErrNoSpace, err)
+	}
+	return fmt.Errorf("file: write log: %w", err)
+}
+
+// rewind undoes a failed sync of seg's frames from start on: it fails
+// every frame appended since, which nobody has been told is durable, and
+// cuts seg's file back to start, so that the next sync writes there and
+// nothing of the failed frames is ever read. mu is held.
+func (l *log) rewind(seg *segment, start int64, err error) {
+	l.dropPending(err)
+	seg.size, seg.written = start, start
+	l.zmu.Lock()
+	if seg.ready.Load() > start {
+		seg.ready.Store(start)
+	}
+	l.zmu.Unlock()
+	if seg.f == nil {
+		return // never created: nothing was written
+	}
+	// Cut, not overwritten: the failed write may have put any part of
+	// its frames on disk, and a shorter write at start would leave the
+	// rest after it to be replayed. Truncating frees the room too.
+	cut := seg.f.Truncate(start)
+	if cut == nil {
+		cut = fdatasync(seg.f)
+	}
+	if cut != nil {
+		cut = fmt.Errorf("file: the log cannot cut a failed write off %s (%w) after: %w; writes are refused until the store is opened again", segmentName(seg.id), cut, err)
+		l.broken.Store(&cut)
+	}
+}
+
+// dropPending fails the frames appended since the running sync began:
+// their offsets follow frames that were not written. mu is held.
+func (l *log) dropPending(err error) {
+	l.cur.err = err
+	close(l.cur.done)
+	l.cur = newBatch()
+	l.buf = l.buf[:0]
+	l.frames = 0
+	l.active.size = l.active.written
+}
+
+// admit returns nil if a new reservation may write: the log is writable,
+// or it is due another try and its filesystem has room again. Otherwise
+// it returns the error that made it unwritable.
+func (l *log) admit() error {
+	if p := l.broken.Load(); p != nil {
+		return *p
+	}
+	p := l.unwritable.Load()
+	if p == nil {
+		return nil
+	}
+	now, at := l.since(), l.retryAt.Load()
+	if now < at || !l.retryAt.CompareAndSwap(at, now+int64(retryEvery)) {
+		return *p
+	}
+	if free, err := l.freeBytes(); err == nil && free < retryRoom {
+		return *p
 	}
 	return nil
 }
@@ -254,7 +417,7 @@ func (l *log) fillAhead(seg *segment) {
 	}
 	l.zmu.Lock()
 	defer l.zmu.Unlock()
-	if l.fill != nil {
+	if l.fill != nil || l.since() < l.noFillUntil {
 		return
 	}
 	f := &fill{seg: seg, from: max(ready, seg.written+zeroGap)}
@@ -262,9 +425,13 @@ func (l *log) fillAhead(seg *segment) {
 	l.fills.Add(1)
 	go func() {
 		defer l.fills.Done()
+		pause := false
 		defer func() {
 			l.zmu.Lock()
 			l.fill = nil
+			if pause {
+				l.noFillUntil = l.since() + int64(fillPause)
+			}
 			l.zcond.Broadcast()
 			l.zmu.Unlock()
 		}()
@@ -272,21 +439,31 @@ func (l *log) fillAhead(seg *segment) {
 		// each open file, so an fdatasync of the fill on the log's own
 		// file could take the error of the frames' pages, and the sync
 		// that follows would then succeed over lost frames. A failed
-		// fill (a full disk, say) just stops: the sync then grows the
-		// file as it would without one, and reports its own errors.
+		// fill just stops: the sync then grows the file as it would
+		// without one, and reports its own errors.
 		zf, err := os.OpenFile(seg.path, os.O_WRONLY, 0)
 		if err != nil {
 			return
 		}
 		defer zf.Close()
 		for off := f.from; off < f.from+zeroAhead; off += zeroPiece {
+			if free, err := l.freeBytes(); err != nil || free < zeroPiece+fillReserve {
+				pause = true
+				return
+			}
 			if l.slowFill != nil {
 				l.slowFill()
 			}
-			if _, err := zf.WriteAt(zeros(), off); err != nil {
-				return
+			_, err := zf.WriteAt(zeros(), off)
+			if err == nil {
+				err = fdatasync(zf)
 			}
-			if err := fdatasync(zf); err != nil {
+			if err != nil {
+				// Give back what the piece took: no frame lies at or
+				// past off while this fill runs (see room), and the
+				// room may be what the next frame needs.
+				_ = zf.Truncate(off)
+				pause = true
 				return
 			}
 			l.zmu.Lock()
@@ -297,28 +474,40 @@ func (l *log) fillAhead(seg *segment) {
 	}()
 }
 
-// create makes a new, empty segment with its header; mu is held.
-func (l *log) create() (*segment, error) {
+// newSegment makes the next segment, in memory only: the sync that first
+// writes to it creates its file (create). mu is held.
+func (l *log) newSegment() *segment {
 	id := l.nextID
-	path := filepath.Join(l.dir, segmentName(id))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := f.Write(segmentMagic); err != nil {
-		f.Close()
-		return nil, err
-	}
 	l.nextID++
 	n := int64(len(segmentMagic))
-	seg := &segment{id: id, path: path, f: f, size: n, written: n}
+	seg := &segment{id: id, path: filepath.Join(l.dir, segmentName(id)), size: n, synced: n, written: n}
 	seg.ready.Store(n)
 	l.segs[id] = seg
-	return seg, nil
+	return seg
 }
 
-// oldest returns the oldest segment other than the active one, or nil.
-func (l *log) oldest() *segment {
+// create creates seg's file with its header; the running sync calls it
+// before writing seg's first frames.
+func (l *log) create(seg *segment) error {
+	f, err := os.OpenFile(seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(segmentMagic, 0); err != nil {
+		f.Close()
+		os.Remove(seg.path)
+		return err
+	}
+	l.mu.Lock()
+	seg.f = f
+	l.mu.Unlock()
+	return nil
+}
+
+// oldest returns the oldest segment other than the active one, with its
+// file and size, or nil. A segment that a sync is still writing is not
+// returned: nothing may read or drop it before its frames are durable.
+func (l *log) oldest() (*segment, *os.File, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var old *segment
@@ -327,7 +516,10 @@ func (l *log) oldest() *segment {
 			old = s
 		}
 	}
-	return old
+	if old == nil || old.size != old.synced {
+		return nil, nil, 0
+	}
+	return old, old.f, old.size
 }
 
 // sizes returns the bytes of every segment and the live bytes among them.
@@ -345,8 +537,12 @@ func (l *log) sizes() (total, live int64) {
 func (l *log) drop(seg *segment) error {
 	l.mu.Lock()
 	delete(l.segs, seg.id)
+	f := seg.f
 	l.mu.Unlock()
-	seg.f.Close()
+	if f == nil {
+		return nil // never created
+	}
+	f.Close()
 	if err := os.Remove(seg.path); err != nil {
 		return err
 	}
@@ -359,6 +555,9 @@ func (l *log) close() error {
 	defer l.mu.Unlock()
 	var first error
 	for _, s := range l.segs {
+		if s.f == nil {
+			continue
+		}
 		if err := s.f.Close(); err != nil && first == nil {
 			first = err
 		}

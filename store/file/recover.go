@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/packed"
 )
 
@@ -22,6 +23,16 @@ import (
 // last write that was not acknowledged (every acknowledged frame was
 // fsync'd with all frames before it): the log is truncated there. Damage
 // anywhere else is ErrCorrupt, never silently skipped.
+//
+// A record left in progress belongs to a holder that is gone with the
+// process that wrote it, but its LeaseUntil is on that process's clock,
+// and the wall clock read at this Open may be behind it (an NTP step back,
+// a restored VM). Its lease is held to at most its length from the
+// reopen, so the key is free again within one lease whatever the clock
+// did. Nothing is written: each Open applies the same bound.
+//
+// Recovery writes nothing but the cut of a torn tail, which frees room,
+// so a store opens on a full disk and serves what it holds.
 func (s *Store) recover() error {
 	if err := refuseOtherFormats(s.log.dir); err != nil {
 		return err
@@ -47,12 +58,15 @@ func (s *Store) recover() error {
 	latest := map[keyID]*entry{} // an entry with no KeyHash marks a delete
 	var last *segment
 	for i, id := range ids {
+		s.log.nextID = id + 1
 		seg, err := s.replay(id, latest, i >= tail)
 		if err != nil {
 			return err
 		}
+		if seg == nil {
+			continue // a segment cut before its header was written: removed
+		}
 		s.log.segs[id] = seg
-		s.log.nextID = id + 1
 		last = seg
 	}
 	for id, e := range latest {
@@ -62,12 +76,7 @@ func (s *Store) recover() error {
 		s.index(&s.stripes[stripeOf(id)], id, nil, e)
 	}
 	if last == nil || last.size >= s.log.maxSegment {
-		if last, err = s.log.create(); err != nil {
-			return err
-		}
-		if err := syncDir(s.log.dir); err != nil {
-			return err
-		}
+		last = s.log.newSegment() // its file comes with its first write
 	}
 	s.log.active = last
 	if len(latest) > 0 {
@@ -96,7 +105,7 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 	if err != nil {
 		return nil, err
 	}
-	seg := &segment{id: id, path: path, f: f}
+	seg := &segment{id: id, path: path, f: f, named: true}
 	torn := func(off int, why string) (*segment, error) {
 		if !last {
 			f.Close()
@@ -104,8 +113,13 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 		}
 		s.logger.Info("file: dropping the unacknowledged tail of the log", "segment", segmentName(id), "at", off, "why", why)
 		if off < len(segmentMagic) {
-			// Cut while being created: start it again.
-			off = 0
+			// Cut while being created: it holds nothing. Removed rather
+			// than written again, which could need room the disk lacks.
+			f.Close()
+			if err := os.Remove(path); err != nil {
+				return nil, err
+			}
+			return nil, syncDir(s.log.dir)
 		}
 		// Truncated, not overwritten: the bytes after the cut may hold
 		// whole frames of the unacknowledged write (pages reach the disk
@@ -114,21 +128,13 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 			f.Close()
 			return nil, err
 		}
-		if off == 0 {
-			if _, err := f.WriteAt(segmentMagic, 0); err != nil {
-				f.Close()
-				return nil, err
-			}
-			off = len(segmentMagic)
-		}
 		if err := fdatasync(f); err != nil {
 			f.Close()
 			return nil, err
 		}
-		seg.size, seg.written = int64(off), int64(off)
+		seg.size, seg.synced, seg.written = int64(off), int64(off), int64(off)
 		seg.ready.Store(int64(off))
-		_, err := f.Seek(int64(off), 0)
-		return seg, err
+		return seg, nil
 	}
 	if len(data) < len(segmentMagic) {
 		return torn(0, "short header")
@@ -173,6 +179,12 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 		if cur := latest[fr.id]; cur == nil || fr.seq > cur.seq {
 			e := &entry{seq: fr.seq, seg: seg, off: int64(off), size: uint32(frameHeader + n)}
 			if fr.kind == kindPut {
+				if fr.rec.State == store.InProgress {
+					// The holder died with the process that wrote it.
+					if bound := s.opened.Add(max(fr.lease, 0)); fr.rec.LeaseUntil.After(bound) {
+						fr.rec.LeaseUntil = bound
+					}
+				}
 				e.rec, e.valAt, e.valLen = packed.Pack(&fr.rec), uint32(fr.valAt), uint32(fr.valLen)
 			}
 			latest[fr.id] = e
@@ -181,10 +193,9 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 	}
 	// The zeros after off may be fallocated space, not written zeros: the
 	// next fill writes them again.
-	seg.size, seg.written = int64(off), int64(off)
+	seg.size, seg.synced, seg.written = int64(off), int64(off), int64(off)
 	seg.ready.Store(int64(off))
-	_, err = f.Seek(int64(off), 0)
-	return seg, err
+	return seg, nil
 }
 
 // hasFrames reports whether the segment at path holds a frame after its

@@ -19,11 +19,17 @@ import (
 // The expiry index sorts by time, so Cleanup scans only the entries that
 // are due. Raw keys are never part of a key.
 var (
-	recPrefix    = []byte("r/")
-	expPrefix    = []byte("x/")
-	formatKey    = []byte("m/format")
-	formatValue  = []byte{1}
-	recordFormat = byte(1)
+	recPrefix   = []byte("r/")
+	expPrefix   = []byte("x/")
+	formatKey   = []byte("m/format")
+	formatValue = []byte{1}
+)
+
+// The record formats: 2 adds the lease and the run to 1, which was
+// written before the store kept its own clock.
+const (
+	recordV1 = byte(1)
+	recordV2 = byte(2)
 )
 
 // ErrCorrupt reports a record or key that does not decode: the directory
@@ -63,13 +69,25 @@ func parseExpKey(k []byte) (time.Time, string, bool) {
 	return parseTime(k[2:14]), string(k[n:]), true
 }
 
-// encodeRecord encodes r in format 1: a format byte, the strings as
-// length-prefixed fields, the token, the times (appendTime), and the value
-// last. KeyHash is not stored: it is the record's key.
-func encodeRecord(r *store.Record) []byte {
+// meta is what a record carries besides store.Record's fields.
+type meta struct {
+	// lease is the length of the lease that the last reservation or
+	// renewal asked for (LeaseUntil - UpdatedAt in format 1: exact for a
+	// record never renewed, longer for one that was).
+	lease time.Duration
+	// run is the Open of the store that wrote the record (0 in format
+	// 1): a record in progress of another run has lost its holder.
+	run uint64
+}
+
+// encodeRecord encodes r in format 2: a format byte, the strings as
+// length-prefixed fields, the token, the times (appendTime), the lease in
+// nanoseconds and the run (8 bytes each), and the value last. KeyHash is
+// not stored: it is the record's key.
+func encodeRecord(r *store.Record, m meta) []byte {
 	size := 64 + len(r.Scope) + len(r.Key) + len(r.Fingerprint) + len(r.Binding) +
-		len(r.State) + len(r.RequestID) + 4*12 + len(r.Value)
-	b := append(make([]byte, 0, size), recordFormat)
+		len(r.State) + len(r.RequestID) + 4*12 + 16 + len(r.Value)
+	b := append(make([]byte, 0, size), recordV2)
 	for _, s := range []string{r.Scope, r.Key, r.Fingerprint, r.Binding, string(r.State), r.RequestID} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -78,16 +96,20 @@ func encodeRecord(r *store.Record) []byte {
 	for _, t := range []time.Time{r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil} {
 		b = appendTime(b, t)
 	}
+	b = binary.BigEndian.AppendUint64(b, uint64(m.lease))
+	b = binary.BigEndian.AppendUint64(b, m.run)
 	b = binary.AppendUvarint(b, uint64(len(r.Value)))
 	return append(b, r.Value...)
 }
 
-// decodeRecord is the inverse of encodeRecord. The returned record shares
-// nothing with data, which Pebble reuses.
-func decodeRecord(keyHash string, data []byte) (*store.Record, error) {
+// decodeRecord is the inverse of encodeRecord, and reads format 1 too.
+// The returned record shares nothing with data, which Pebble reuses.
+func decodeRecord(keyHash string, data []byte) (*store.Record, meta, error) {
+	var m meta
 	d := wire.Reader{B: data}
-	if v := d.Byte(); v != recordFormat {
-		return nil, fmt.Errorf("%w %s: format %d", ErrCorrupt, keyHash, v)
+	v := d.Byte()
+	if v != recordV1 && v != recordV2 {
+		return nil, m, fmt.Errorf("%w %s: format %d", ErrCorrupt, keyHash, v)
 	}
 	r := &store.Record{KeyHash: keyHash}
 	for _, s := range []*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State), &r.RequestID} {
@@ -96,6 +118,12 @@ func decodeRecord(keyHash string, data []byte) (*store.Record, error) {
 	r.Token = binary.BigEndian.Uint64(d.Bytes(8))
 	for _, t := range []*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil} {
 		*t = parseTime(d.Bytes(12))
+	}
+	if v == recordV1 {
+		m.lease = r.LeaseUntil.Sub(r.UpdatedAt)
+	} else {
+		m.lease = time.Duration(binary.BigEndian.Uint64(d.Bytes(8)))
+		m.run = binary.BigEndian.Uint64(d.Bytes(8))
 	}
 	if n := d.Uvarint(); n > 0 {
 		r.Value = append([]byte(nil), d.Bytes(n)...)
@@ -107,7 +135,7 @@ func decodeRecord(keyHash string, data []byte) (*store.Record, error) {
 		d.Err = fmt.Errorf("state %q", r.State)
 	}
 	if d.Err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, keyHash, d.Err)
+		return nil, m, fmt.Errorf("%w %s: %v", ErrCorrupt, keyHash, d.Err)
 	}
-	return r, nil
+	return r, m, nil
 }

@@ -31,6 +31,64 @@
 // however it exits. Processes that must share records across machines use
 // the PostgreSQL, Redis or S3 stores instead.
 //
+// # One clock
+//
+// Leases and lifetimes are judged on the store's own clock (store/doc.go,
+// "One clock for a lease"): the wall clock read once, when Open starts
+// (Options.WallClock), and carried forward on the monotonic clock, so that
+// a jump of the wall clock while the store is open moves neither. A
+// restart reads the wall clock again: lifetimes written before a jump
+// move with it. Each Open draws a run number that every record it writes
+// carries, with the length of its lease (record format 2): a record in
+// progress of another run was left by a holder that died with it, and is
+// read with its lease held to at most that length from this Open, so its
+// key is free again within one lease whatever the clock did. Records
+// written before (format 1) have no run, and read their lease as
+// LeaseUntil - UpdatedAt.
+//
+// # A full disk
+//
+// Pebble (v1.1) treats a failed write of its WAL or MANIFEST as fatal: it
+// calls its logger's Fatalf, whose default exits the process, and its WAL
+// stays failed for the rest of the engine's life. The store's logger does
+// not exit: in a call of the store's own, Fatalf panics and the store
+// turns the panic into that call's error (it must not return there, or
+// Pebble would report the failed commit as done); in Pebble's background
+// jobs it tells the store and returns. A failed commit fails its call
+// with an error that matches store.ErrNoSpace when the disk is full, and
+// the store then:
+//
+//   - refuses every write at once with that error;
+//   - reopens the engine read-only (a replay of the WAL: calls wait for
+//     it), and serves reads from it, replays of acknowledged keys
+//     included;
+//   - checks every 100 ms whether the filesystem has room for the records
+//     of its WAL written out as tables, and 1 MiB more, and reopens the
+//     engine read-write then, which writes them (after a failed try it
+//     waits twice as long as before, up to 10 s). Writable reports which
+//     it is.
+//
+// A commit that failed may still have reached the WAL whole (Pebble
+// writes the batches of a group together and fails them together): after
+// a reopen it may be there, as the store contract allows of a failed
+// call.
+//
+// Open on a full disk cannot open Pebble read-write, whose replay of the
+// WAL writes tables: it opens it read-only instead, and reopens it
+// read-write as above. Pebble leaves behind the tables that a failed open
+// wrote, which fill the disk again; the store removes them (unless the
+// MANIFEST changed) and stops the goroutine that Pebble's failed open
+// leaves running. A new directory cannot be created on a full disk: Open
+// fails.
+//
+// The room needed to write again is the point to know: with its 32 MiB
+// memtables, the store's WAL holds everything written since its last
+// flush, up to about 64 MiB, and reopening read-write needs that much room
+// again. On a disk smaller than that, the memtables never fill, the WAL
+// holds all the store's data, and the store writes again only once about
+// as much room as its data is free. The file store (store/file) needs
+// none: it writes again as soon as one write fits.
+//
 // # Layout
 //
 // The directory is a Pebble database (github.com/cockroachdb/pebble, the

@@ -25,14 +25,13 @@ func Example() {
 	defer s.Close()
 
 	ctx := context.Background()
-	now := time.Now()
 	rec := store.Record{
 		KeyHash: store.HashKey("tenant-1", "charge-ORD-123"), Scope: "tenant-1", Key: "charge-ORD-123",
 		Fingerprint: "sha256:...", Binding: "POST /charges", State: store.InProgress, Token: 1,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour), LeaseUntil: now.Add(time.Minute),
 	}
-	// The first call reserves the key; it is on disk when Reserve returns.
-	res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: now})
+	// The first call reserves the key for a minute; it is on disk when
+	// Reserve returns. The store sets the record's times from its own clock.
+	res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Minute, TTL: 24 * time.Hour})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -41,7 +40,7 @@ func Example() {
 	// It runs the operation, then stores the outcome.
 	err = s.Complete(ctx, store.Completion{
 		Fence: store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token},
-		State: store.Succeeded, Value: []byte(`{"id":"ch_1"}`), Now: now, ExpiresAt: now.Add(24 * time.Hour),
+		State: store.Succeeded, Value: []byte(`{"id":"ch_1"}`), TTL: 24 * time.Hour,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -49,7 +48,7 @@ func Example() {
 
 	// A retry finds the outcome instead of running again.
 	rec.Token = 2
-	res, err = s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: now.Add(time.Second)})
+	res, err = s.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Minute, TTL: 24 * time.Hour})
 	if err != nil {
 		log.Fatal(err)
 	}

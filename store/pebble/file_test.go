@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,10 @@ func TestMain(m *testing.M) {
 		testkit.VerifyTestMain(m) // Close must stop every engine goroutine
 	case "hold":
 		os.Exit(holdChild(os.Getenv("IDEM_FILE_TEST_DIR")))
+	case "reserve":
+		os.Exit(reserveChild(os.Getenv("IDEM_FILE_TEST_DIR")))
+	case "fill":
+		os.Exit(fullChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
 		os.Exit(2)
@@ -40,9 +45,15 @@ func TestMain(m *testing.M) {
 
 var quiet = Options{Logger: slog.New(slog.DiscardHandler)}
 
-func openT(t testing.TB, dir string) *Store {
+func openT(t testing.TB, dir string) *Store { return openWith(t, dir) }
+
+func openWith(t testing.TB, dir string, opts ...func(*Options)) *Store {
 	t.Helper()
-	s, err := Open(dir, quiet)
+	o := quiet
+	for _, f := range opts {
+		f(&o)
+	}
+	s, err := Open(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +103,7 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 		switch {
 		case bytes.HasPrefix(k, recPrefix):
 			h := string(k[len(recPrefix):])
-			r, err := decodeRecord(h, it.Value())
+			r, _, err := decodeRecord(h, it.Value())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,20 +135,64 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	return records
 }
 
-func reserveReq(key string, now time.Time, ttl time.Duration) store.ReserveRequest {
+var tokens atomic.Uint64
+
+// reserveReq reserves key with a lease of a minute (it never runs out
+// during a test) and a lifetime of ttl, on a token of its own.
+func reserveReq(key string, ttl time.Duration) store.ReserveRequest {
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("s", key), Scope: "s", Key: key,
 			Fingerprint: "fp", Binding: "POST /x", State: store.InProgress,
-			Token: uint64(now.UnixNano()), RequestID: "req-" + key,
-			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(ttl), LeaseUntil: now.Add(time.Minute),
+			Token: tokens.Add(1), RequestID: "req-" + key,
 		},
-		Now: now, TakeOverStale: true,
+		Lease: time.Minute, TTL: ttl, TakeOverStale: true,
 	}
+}
+
+// leased is reserveReq with the lease lease.
+func leased(key string, lease, ttl time.Duration) store.ReserveRequest {
+	r := reserveReq(key, ttl)
+	r.Lease = lease
+	return r
 }
 
 func fenceOf(req store.ReserveRequest) store.Fence {
 	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
+}
+
+// short is a lease or lifetime that a test waits out.
+const short = 30 * time.Millisecond
+
+// eventually polls cond until it holds, failing the test after a
+// deadline generous enough for a loaded machine.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// gone waits until the record of req has expired.
+func gone(t testing.TB, s *Store, req store.ReserveRequest) {
+	t.Helper()
+	eventually(t, "record "+req.Record.Key+" expires", func() bool {
+		_, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
+		return errors.Is(err, store.ErrNotFound)
+	})
+}
+
+// stale waits until the record of req is stale.
+func stale(t testing.TB, s *Store, req store.ReserveRequest) {
+	t.Helper()
+	eventually(t, "lease of "+req.Record.Key+" runs out", func() bool {
+		r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
+		return err == nil && r.Stale()
+	})
 }
 
 // TestIndexConsistent runs every kind of write, including the ones that
@@ -146,7 +201,6 @@ func TestIndexConsistent(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	t0 := storetest.T0
 	step := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -154,34 +208,35 @@ func TestIndexConsistent(t *testing.T) {
 		}
 		checkIndex(t, s)
 	}
-	a := reserveReq("a", t0, time.Hour)
+	a := reserveReq("a", time.Hour)
 	_, err := s.Reserve(ctx, a)
 	step("reserve a", err)
-	step("renew a", s.Renew(ctx, fenceOf(a), t0.Add(2*time.Minute)))
+	step("renew a", s.Renew(ctx, fenceOf(a), 2*time.Minute))
 	step("complete a", s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded,
-		Value: []byte("A"), Now: t0, ExpiresAt: t0.Add(24 * time.Hour)}))
-	b := reserveReq("b", t0, time.Hour)
+		Value: []byte("A"), TTL: 24 * time.Hour}))
+	b := leased("b", short, time.Hour)
 	_, err = s.Reserve(ctx, b)
 	step("reserve b", err)
-	take := reserveReq("b", t0.Add(5*time.Minute), 2*time.Hour) // b's lease is over
-	take.Record.Token++
+	stale(t, s, b)
+	take := reserveReq("b", short) // b's lease is over
 	res, err := s.Reserve(ctx, take)
 	step("take over b", err)
 	if !res.TookOver {
 		t.Fatalf("no takeover: %+v", res)
 	}
-	again := reserveReq("b", t0.Add(3*time.Hour), time.Hour) // b expired
-	again.Record.Token += 2
+	gone(t, s, take)
+	again := reserveReq("b", time.Hour) // b expired
 	res, err = s.Reserve(ctx, again)
 	step("replace expired b", err)
 	if !res.Acquired || res.TookOver {
 		t.Fatalf("replacing an expired record: %+v", res)
 	}
 	step("release b", s.Release(ctx, fenceOf(again)))
-	c := reserveReq("c", t0, time.Minute)
+	c := reserveReq("c", short)
 	_, err = s.Reserve(ctx, c)
 	step("reserve c", err)
-	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	gone(t, s, c)
+	n, err := s.Cleanup(ctx, 0)
 	step("cleanup", err)
 	if n != 1 {
 		t.Fatalf("cleanup removed %d, want 1 (c)", n)
@@ -197,17 +252,22 @@ func TestCleanupReadsOnlyDue(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	t0 := storetest.T0
+	var last store.ReserveRequest
 	for i := range 2000 {
 		ttl := 48 * time.Hour
 		if i%100 == 0 {
-			ttl = time.Minute
+			ttl = short
 		}
-		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint(i), t0, ttl)); err != nil {
+		req := reserveReq(fmt.Sprint(i), ttl)
+		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
+		if ttl == short {
+			last = req
+		}
 	}
-	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	gone(t, s, last)
+	n, err := s.Cleanup(ctx, 0)
 	if err != nil || n != 20 {
 		t.Fatalf("Cleanup: %d, %v; want 20", n, err)
 	}
@@ -219,14 +279,16 @@ func TestCleanupReadsOnlyDue(t *testing.T) {
 	}
 	// In chunks under a limit, the same.
 	for i := range 600 {
-		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint("b", i), t0, time.Minute)); err != nil {
+		last = reserveReq(fmt.Sprint("b", i), short)
+		if _, err := s.Reserve(ctx, last); err != nil {
 			t.Fatal(err)
 		}
 	}
+	gone(t, s, last)
 	s.scanned = 0
 	total := 0
 	for {
-		n, err := s.Cleanup(ctx, t0.Add(time.Hour), 500)
+		n, err := s.Cleanup(ctx, 500)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,12 +310,12 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := reserveReq("k", storetest.T0, time.Hour)
+	req := reserveReq("k", time.Hour)
 	if _, err := s.Reserve(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-		Value: []byte("v"), Now: storetest.T0, ExpiresAt: storetest.T0.Add(time.Hour)}); err != nil {
+		Value: []byte("v"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -262,11 +324,11 @@ func TestReopen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := s.Get(ctx, "s", req.Record.KeyHash, storetest.T0); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Get(ctx, "s", req.Record.KeyHash); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Get after Close: %v, want ErrClosed", err)
 	}
 	s = openT(t, dir)
-	r, err := s.Get(ctx, "s", req.Record.KeyHash, storetest.T0)
+	r, err := s.Get(ctx, "s", req.Record.KeyHash)
 	if err != nil || r.State != store.Succeeded || string(r.Value) != "v" || r.Key != "k" {
 		t.Fatalf("after reopen: %+v, %v", r, err)
 	}
@@ -277,13 +339,17 @@ func TestCodec(t *testing.T) {
 	r := &store.Record{
 		KeyHash: "h", Scope: "tenant ü", Key: "k\x00", Fingerprint: "fp", Binding: "b",
 		State: store.Failed, Token: 1<<64 - 1, RequestID: "rid", Value: []byte{0, 1, 2},
-		CreatedAt: time.Date(1600, 1, 1, 0, 0, 0, 1, time.UTC), UpdatedAt: storetest.T0,
+		CreatedAt: time.Date(1600, 1, 1, 0, 0, 0, 1, time.UTC), UpdatedAt: time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC),
 		ExpiresAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
 	}
-	data := encodeRecord(r)
-	got, err := decodeRecord("h", data)
+	m := meta{lease: 1500 * time.Millisecond, run: 1<<64 - 3}
+	data := encodeRecord(r, m)
+	got, gotMeta, err := decodeRecord("h", data)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if gotMeta != m {
+		t.Fatalf("meta: got %+v, want %+v", gotMeta, m)
 	}
 	if !got.CreatedAt.Equal(r.CreatedAt) || !got.ExpiresAt.Equal(r.ExpiresAt) || !got.LeaseUntil.IsZero() {
 		t.Fatalf("times: %v %v %v", got.CreatedAt, got.ExpiresAt, got.LeaseUntil)
@@ -294,20 +360,21 @@ func TestCodec(t *testing.T) {
 	}
 	// Every truncation, and a stray byte, is reported, never a panic.
 	for i := range len(data) {
-		if _, err := decodeRecord("h", data[:i]); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := decodeRecord("h", data[:i]); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("truncated to %d: %v", i, err)
 		}
 	}
-	if _, err := decodeRecord("h", append(data, 0)); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := decodeRecord("h", append(data, 0)); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("trailing byte: %v", err)
 	}
 }
 
 func TestExpKeyOrder(t *testing.T) {
 	t.Parallel()
+	t0 := time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
 	times := []time.Time{
 		{}, time.Unix(-1, 0), time.Unix(-1, 5), time.Unix(0, 0), time.Unix(0, 1),
-		storetest.T0, storetest.T0.Add(time.Nanosecond), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
+		t0, t0.Add(time.Nanosecond), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
 	for i := 1; i < len(times); i++ {
 		a, b := expKey(times[i-1], "ffff"), expKey(times[i], "0000")
@@ -391,12 +458,12 @@ func TestGroupCommit(t *testing.T) {
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
 	pair := func(key string) error {
-		req := reserveReq(key, storetest.T0, time.Hour)
+		req := reserveReq(key, time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			return err
 		}
 		return s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-			Value: []byte(key), Now: storetest.T0, ExpiresAt: storetest.T0.Add(time.Hour)})
+			Value: []byte(key), TTL: time.Hour})
 	}
 	const n = 64
 	syncs0, begin := fsyncs(t, s), time.Now()
@@ -458,19 +525,24 @@ func TestCountExpired(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var last store.ReserveRequest
 	for i := range 30 {
-		req := benchRequest(99, uint64(i), now)
-		req.Record.ExpiresAt = now.Add(time.Duration(i) * time.Minute)
+		req := benchRequest(99, uint64(i))
+		req.TTL = time.Hour
+		if i <= 10 {
+			req.TTL = short
+			last = req
+		}
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := s.CountExpired(ctx, now.Add(10*time.Minute))
+	gone(t, s, last)
+	n, err := s.CountExpired(ctx)
 	if err != nil || n != 11 {
-		t.Fatalf("CountExpired = %d, %v; want 11 (expiry at 0..10 min)", n, err)
+		t.Fatalf("CountExpired = %d, %v; want 11", n, err)
 	}
-	if removed, _ := s.Cleanup(ctx, now.Add(10*time.Minute), 0); removed != n {
+	if removed, _ := s.Cleanup(ctx, 0); removed != n {
 		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
 	}
 }

@@ -3,6 +3,8 @@ package pebblestore
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -10,14 +12,20 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
+	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/monoclock"
 )
 
 // ErrLocked is returned by Open when another process, or another Store in
@@ -35,14 +43,59 @@ type Options struct {
 
 	// CacheSize is the engine's block cache, in bytes. Zero means 64 MiB.
 	CacheSize int64
+
+	// WallClock is read once, when Open starts, to set the store's clock,
+	// which then advances on the monotonic clock only (see "One clock" in
+	// the package doc). Nil means time.Now.
+	WallClock func() time.Time
+
+	// now, in tests, replaces the store's clock: every instant is read
+	// from it, jumps included.
+	now func() time.Time
+	// freeBytes, in tests, replaces the report of the room left on the
+	// directory's filesystem.
+	freeBytes func() (int64, error)
 }
 
 // Store is the embedded store. It is safe for concurrent use; Open it once
 // per directory and share it.
 type Store struct {
-	db   *pebble.DB
-	lock io.Closer // the directory's flock
-	seed maphash.Seed
+	dir   string
+	opts  Options
+	cache *pebble.Cache
+	lock  io.Closer // the directory's flock
+	seed  maphash.Seed
+	clock *monoclock.Clock
+	// opened is the store's clock at Open, and run a number drawn then
+	// and written into every record: a record in progress of another run
+	// was left by a holder gone with its process, and its lease is held
+	// to at most its length from opened (see held).
+	opened time.Time
+	run    uint64
+
+	// db is the engine, read-write or read-only; replaced under closeMu
+	// held for writing, read under it held for reading. fsCloser stops
+	// the disk-health checks of its filesystem.
+	db       *pebble.DB
+	fsCloser io.Closer
+	readOnly bool // guarded by closeMu
+	// retryAt is when the recovery may next try to open the engine
+	// read-write, and backoff how long it waits after a failed try; only
+	// the recovery goroutine touches them.
+	retryAt time.Time
+	backoff time.Duration
+
+	// unwritable is why the store refuses writes, nil while it takes
+	// them: the engine is open read-only, or a write failed and it is
+	// being reopened so.
+	unwritable atomic.Pointer[error]
+	// recovering is set while the goroutine that reopens the engine
+	// runs; stop ends it, bg waits for it.
+	recovering atomic.Bool
+	bgMu       sync.Mutex // orders starting the goroutine with Close
+	stop       chan struct{}
+	stopped    bool // guarded by bgMu
+	bg         sync.WaitGroup
 
 	// stripes guard each key's read-modify-write; see stripe.
 	stripes [1024]sync.Mutex
@@ -51,7 +104,7 @@ type Store struct {
 	cleanMu sync.Mutex
 	scanned int // index entries Cleanup has read, for tests; guarded by cleanMu
 	// closeMu is read-held by every method for its whole duration and
-	// write-held by Close, which so waits for them before closing the engine.
+	// write-held by Close and by a reopen, which so wait for them.
 	closeMu sync.RWMutex
 	closed  bool // guarded by closeMu
 }
@@ -61,6 +114,12 @@ var _ store.Store = (*Store)(nil)
 // Open opens the store in dir, creating dir and an empty store if needed.
 // It fails with an error matching ErrLocked while another process has the
 // same directory open.
+//
+// On a disk too full for Pebble to open read-write (its WAL replay writes
+// tables), Open opens the engine read-only: the store serves what it
+// holds, refuses writes with an error matching store.ErrNoSpace, and
+// reopens read-write by itself once there is room (see Writable). A new
+// directory cannot be created on a full disk: Open then fails.
 func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("pebble: open %s: %w", dir, err)
@@ -85,18 +144,141 @@ func open(dir string, opts Options) (*Store, error) {
 	if opts.CacheSize <= 0 {
 		opts.CacheSize = 64 << 20
 	}
-	cache := pebble.NewCache(opts.CacheSize)
-	defer cache.Unref() // the DB holds its own reference
-	db, err := pebble.Open(dir, engineOptions(cache, pebbleLogger{opts.Logger}))
+	if opts.freeBytes == nil {
+		opts.freeBytes = func() (int64, error) { return freeBytes(dir) }
+	}
+	clock := monoclock.New(opts.WallClock)
+	if opts.now != nil {
+		clock = monoclock.Stepped(opts.now)
+	}
+	var run [8]byte
+	_, _ = rand.Read(run[:])
+	s := &Store{dir: dir, opts: opts, seed: maphash.MakeSeed(), clock: clock, opened: clock.Now(),
+		run: binary.BigEndian.Uint64(run[:]) | 1, stop: make(chan struct{})}
+	s.cache = pebble.NewCache(opts.CacheSize)
+	err := s.openEngine(false)
+	if err != nil && noRoom(err) {
+		opts.Logger.Warn("pebble: the disk has no room to open the store read-write; opening it read-only, and read-write again once there is room", "dir", dir, "err", err)
+		if rerr := s.openEngine(true); rerr == nil {
+			werr := writeError(err)
+			s.unwritable.Store(&werr)
+			err = nil
+		} else {
+			err = fmt.Errorf("%w (and read-only: %w)", err, rerr)
+		}
+	}
 	if err != nil {
+		s.cache.Unref()
 		return nil, err
 	}
-	s := &Store{db: db, seed: maphash.MakeSeed()}
 	if err := s.checkFormat(); err != nil {
-		db.Close()
+		s.closeEngine()
+		s.cache.Unref()
 		return nil, err
+	}
+	if s.readOnly {
+		s.recover()
 	}
 	return s, nil
+}
+
+// openEngine opens Pebble on the store's directory, read-only or not, as
+// s.db; closeMu is write-held (or the store is not yet shared).
+//
+// Pebble leaves behind what an Open that fails has made: the goroutine of
+// its disk-health checks, which the store therefore makes itself and
+// stops, and the tables its WAL replay wrote before the disk filled,
+// which take the room it lacked. openEngine removes those tables, unless
+// the MANIFEST changed (it may name them).
+func (s *Store) openEngine(readOnly bool) error {
+	o := engineOptions(s.cache, pebbleLogger{l: s.opts.Logger, fatal: s.engineFailed})
+	o.ReadOnly = readOnly
+	logger := s.opts.Logger
+	var fsCloser io.Closer
+	o.FS, fsCloser = vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, func(info vfs.DiskSlowInfo) {
+		logger.Warn("pebble: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+	})
+	before := engineFiles(s.dir)
+	var db *pebble.DB
+	err := guard(func() (err error) {
+		db, err = pebble.Open(s.dir, o)
+		return err
+	})
+	if err != nil {
+		fsCloser.Close()
+		if !readOnly {
+			s.removeLeftovers(before)
+		}
+		return err
+	}
+	s.db, s.fsCloser, s.readOnly = db, fsCloser, readOnly
+	return nil
+}
+
+// engineFiles lists the directory's files with their sizes.
+func engineFiles(dir string) map[string]int64 {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	files := map[string]int64{}
+	for _, de := range des {
+		if fi, err := de.Info(); err == nil {
+			files[de.Name()] = fi.Size()
+		}
+	}
+	return files
+}
+
+// removeLeftovers removes the tables that a failed Open wrote, which were
+// not in before, if no MANIFEST or CURRENT changed since.
+func (s *Store) removeLeftovers(before map[string]int64) {
+	if before == nil {
+		return
+	}
+	after := engineFiles(s.dir)
+	var tables []string
+	for name, size := range after {
+		old, ok := before[name]
+		switch {
+		case strings.HasPrefix(name, "MANIFEST-") || name == "CURRENT":
+			if !ok || old != size {
+				return // the failed Open may have recorded its tables
+			}
+		case !ok && strings.HasSuffix(name, ".sst"):
+			tables = append(tables, name)
+		}
+	}
+	for _, name := range tables {
+		if err := os.Remove(filepath.Join(s.dir, name)); err != nil {
+			s.opts.Logger.Info("pebble: removing a table left by a failed open", "file", name, "err", err)
+		}
+	}
+}
+
+// walBytes is the size of the engine's WAL files: reopening read-write
+// writes their records out as tables, and needs about that much room.
+func walBytes(dir string) int64 {
+	var n int64
+	for name, size := range engineFiles(dir) {
+		if strings.HasSuffix(name, ".log") {
+			n += size
+		}
+	}
+	return n
+}
+
+// closeEngine closes the engine; closeMu is write-held (or the store is
+// not yet shared).
+func (s *Store) closeEngine() error {
+	if s.db == nil {
+		return nil
+	}
+	db, fsCloser := s.db, s.fsCloser
+	s.db, s.fsCloser = nil, nil
+	err := guard(db.Close)
+	fsCloser.Close()
+	return err
 }
 
 // engineOptions is the store's Pebble configuration, shared with the raw
@@ -125,7 +307,10 @@ func (s *Store) checkFormat() error {
 	v, closer, err := s.db.Get(formatKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		return s.db.Set(formatKey, formatValue, pebble.Sync)
+		if s.readOnly {
+			return nil
+		}
+		return s.commit(func(db *pebble.DB) error { return db.Set(formatKey, formatValue, pebble.Sync) })
 	case err != nil:
 		return err
 	}
@@ -146,6 +331,12 @@ func (s *Store) begin(ctx context.Context) error {
 	if s.closed {
 		s.closeMu.RUnlock()
 		return store.ErrClosed
+	}
+	if s.db == nil {
+		// A reopen failed both ways; the recovery goroutine tries again.
+		err := *s.unwritable.Load()
+		s.closeMu.RUnlock()
+		return err
 	}
 	return nil
 }
@@ -184,7 +375,11 @@ func (s *Store) withKey(ctx context.Context, keyHash string, fn func() error) er
 	return fn()
 }
 
-// read returns the stored record for keyHash, expired or not, or nil.
+// read returns the stored record for keyHash, expired or not, or nil. A
+// record in progress written by another run of the store has its lease
+// held to at most its length from this run's Open: its holder died with
+// that run, and its LeaseUntil is on that run's clock, which the wall
+// clock read at this Open may be far behind.
 func (s *Store) read(keyHash string) (*store.Record, error) {
 	v, closer, err := s.db.Get(recKey(keyHash))
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -194,28 +389,188 @@ func (s *Store) read(keyHash string) (*store.Record, error) {
 		return nil, err
 	}
 	defer closer.Close()
-	return decodeRecord(keyHash, v)
+	r, meta, err := decodeRecord(keyHash, v)
+	if err != nil {
+		return nil, err
+	}
+	if r.State == store.InProgress && meta.run != s.run {
+		if bound := s.opened.Add(max(meta.lease, 0)); r.LeaseUntil.After(bound) {
+			r.LeaseUntil = bound
+		}
+	}
+	return r, nil
 }
 
 // write commits r, replacing old (nil when absent), with its expiry index
-// entry, and returns once the commit is on disk.
-func (s *Store) write(r, old *store.Record) error {
-	b := s.db.NewBatch()
-	defer b.Close()
-	if err := b.Set(recKey(r.KeyHash), encodeRecord(r), nil); err != nil {
-		return err
-	}
-	if old == nil || !old.ExpiresAt.Equal(r.ExpiresAt) {
-		if old != nil {
-			if err := b.Delete(expKey(old.ExpiresAt, old.KeyHash), nil); err != nil {
+// entry, and returns once the commit is on disk. lease is the lease
+// r.LeaseUntil was set from.
+func (s *Store) write(r, old *store.Record, lease time.Duration) error {
+	return s.commit(func(db *pebble.DB) error {
+		b := db.NewBatch()
+		defer b.Close()
+		if err := b.Set(recKey(r.KeyHash), encodeRecord(r, meta{lease: lease, run: s.run}), nil); err != nil {
+			return err
+		}
+		if old == nil || !old.ExpiresAt.Equal(r.ExpiresAt) {
+			if old != nil {
+				if err := b.Delete(expKey(old.ExpiresAt, old.KeyHash), nil); err != nil {
+					return err
+				}
+			}
+			if err := b.Set(expKey(r.ExpiresAt, r.KeyHash), nil, nil); err != nil {
 				return err
 			}
 		}
-		if err := b.Set(expKey(r.ExpiresAt, r.KeyHash), nil, nil); err != nil {
-			return err
+		return b.Commit(pebble.Sync)
+	})
+}
+
+// commit runs fn, which commits to the engine, unless the store refuses
+// writes. A commit that fails (Pebble reports a failed WAL write or sync
+// through its logger's Fatalf, which guard turns into an error here)
+// leaves Pebble's WAL unusable: the store stops writing and reopens the
+// engine read-only, then read-write once there is room (recover).
+func (s *Store) commit(fn func(db *pebble.DB) error) error {
+	if p := s.unwritable.Load(); p != nil {
+		return *p
+	}
+	if s.readOnly {
+		return fmt.Errorf("pebble: write: %w", pebble.ErrReadOnly)
+	}
+	err := guard(func() error { return fn(s.db) })
+	if err != nil {
+		s.engineFailed(err)
+		if p := s.unwritable.Load(); p != nil {
+			return *p
 		}
 	}
-	return b.Commit(pebble.Sync)
+	return err
+}
+
+// engineFailed records that a write failed (or that Pebble called Fatalf
+// in a goroutine of its own) and starts the recovery.
+func (s *Store) engineFailed(err error) {
+	werr := writeError(err)
+	s.unwritable.CompareAndSwap(nil, &werr)
+	s.recover()
+}
+
+// recover starts the goroutine that reopens the engine read-only, then
+// read-write once the disk has room, unless it runs already.
+func (s *Store) recover() {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.stopped || !s.recovering.CompareAndSwap(false, true) {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.recovering.Store(false)
+		t := time.NewTicker(retryEvery)
+		defer t.Stop()
+		for first := true; ; first = false {
+			if !first {
+				select {
+				case <-s.stop:
+					return
+				case <-t.C:
+				}
+			}
+			if done, stop := s.reopen(); done || stop {
+				return
+			}
+		}
+	}()
+}
+
+// retryEvery is how often an unwritable store checks whether it can
+// reopen its engine read-write. It tries once its filesystem has room for
+// the tables of its WAL and retryRoom more, and after a failed try waits
+// twice as long as after the one before, up to maxBackoff: each try
+// replays the whole WAL.
+const (
+	retryEvery = 100 * time.Millisecond
+	retryRoom  = 1 << 20
+	maxBackoff = 10 * time.Second
+)
+
+// reopen, with closeMu write-held, moves a failed read-write engine to a
+// read-only one, and a read-only one to read-write when the disk has room.
+// It reports done once the store writes again, and stop once it is closed.
+func (s *Store) reopen() (done, stop bool) {
+	free, ferr := s.opts.freeBytes()
+	need := walBytes(s.dir) + retryRoom
+	try := (ferr != nil || free >= need) && !time.Now().Before(s.retryAt)
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return false, true
+	}
+	if s.db != nil && s.readOnly && !try {
+		return false, false
+	}
+	if err := s.closeEngine(); err != nil {
+		s.opts.Logger.Info("pebble: closing the engine after a failed write", "err", err)
+	}
+	if try {
+		err := s.openEngine(false)
+		if err == nil {
+			s.unwritable.Store(nil)
+			s.backoff = 0
+			s.opts.Logger.Info("pebble: the store writes again", "dir", s.dir)
+			return true, false
+		}
+		s.backoff = min(max(2*s.backoff, retryEvery), maxBackoff)
+		s.retryAt = time.Now().Add(s.backoff)
+		s.opts.Logger.Info("pebble: cannot reopen read-write yet", "err", err, "next try in", s.backoff)
+		werr := writeError(err)
+		s.unwritable.Store(&werr)
+	}
+	if err := s.openEngine(true); err != nil {
+		s.opts.Logger.Error("pebble: cannot reopen the store, even read-only", "dir", s.dir, "err", err)
+	}
+	return false, false
+}
+
+// Writable returns nil if the store takes writes, or why not: an error
+// matching store.ErrNoSpace while its disk is full. It never writes: a
+// store that stopped writing reopens its engine read-only at once, and
+// read-write by itself, trying every 100 ms once the filesystem reports
+// 1 MiB free. The gateway's readiness check asks here.
+func (s *Store) Writable(ctx context.Context) error {
+	if err := s.begin(ctx); err != nil {
+		return fmt.Errorf("pebble: writable: %w", err)
+	}
+	defer s.closeMu.RUnlock()
+	if p := s.unwritable.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// writeError wraps a failed write of the engine; a full disk matches
+// store.ErrNoSpace as well as the system's error.
+func writeError(err error) error {
+	if noSpace(err) {
+		return fmt.Errorf("pebble: write: %w: %w", store.ErrNoSpace, err)
+	}
+	return fmt.Errorf("pebble: write: %w", err)
+}
+
+func noSpace(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	// Pebble's Fatalf carries the message only.
+	var f fatalError
+	return errors.As(err, &f) && strings.Contains(f.msg, syscall.ENOSPC.Error())
+}
+
+// noRoom reports whether an Open failed for want of a writable disk, so
+// that opening read-only may serve what the store holds.
+func noRoom(err error) bool {
+	return noSpace(err) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO)
 }
 
 // remove deletes r and its index entry in b.
@@ -230,12 +585,14 @@ func remove(b *pebble.Batch, r *store.Record) error {
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	var res store.Reservation
 	err := s.withKey(ctx, req.Record.KeyHash, func() error {
+		now := s.clock.Now()
 		cur, err := s.read(req.Record.KeyHash)
 		if err != nil {
 			return err
 		}
-		if cur != nil && !cur.Expired(req.Now) {
-			if !(req.TakeOverStale && cur.Stale(req.Now) &&
+		if cur != nil && now.Before(cur.ExpiresAt) {
+			cur.SetReadAt(now)
+			if !(req.TakeOverStale && cur.Stale() &&
 				cur.Fingerprint == req.Record.Fingerprint && cur.Binding == req.Record.Binding) {
 				res.Existing = *cur
 				return nil
@@ -244,7 +601,9 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		}
 		r := req.Record
 		r.State, r.Value = store.InProgress, nil
-		if err := s.write(&r, cur); err != nil {
+		r.CreatedAt, r.UpdatedAt = now, now
+		r.ExpiresAt, r.LeaseUntil = now.Add(req.TTL), now.Add(req.Lease)
+		if err := s.write(&r, cur, req.Lease); err != nil {
 			return err
 		}
 		res.Acquired = true
@@ -257,18 +616,21 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 }
 
 // Get implements store.Store.
-func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (store.Record, error) {
+func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error) {
 	var r *store.Record
+	var now time.Time
 	err := s.withKey(ctx, keyHash, func() (err error) {
+		now = s.clock.Now()
 		r, err = s.read(keyHash)
 		return err
 	})
 	if err != nil {
 		return store.Record{}, fmt.Errorf("pebble: get: %w", err)
 	}
-	if r == nil || r.Expired(now) {
+	if r == nil || !now.Before(r.ExpiresAt) {
 		return store.Record{}, store.ErrNotFound
 	}
+	r.SetReadAt(now)
 	return *r, nil
 }
 
@@ -296,11 +658,11 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur 
 }
 
 // Renew implements store.Store.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
 	return s.held(ctx, "renew", f, func(cur *store.Record) error {
 		r := *cur
-		r.LeaseUntil = leaseUntil
-		return s.write(&r, cur)
+		r.LeaseUntil = s.clock.Now().Add(lease)
+		return s.write(&r, cur, lease)
 	})
 }
 
@@ -308,20 +670,23 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) 
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	return s.held(ctx, "complete", c.Fence, func(cur *store.Record) error {
 		r := *cur
-		r.State, r.Value, r.UpdatedAt, r.ExpiresAt = c.State, c.Value, c.Now, c.ExpiresAt
-		return s.write(&r, cur)
+		now := s.clock.Now()
+		r.State, r.Value, r.UpdatedAt, r.ExpiresAt = c.State, c.Value, now, now.Add(c.TTL)
+		return s.write(&r, cur, 0)
 	})
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	return s.held(ctx, "release", f, func(cur *store.Record) error {
-		b := s.db.NewBatch()
-		defer b.Close()
-		if err := remove(b, cur); err != nil {
-			return err
-		}
-		return b.Commit(pebble.Sync)
+		return s.commit(func(db *pebble.DB) error {
+			b := db.NewBatch()
+			defer b.Close()
+			if err := remove(b, cur); err != nil {
+				return err
+			}
+			return b.Commit(pebble.Sync)
+		})
 	})
 }
 
@@ -330,7 +695,7 @@ const cleanupChunk = 256
 
 // Cleanup implements store.Store. It walks the expiry index from its start
 // up to now, so it reads only entries that are due, never a live record's.
-func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("pebble: cleanup: %w", err)
 	}
@@ -339,7 +704,7 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 	defer s.cleanMu.Unlock()
 	from := expPrefix
 	// Exclusive bound: every entry whose time is not after now.
-	upTo := appendTime(bytes.Clone(expPrefix), now.Add(time.Nanosecond))
+	upTo := appendTime(bytes.Clone(expPrefix), s.clock.Now().Add(time.Nanosecond))
 	n := 0
 	for limit <= 0 || n < limit {
 		if err := ctx.Err(); err != nil {
@@ -422,7 +787,7 @@ func (s *Store) cleanup(from, upTo []byte, max int) (deleted int, next []byte, e
 			return 0, nil, err
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := s.commit(func(*pebble.DB) error { return b.Commit(pebble.Sync) }); err != nil {
 		return 0, nil, err
 	}
 	if len(keys) < max {
@@ -435,12 +800,19 @@ func (s *Store) cleanup(from, upTo []byte, max int) (deleted int, next []byte, e
 // closes the engine and releases the directory.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
 	if s.closed {
+		s.closeMu.Unlock()
 		return nil
 	}
 	s.closed = true
-	err := s.db.Close()
+	s.bgMu.Lock()
+	s.stopped = true
+	close(s.stop)
+	s.bgMu.Unlock()
+	err := s.closeEngine()
+	s.closeMu.Unlock()
+	s.bg.Wait()
+	s.cache.Unref()
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
 	}
@@ -451,28 +823,87 @@ func (s *Store) Close() error {
 }
 
 // pebbleLogger sends Pebble's messages to slog.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l     *slog.Logger
+	fatal func(error) // told of a Fatalf outside the store's own calls
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Info(fmt.Sprintf(format, args...), "store", "pebble")
 }
 
-// Fatalf is called on an engine invariant violation; like Pebble's default
-// logger it does not return.
+// Fatalf is called when Pebble cannot go on: an engine invariant
+// violated, or a write of its WAL or MANIFEST that failed, which Pebble
+// does not retry. Pebble's default logger exits the process; this one
+// does not. In a call of the store's own (see guard) it panics, and guard
+// turns the panic into that call's error: Fatalf must not return there,
+// for Pebble would then report the failed commit as done. In Pebble's
+// own goroutines (a flush, a compaction) a panic could not be caught:
+// Fatalf tells the store, which stops writing and reopens the engine,
+// and returns, and Pebble returns the error to the job that failed.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error(msg, "store", "pebble")
-	panic("pebble: " + msg)
+	if guarded() {
+		panic(fatalError{msg})
+	}
+	if p.fatal != nil {
+		p.fatal(fatalError{msg})
+	}
 }
 
-// CountExpired counts the records expired at now by walking the expiry
+// fatalError is a Fatalf of Pebble's, as an error.
+type fatalError struct{ msg string }
+
+func (f fatalError) Error() string {
+	if strings.HasPrefix(f.msg, "pebble: ") {
+		return f.msg
+	}
+	return "pebble: " + f.msg
+}
+
+// guard runs fn, which calls into Pebble, and returns a Fatalf of
+// Pebble's during it as an error.
+func guard(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = f
+		}
+	}()
+	return fn()
+}
+
+// guarded reports whether the calling goroutine runs inside guard.
+func guarded() bool {
+	pcs := make([]uintptr, 128)
+	n := runtime.Callers(2, pcs)
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if f.Function == guardFunc {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// guardFunc is the full name of guard, as runtime.Frame reports it.
+const guardFunc = "github.com/idem-dev/idem/store/pebble.guard"
+
+// CountExpired counts the records that have expired by walking the expiry
 // index, so it costs what a Cleanup would (`idem cleanup --dry-run`).
-func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+func (s *Store) CountExpired(ctx context.Context) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("pebble: count expired: %w", err)
 	}
 	defer s.closeMu.RUnlock()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: expPrefix, UpperBound: appendTime(bytes.Clone(expPrefix), now.Add(time.Nanosecond))})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: expPrefix, UpperBound: appendTime(bytes.Clone(expPrefix), s.clock.Now().Add(time.Nanosecond))})
 	if err != nil {
 		return 0, fmt.Errorf("pebble: count expired: %w", err)
 	}

@@ -27,9 +27,9 @@ import (
 
 // rawValue is as long as the store's encoded record in BenchmarkStore.
 var rawValue = func() []byte {
-	r := benchRequest(0, 0, time.Now()).Record
+	r := benchRequest(0, 0).Record
 	r.Value = benchValue
-	return make([]byte, len(encodeRecord(&r)))
+	return make([]byte, len(encodeRecord(&r, meta{})))
 }()
 
 // benchKeys returns a pair's record key and its two expiry-index keys, laid

@@ -29,7 +29,6 @@ const benchValueSize = 1024
 
 // benchPair reserves a new key and completes it: the work of one first call.
 func benchPair(ctx context.Context, s *Store, key string, value []byte) error {
-	now := time.Now()
 	token := mrand.Uint64()
 	kh := store.HashKey("bench", key)
 	res, err := s.Reserve(ctx, store.ReserveRequest{
@@ -37,10 +36,9 @@ func benchPair(ctx context.Context, s *Store, key string, value []byte) error {
 			KeyHash: kh, Scope: "bench", Key: key,
 			Fingerprint: "sha256:3f0a7e4c9b1d2e8f6a5c4b3a29180716f5e4d3c2b1a09f8e7d6c5b4a39281706",
 			Binding:     "POST /v1/charges", State: store.InProgress, Token: token,
-			RequestID: "req_0123456789abcdef", CreatedAt: now, UpdatedAt: now,
-			ExpiresAt: now.Add(24 * time.Hour), LeaseUntil: now.Add(time.Minute),
+			RequestID: "req_0123456789abcdef",
 		},
-		Now: now, TakeOverStale: true,
+		Lease: time.Minute, TTL: 24 * time.Hour, TakeOverStale: true,
 	})
 	if err != nil {
 		return err
@@ -50,7 +48,7 @@ func benchPair(ctx context.Context, s *Store, key string, value []byte) error {
 	}
 	return s.Complete(ctx, store.Completion{
 		Fence: store.Fence{KeyHash: kh, Scope: "bench", Token: token},
-		State: store.Succeeded, Value: value, Now: now, ExpiresAt: now.Add(24 * time.Hour),
+		State: store.Succeeded, Value: value, TTL: 24 * time.Hour,
 	})
 }
 
@@ -177,8 +175,8 @@ func pgbenchScript(t *testing.T, s *Store) string {
 	kh := "sha256(int8send(:k))"
 	script := "\\set k random(1, 9223372036854775806)\n\\set tok random(1, 9223372036854775806)\n" +
 		sub(s.sql.reserve, map[string]string{"1": kh, "2": ":scope", "3": ":key", "4": ":fp", "5": ":binding",
-			"6": ":tok", "7": ":reqid", "8": ":now", "9": ":now", "10": ":exp", "11": ":lease", "12": ":now", "13": ":take"}) +
-		sub(s.sql.complete, map[string]string{"1": kh, "2": ":tok", "3": ":state", "4": ":val", "5": ":now", "6": ":exp"})
+			"6": ":tok", "7": ":reqid", "8": ":lease", "9": ":ttl", "10": ":take", "11": "NULL", "12": "NULL"}) +
+		sub(s.sql.complete, map[string]string{"1": kh, "2": ":tok", "3": ":state", "4": ":val", "5": ":ttl"})
 	path := filepath.Join(t.TempDir(), "pair.sql")
 	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
@@ -194,14 +192,13 @@ var (
 // runPgbench runs the script raw with c clients for d and returns
 // transactions (pairs) per second and the mean latency.
 func runPgbench(t *testing.T, dsn, script string, c int, d time.Duration) (float64, time.Duration) {
-	now := time.Now().UTC()
-	ts := func(t time.Time) string { return t.Format("2006-01-02 15:04:05.999999Z07:00") }
+	now := time.Now()
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(c), "-j", strconv.Itoa(min(c, 2)),
 		"-T", strconv.Itoa(int(d.Seconds())), "-f", script,
 		"-D", "scope=bench", "-D", "key=k_" + strconv.FormatInt(now.UnixNano(), 10),
 		"-D", "fp=sha256:3f0a7e4c9b1d2e8f6a5c4b3a29180716f5e4d3c2b1a09f8e7d6c5b4a39281706",
 		"-D", "binding=POST /v1/charges", "-D", "reqid=req_0123456789abcdef",
-		"-D", "now=" + ts(now), "-D", "exp=" + ts(now.Add(24*time.Hour)), "-D", "lease=" + ts(now.Add(time.Minute)),
+		"-D", "lease=" + strconv.FormatInt(micros(time.Minute), 10), "-D", "ttl=" + strconv.FormatInt(micros(24*time.Hour), 10),
 		"-D", "take=true", "-D", "state=succeeded", "-D", `val=\x` + hex.EncodeToString(randomValue(t)),
 		dsn, // the statements name their table with its schema
 	}

@@ -96,7 +96,7 @@ func TestCleanupMillion(t *testing.T) {
 					var i [8]byte
 					binary.BigEndian.PutUint64(i[:], uint64(2*(next.Add(1)%perKind)+1))
 					kh := sha256.Sum256(i[:])
-					_, err = s.Get(ctx, "bulk", hex.EncodeToString(kh[:]), now)
+					_, err = s.Get(ctx, "bulk", hex.EncodeToString(kh[:]))
 				}
 				record(time.Since(start))
 				if err != nil {
@@ -150,7 +150,7 @@ func TestCleanupMillion(t *testing.T) {
 	phase = "during"
 	mu.Unlock()
 	begin := time.Now()
-	n, err := s.Cleanup(ctx, now, 0)
+	n, err := s.Cleanup(ctx, 0)
 	took := time.Since(begin)
 	mu.Lock()
 	phase = "after"

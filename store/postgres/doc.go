@@ -46,8 +46,32 @@
 // explicit transaction. Renew, Complete and Release are single statements
 // guarded by the holder's token and the in_progress state, so a holder that
 // lost its lease gets store.ErrLeaseLost and cannot overwrite its successor.
-// All times come from the caller (the engine's clock), passed as
-// timestamptz; the server's clock is never used.
+//
+// # One clock: the server's
+//
+// Leases and expiry are judged on the database server's clock, never the
+// callers' (store/doc.go, "One clock for a lease"): callers send the lease
+// and the lifetime as durations, and every statement sets and compares
+// times by statement_timestamp(), the time the server received it, which
+// stays the same through the statement (so that what it judges, writes
+// and returns agree) and, unlike now(), is not the start of a caller's
+// transaction that CompleteTx runs in. A row comes back with the server's
+// time in the same round trip, as Record.ReadAt, and LeaseLeft from it.
+// Replicas whose clocks disagree by minutes then neither take over a live
+// holder's key nor wait past a dead holder's lease.
+//
+// Rows written before this version hold their writers' clocks. Migration
+// 0002 adds clock_token, which marks the rows whose times are the
+// server's; the store judges the lease of any other in_progress row by
+// watching it (store/internal/leasewatch): it is over once this process has
+// seen the same token and lease_until, unchanged, for a whole lease of its
+// own policy. A holder of the earlier version that still renews, whatever
+// its clock, is never taken over; a dead one is taken over a lease after
+// it was first seen. Upgrade by running `idem migrate` first (the column is
+// nullable: the earlier version goes on working beside it), then the
+// replicas; this version refuses an unmigrated table, naming the fix.
+// Replicas of the earlier version still judge by their own clocks until
+// they are replaced.
 //
 // # Cleanup
 //

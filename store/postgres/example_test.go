@@ -37,16 +37,15 @@ func Example() {
 	}
 	defer s.Close()
 
-	now := time.Now()
 	rec := store.Record{
 		KeyHash: store.HashKey("charge_customer", "charge-ORD-123"),
 		Scope:   "charge_customer", Key: "charge-ORD-123",
 		Fingerprint: "sha256:9f86d081", Binding: "POST /charges",
 		State: store.InProgress, Token: 42, RequestID: "req_1",
-		CreatedAt: now, UpdatedAt: now,
-		ExpiresAt: now.Add(24 * time.Hour), LeaseUntil: now.Add(time.Minute),
 	}
-	res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: now, TakeOverStale: true})
+	// Durations, not instants: the server's clock judges the lease and the
+	// record's lifetime.
+	res, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Minute, TTL: 24 * time.Hour, TakeOverStale: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -55,8 +54,7 @@ func Example() {
 	// ... run the operation, then store its outcome, fenced by the token.
 	err = s.Complete(ctx, store.Completion{
 		Fence: store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token},
-		State: store.Succeeded, Value: []byte(`{"id":"ch_1"}`),
-		Now: time.Now(), ExpiresAt: now.Add(24 * time.Hour),
+		State: store.Succeeded, Value: []byte(`{"id":"ch_1"}`), TTL: 24 * time.Hour,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -64,7 +62,7 @@ func Example() {
 
 	retry := rec
 	retry.Token, retry.RequestID = 43, "req_2"
-	res, err = s.Reserve(ctx, store.ReserveRequest{Record: retry, Now: time.Now(), TakeOverStale: true})
+	res, err = s.Reserve(ctx, store.ReserveRequest{Record: retry, Lease: time.Minute, TTL: 24 * time.Hour, TakeOverStale: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -102,7 +102,7 @@ type Report struct {
 // requiredColumns are the columns the store reads and writes; a table
 // lacking one was altered by hand or belongs to something else.
 var requiredColumns = []string{"key_hash", "scope", "key", "fingerprint", "binding", "state", "token", "value",
-	"request_id", "created_at", "updated_at", "expires_at", "lease_until"}
+	"request_id", "created_at", "updated_at", "expires_at", "lease_until", "clock_token"}
 
 // MigrateReport is Migrate, and reports what it did. It checks what is
 // really in the database, not only the migrations table: a records table

@@ -78,9 +78,9 @@ type reading struct {
 	gets, reserves atomic.Int64
 }
 
-func (r *reading) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+func (r *reading) Get(ctx context.Context, scope, keyHash string) (store.Record, error) {
 	r.gets.Add(1)
-	return r.Store.Get(ctx, scope, keyHash, now)
+	return r.Store.Get(ctx, scope, keyHash)
 }
 
 func (r *reading) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
@@ -233,7 +233,7 @@ func TestNotifyRecordOfAnotherHolder(t *testing.T) {
 	w := startCrossWake(t, a, b, []byte("charged"))
 	call := w.call
 	kh := store.HashKey("test", call.Key)
-	cur, err := a.Get(context.Background(), "test", kh, time.Now())
+	cur, err := a.Get(context.Background(), "test", kh)
 	if err != nil || cur.State != store.InProgress {
 		t.Fatalf("the holder's record: %+v %v", cur, err)
 	}

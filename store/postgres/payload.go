@@ -97,6 +97,10 @@ func decodeRecord(keyHash, enc string) (*store.Record, bool) {
 	for _, t := range []*time.Time{&rec.CreatedAt, &rec.UpdatedAt, &rec.ExpiresAt, &rec.LeaseUntil} {
 		*t = time.UnixMicro(d.Varint()).UTC()
 	}
+	// The record as it was when its call ended, which the notification
+	// follows at once: its times are all on the sender's clock, and read
+	// against its completion.
+	rec.ReadAt = rec.UpdatedAt
 	if n := d.Uvarint(); n > 0 {
 		rec.Value = append([]byte{}, d.Bytes(n-1)...)
 	}

@@ -39,6 +39,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 		for _, tm := range []*time.Time{&want.CreatedAt, &want.UpdatedAt, &want.ExpiresAt, &want.LeaseUntil} {
 			*tm = tm.Truncate(time.Microsecond)
 		}
+		want.ReadAt = want.UpdatedAt // read as of its completion
 		if got == nil || !reflect.DeepEqual(*got, want) {
 			t.Fatalf("decoded %+v, want %+v", got, want)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/leasewatch"
 )
 
 // Defaults of Options.
@@ -129,6 +131,10 @@ type Store struct {
 	// afterBatch, when set (by tests), is told how long each Cleanup batch
 	// took: an upper bound of how long its row locks were held.
 	afterBatch func(deleted int, took time.Duration)
+
+	// watch judges the leases of rows an earlier version wrote (see
+	// row.legacy).
+	watch leasewatch.Watcher
 }
 
 var _ store.Store = (*Store)(nil)
@@ -150,9 +156,42 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 // Options returns the store's options, defaults filled in.
 func (s *Store) Options() Options { return s.opts }
 
-// columns are the record columns every read returns, in scan order.
+// columns are the record columns every read returns, in scan order,
+// followed by the server's clock when it read them (row.dest).
 const columns = `scope, key, fingerprint, binding, state, token, value, request_id,
-	created_at, updated_at, expires_at, lease_until`
+	created_at, updated_at, expires_at, lease_until, clock_token`
+
+// The server's clock. Every statement judges leases and expiry, and sets
+// the times it writes, by statement_timestamp(): the time the server
+// received the statement. It is the same instant throughout a statement,
+// so the judgement, the times written and the time read back with a row
+// (Record.ReadAt) agree; clock_timestamp() moves while a statement runs.
+// now() is the start of the transaction, which for a single statement is
+// the same instant, but which for CompleteTx, run inside a caller's own
+// transaction (package pgtx), would date the completion back to when that
+// transaction began. A statement that waits on a row lock judges by the
+// time it arrived: a lease then looks longer, never shorter, than it is.
+const (
+	serverNow = `statement_timestamp()`
+	// microseconds turns a bigint parameter of microseconds into an
+	// interval: leases and lifetimes travel as durations, never as the
+	// caller's instants.
+	microseconds = ` * interval '1 microsecond'`
+)
+
+// staleOf is the condition, on the row named x, that its in_progress
+// lease is over. A row whose reservation wrote its times on the server's
+// clock (clock_token = token) is stale once its lease_until has passed on
+// it. A row of an earlier version (legacyRow) holds its writer's clock,
+// which nothing relates to the server's: it is stale only when it is the
+// very version, token and lease_until, that this process watched unchanged
+// for a whole lease ($11, $12; see Store.judge). Never NULL: a NULL would
+// make the reserve statement attempt its INSERT, and lock the row, for a
+// row it then leaves alone.
+func staleOf(x string) string {
+	return `(CASE WHEN ` + x + `.clock_token = ` + x + `.token THEN ` + x + `.lease_until <= ` + serverNow +
+		` ELSE COALESCE(` + x + `.token = $11 AND ` + x + `.lease_until = $12, false) END)`
+}
 
 type statements struct {
 	reserve, get, renew, complete, release, cleanup, countExpired string
@@ -161,7 +200,7 @@ type statements struct {
 func newStatements(table string) statements {
 	return statements{
 		// One statement, one round trip. The INSERT writes when the key is
-		// absent, or replaces the row when it is expired or, with $13, a
+		// absent, or replaces the row when it is expired or, with $10, a
 		// stale in_progress row of the same request. When it writes
 		// nothing, the second branch returns the row read by "old".
 		//
@@ -182,40 +221,52 @@ func newStatements(table string) statements {
 		// xmax is 0 on a freshly inserted row and not 0 on a replaced one;
 		// a replaced row that "old" saw unexpired was a stale lease. (A
 		// replaced row that "old" did not see was committed meanwhile and
-		// is already stale or expired, which takes clocks that disagree:
-		// it is reported as a takeover, the cautious answer.)
+		// is already stale or expired: it is reported as a takeover, the
+		// cautious answer.)
+		//
+		//	$1 key hash, $2 scope, $3 key, $4 fingerprint, $5 binding,
+		//	$6 token, $7 request ID, $8 lease and $9 lifetime in
+		//	microseconds, $10 take over a stale lease, $11 and $12 the
+		//	token and lease_until of an earlier version's row watched for
+		//	a whole lease (NULL when none)
 		reserve: `WITH old AS (
 	SELECT ` + columns + ` FROM ` + table + ` WHERE key_hash = $1
 ), ins AS (
 	INSERT INTO ` + table + ` AS r (key_hash, scope, key, fingerprint, binding, state, token, value,
-		request_id, created_at, updated_at, expires_at, lease_until)
-	SELECT $1, $2, $3, $4, $5, 'in_progress', $6, NULL, $7, $8, $9, $10, $11
-	WHERE NOT EXISTS (SELECT FROM old o WHERE o.expires_at > $12
-		AND NOT ($13 AND o.state = 'in_progress' AND o.lease_until <= $12
+		request_id, created_at, updated_at, expires_at, lease_until, clock_token)
+	SELECT $1, $2, $3, $4, $5, 'in_progress', $6, NULL, $7, ` + serverNow + `, ` + serverNow + `,
+		` + serverNow + ` + $9::bigint` + microseconds + `, ` + serverNow + ` + $8::bigint` + microseconds + `, $6
+	WHERE NOT EXISTS (SELECT FROM old o WHERE o.expires_at > ` + serverNow + `
+		AND NOT ($10 AND o.state = 'in_progress' AND ` + staleOf("o") + `
 			AND o.fingerprint = $4 AND o.binding = $5))
 	ON CONFLICT (key_hash) DO UPDATE SET
 		scope = excluded.scope, key = excluded.key, fingerprint = excluded.fingerprint,
 		binding = excluded.binding, state = 'in_progress', token = excluded.token, value = NULL,
 		request_id = excluded.request_id, created_at = excluded.created_at,
 		updated_at = excluded.updated_at, expires_at = excluded.expires_at,
-		lease_until = excluded.lease_until
-	WHERE r.expires_at <= $12
-		OR ($13 AND r.state = 'in_progress' AND r.lease_until <= $12
+		lease_until = excluded.lease_until, clock_token = excluded.clock_token
+	WHERE r.expires_at <= ` + serverNow + `
+		OR ($10 AND r.state = 'in_progress' AND ` + staleOf("r") + `
 			AND r.fingerprint = excluded.fingerprint AND r.binding = excluded.binding)
 	RETURNING xmax
 )
-SELECT true, ins.xmax <> 0 AND COALESCE((SELECT o.expires_at > $12 FROM old o), true),
-	'', '', '', '', '', 0::bigint, NULL::bytea, '', $12, $12, $12, $12
+SELECT true, ins.xmax <> 0 AND COALESCE((SELECT o.expires_at > ` + serverNow + ` FROM old o), true),
+	'', '', '', '', '', 0::bigint, NULL::bytea, '', ` + serverNow + `, ` + serverNow + `, ` + serverNow + `, ` + serverNow + `,
+	NULL::bigint, ` + serverNow + `
 FROM ins
 UNION ALL
-SELECT false, false, ` + columns + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)`,
+SELECT false, false, ` + columns + `, ` + serverNow + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)`,
 
-		get: `SELECT ` + columns + ` FROM ` + table + ` WHERE key_hash = $1 AND expires_at > $2`,
+		get: `SELECT ` + columns + `, ` + serverNow + ` FROM ` + table + ` WHERE key_hash = $1 AND expires_at > ` + serverNow,
 
 		// Every write out of in_progress is fenced by the holder's token.
-		renew: `UPDATE ` + table + ` SET lease_until = $3
+		// A renewal or completion marks the row's times as the server's
+		// (clock_token): only the holder writes them, and it writes them
+		// on the server's clock.
+		renew: `UPDATE ` + table + ` SET lease_until = ` + serverNow + ` + $3::bigint` + microseconds + `, clock_token = token
 	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
-		complete: `UPDATE ` + table + ` SET state = $3, value = $4, updated_at = $5, expires_at = $6
+		complete: `UPDATE ` + table + ` SET state = $3, value = $4, updated_at = ` + serverNow + `,
+		expires_at = ` + serverNow + ` + $5::bigint` + microseconds + `, clock_token = token
 	WHERE key_hash = $1 AND token = $2 AND state = 'in_progress'`,
 		// Release frees an in_progress or a failed row, never a
 		// succeeded one (store.Store's Release).
@@ -227,11 +278,17 @@ SELECT false, false, ` + columns + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)
 		// row updated since the snapshot is re-checked by FOR UPDATE, and
 		// again by the outer condition.
 		cleanup: `DELETE FROM ` + table + ` WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM ` + table + ` WHERE expires_at <= $1
-	ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND expires_at <= $1`,
+	SELECT ctid FROM ` + table + ` WHERE expires_at <= ` + serverNow + `
+	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)) AND expires_at <= ` + serverNow,
 		// The same index range as cleanup walks.
-		countExpired: `SELECT count(*) FROM ` + table + ` WHERE expires_at <= $1`,
+		countExpired: `SELECT count(*) FROM ` + table + ` WHERE expires_at <= ` + serverNow,
 	}
+}
+
+// micros is d in whole microseconds, the precision timestamptz keeps,
+// rounded up: a lease or a lifetime is never cut short by the rounding.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
 // maxReserveAttempts bounds the re-runs of the reserve statement. One re-run
@@ -239,7 +296,8 @@ SELECT false, false, ` + columns + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)
 const maxReserveAttempts = 16
 
 // Reserve implements store.Store in one statement, so one round trip, except
-// when a concurrent writer commits the same key while it runs.
+// when a concurrent writer commits the same key while it runs, or when it
+// takes over a stale row of an earlier version (see legacyRow).
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Reservation{}, err
@@ -249,15 +307,24 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	if err != nil {
 		return store.Reservation{}, err
 	}
+	// watched is an earlier version's stale row that the statement may
+	// take over: its token and lease_until, as read.
+	var watched *row
 	if s.readFirst() {
-		cur, ok, err := s.answerable(ctx, kh, req)
+		got, found, err := s.read(ctx, "reserve", kh)
 		if err != nil {
 			return store.Reservation{}, err
 		}
-		if ok {
-			s.reads.Add(1)
-			s.saw(true)
-			return store.Reservation{Existing: cur}, nil
+		if found {
+			cur := s.judge(&got, kh, req.Lease)
+			if answers(&cur, req) {
+				s.reads.Add(1)
+				s.saw(true)
+				return store.Reservation{Existing: cur}, nil
+			}
+			if got.legacy() {
+				watched = &got
+			}
 		}
 	}
 	for range maxReserveAttempts {
@@ -265,10 +332,8 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			acquired, tookOver bool
 			got                row
 		)
-		err := s.pool.QueryRow(ctx, s.sql.reserve,
-			kh, r.Scope, r.Key, r.Fingerprint, r.Binding, int64(r.Token), r.RequestID,
-			r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil, req.Now, req.TakeOverStale,
-		).Scan(append([]any{&acquired, &tookOver}, got.dest()...)...)
+		err := s.pool.QueryRow(ctx, s.sql.reserve, reserveArgs(kh, req, watched)...).
+			Scan(append([]any{&acquired, &tookOver}, got.dest()...)...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			s.retries.Add(1) // the conflicting row is newer than the snapshot
@@ -282,43 +347,82 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			s.saw(false)
 			return store.Reservation{Acquired: true, TookOver: tookOver}, nil
 		}
-		if cur := got.record(kh); answers(&cur, req) {
+		cur := s.judge(&got, kh, req.Lease)
+		if answers(&cur, req) {
 			s.saw(true)
 			return store.Reservation{Existing: cur}, nil
 		}
-		// The snapshot shows a row the INSERT would have replaced, so the
-		// newest version, which stopped it, is another one: look again.
+		if got.legacy() {
+			// An earlier version's row, watched unchanged for a whole
+			// lease: the statement may now take it over, if it is still
+			// that version.
+			watched = &got
+		}
+		// Otherwise the snapshot shows a row the INSERT would have
+		// replaced, so the newest version, which stopped it, is another
+		// one: look again.
 		s.retries.Add(1)
 	}
 	return store.Reservation{}, fmt.Errorf("postgres store: reserve: key %s changed under %d attempts in a row", r.KeyHash, maxReserveAttempts)
 }
 
-// answers reports whether cur, the key's record as read, is Reserve's
-// answer to req: live, and not a stale holder's that req may take over.
+// reserveArgs are the reserve statement's parameters for req; watched is
+// the earlier version's row that it may take over, or nil.
+func reserveArgs(kh []byte, req store.ReserveRequest, watched *row) []any {
+	r := &req.Record
+	var watchedToken, watchedUntil any // NULL
+	if watched != nil {
+		watchedToken, watchedUntil = watched.token, watched.leaseUntil
+	}
+	return []any{kh, r.Scope, r.Key, r.Fingerprint, r.Binding, int64(r.Token), r.RequestID,
+		micros(req.Lease), micros(req.TTL), req.TakeOverStale, watchedToken, watchedUntil}
+}
+
+// answers reports whether cur, the key's record as read and judged, is
+// Reserve's answer to req: live, and not a stale holder's that req may
+// take over. It judges as the reserve statement does, on the time the
+// server read the row.
 func answers(cur *store.Record, req store.ReserveRequest) bool {
 	r := &req.Record
-	return !cur.Expired(req.Now) && !(req.TakeOverStale && cur.Stale(req.Now) &&
+	live := cur.ReadAt.Before(cur.ExpiresAt)
+	return live && !(req.TakeOverStale && cur.Stale() &&
 		cur.Fingerprint == r.Fingerprint && cur.Binding == r.Binding)
 }
 
-// answerable reads the key's record and reports whether it answers req
-// without the reservation statement.
-func (s *Store) answerable(ctx context.Context, kh []byte, req store.ReserveRequest) (store.Record, bool, error) {
-	cur, found, err := s.read(ctx, "reserve", kh, req.Now)
-	return cur, found && answers(&cur, req), err
-}
-
-// read returns kh's record if it is live at now, and whether there was one.
-func (s *Store) read(ctx context.Context, op string, kh []byte, now time.Time) (store.Record, bool, error) {
+// read returns kh's row if it is live on the server's clock, and whether
+// there was one.
+func (s *Store) read(ctx context.Context, op string, kh []byte) (row, bool, error) {
 	var got row
-	err := s.pool.QueryRow(ctx, s.sql.get, kh, now).Scan(got.dest()...)
+	err := s.pool.QueryRow(ctx, s.sql.get, kh).Scan(got.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Record{}, false, nil
+		return row{}, false, nil
 	}
 	if err != nil {
-		return store.Record{}, false, wrapErr(ctx, op, err)
+		return row{}, false, wrapErr(ctx, op, err)
 	}
-	return got.record(kh), true, nil
+	return got, true, nil
+}
+
+// judge returns the record of got, a row of kh, with ReadAt the server's
+// time when it read the row, and LeaseLeft as judged then: on the server's
+// clock, or for an earlier version's in_progress row, by watching it
+// (legacyRow) with the lease lease; 0 means the holder's own span.
+func (s *Store) judge(got *row, kh []byte, lease time.Duration) store.Record {
+	r := got.record(kh)
+	r.SetReadAt(got.now.UTC())
+	if r.State == store.InProgress && got.legacy() {
+		if lease <= 0 {
+			// Get has no lease to go by. Until its first renewal an
+			// earlier version's row spans exactly its lease, on its
+			// writer's clock, and after that more: never less.
+			lease = max(r.LeaseUntil.Sub(r.UpdatedAt), 0)
+		}
+		version := strconv.FormatInt(got.token, 10) + "@" + strconv.FormatInt(got.leaseUntil.UnixMicro(), 10)
+		r.LeaseLeft = s.watch.Left(r.KeyHash, version, lease)
+		// For display, on the server's clock like the other times read.
+		r.LeaseUntil = r.ReadAt.Add(r.LeaseLeft)
+	}
+	return r
 }
 
 // readFirst reports whether Reserve reads before reserving (see
@@ -348,7 +452,7 @@ func (s *Store) saw(found bool) {
 }
 
 // Get implements store.Store. The scope is part of the key hash already.
-func (s *Store) Get(ctx context.Context, _, keyHashHex string, now time.Time) (store.Record, error) {
+func (s *Store) Get(ctx context.Context, _, keyHashHex string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -356,16 +460,20 @@ func (s *Store) Get(ctx context.Context, _, keyHashHex string, now time.Time) (s
 	if err != nil {
 		return store.Record{}, err
 	}
-	r, found, err := s.read(ctx, "get", kh, now)
-	if err == nil && !found {
-		err = store.ErrNotFound
+	got, found, err := s.read(ctx, "get", kh)
+	if err != nil {
+		return store.Record{}, err
 	}
-	return r, err
+	if !found {
+		return store.Record{}, store.ErrNotFound
+	}
+	return s.judge(&got, kh, 0), nil
 }
 
-// Renew implements store.Store.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
-	return s.fenced(ctx, "renew", s.sql.renew, f, leaseUntil)
+// Renew implements store.Store: the lease runs lease from the server's
+// now.
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
+	return s.fenced(ctx, "renew", s.sql.renew, f, micros(lease))
 }
 
 // Complete implements store.Store.
@@ -373,7 +481,7 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if !c.State.Valid() || c.State == store.InProgress {
 		return fmt.Errorf("postgres store: complete: state %q is not succeeded or failed", c.State)
 	}
-	return s.fenced(ctx, "complete", s.sql.complete, c.Fence, string(c.State), c.Value, c.Now, c.ExpiresAt)
+	return s.fenced(ctx, "complete", s.sql.complete, c.Fence, string(c.State), c.Value, micros(c.TTL))
 }
 
 // Release implements store.Store.
@@ -405,7 +513,7 @@ func (s *Store) fenced(ctx context.Context, op, sql string, f store.Fence, args 
 // Options.CleanupBatch rows, each its own transaction, and stops at limit,
 // when a batch comes back short, or when ctx is done (returning what it
 // deleted so far with the context's error).
-func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	total := 0
 	for limit <= 0 || total < limit {
 		if err := s.check(ctx); err != nil {
@@ -416,7 +524,7 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 			n = min(n, limit-total)
 		}
 		start := time.Now()
-		tag, err := s.pool.Exec(ctx, s.sql.cleanup, now, n)
+		tag, err := s.pool.Exec(ctx, s.sql.cleanup, n)
 		if err != nil {
 			return total, wrapErr(ctx, "cleanup", err)
 		}
@@ -434,14 +542,14 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, err
 	return total, nil
 }
 
-// CountExpired counts the records expired at now, walking the same
-// expires_at index as Cleanup (`idem cleanup --dry-run`).
-func (s *Store) CountExpired(ctx context.Context, now time.Time) (int, error) {
+// CountExpired counts the records expired on the server's clock, walking
+// the same expires_at index as Cleanup (`idem cleanup --dry-run`).
+func (s *Store) CountExpired(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
 	var n int
-	if err := s.pool.QueryRow(ctx, s.sql.countExpired, now).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.countExpired).Scan(&n); err != nil {
 		return 0, wrapErr(ctx, "count expired", err)
 	}
 	return n, nil
@@ -477,16 +585,35 @@ func keyHash(s string) ([]byte, error) {
 
 // row receives the record columns of a result.
 type row struct {
-	r     store.Record
-	token int64 // the uint64 token's bits; pgx refuses negative int8 into uint64
+	r          store.Record
+	token      int64 // the uint64 token's bits; pgx refuses negative int8 into uint64
+	clockToken *int64
+	// leaseUntil is the lease_until column as read, which judge replaces
+	// for an earlier version's row.
+	leaseUntil time.Time
+	// now is the server's clock when it read the row.
+	now time.Time
 }
 
-// dest returns the scan destinations of columns, in order.
+// dest returns the scan destinations of columns and the server's time, in
+// order.
 func (x *row) dest() []any {
 	r := &x.r
 	return []any{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State),
-		&x.token, &r.Value, &r.RequestID, &r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil}
+		&x.token, &r.Value, &r.RequestID, &r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &x.leaseUntil,
+		&x.clockToken, &x.now}
 }
+
+// legacy reports whether the row was written by an earlier version of the
+// store, on its caller's clock: its reservation did not mark it as written
+// on the server's (clock_token). Such a row's lease is judged by watching
+// it, as stores without a clock do (store/internal/leasewatch): it is over
+// only once this process has seen the very same token and lease_until for
+// a whole lease, which a holder that still renews never lets happen,
+// whatever its clock says. Its expiry stays judged by its expires_at,
+// off by its writer's error: a record's lifetime is far longer than a
+// lease, and nothing better is known of it.
+func (x *row) legacy() bool { return x.clockToken == nil || *x.clockToken != x.token }
 
 // record returns the scanned record, its times in UTC.
 func (x *row) record(keyHash []byte) store.Record {
@@ -494,7 +621,7 @@ func (x *row) record(keyHash []byte) store.Record {
 	r.KeyHash = hex.EncodeToString(keyHash)
 	r.Token = uint64(x.token)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	r.ExpiresAt, r.LeaseUntil = r.ExpiresAt.UTC(), r.LeaseUntil.UTC()
+	r.ExpiresAt, r.LeaseUntil = r.ExpiresAt.UTC(), x.leaseUntil.UTC()
 	return r
 }
 
@@ -514,7 +641,7 @@ func wrapErr(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("postgres store: %s: %w: %w", op, ctxErr, err)
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") { // undefined_table, undefined_column
 		return fmt.Errorf("postgres store: %s: %w (run postgres.Migrate or `idem migrate`)", op, err)
 	}
 	return fmt.Errorf("postgres store: %s: %w", op, err)

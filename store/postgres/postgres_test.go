@@ -82,10 +82,9 @@ func TestReadFirstFollowsTraffic(t *testing.T) {
 	pool := testPool(t, 4)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
-	now := time.Now()
 	reserve := func(key string, token uint64) store.Reservation {
 		t.Helper()
-		res, err := s.Reserve(ctx, request(key, now, token))
+		res, err := s.Reserve(ctx, request(key, token))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +97,7 @@ func TestReadFirstFollowsTraffic(t *testing.T) {
 			t.Fatalf("%s: not acquired", k)
 		}
 		if err := s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: store.HashKey("test", k), Token: uint64(i + 1)},
-			State: store.Succeeded, Value: []byte(k), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			State: store.Succeeded, Value: []byte(k), TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,20 +124,44 @@ func TestReadFirstFollowsTraffic(t *testing.T) {
 	}
 }
 
-func request(key string, now time.Time, token uint64) store.ReserveRequest {
+// request is a reservation of key with a lease of a minute and a lifetime
+// of an hour: neither passes during a test unless the test shortens it.
+func request(key string, token uint64) store.ReserveRequest {
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("test", key), Scope: "test", Key: key,
 			Fingerprint: "fp", Binding: "POST /x", State: store.InProgress, Token: token,
-			RequestID: "req", CreatedAt: now, UpdatedAt: now,
-			ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute),
+			RequestID: "req",
 		},
-		Now:           now,
+		Lease:         time.Minute,
+		TTL:           time.Hour,
 		TakeOverStale: true,
 	}
 }
 
-var t0 = storetest.T0
+// eventually calls cond every step until it reports true, and fails the
+// test after within: a loaded machine makes a test slower, not wrong.
+func eventually(t testing.TB, within, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(step) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, within)
+		}
+	}
+}
+
+// waitExpired waits until n records of s have expired on the server's
+// clock.
+func waitExpired(t testing.TB, s *Store, n int) {
+	t.Helper()
+	eventually(t, 30*time.Second, 20*time.Millisecond, fmt.Sprintf("%d records expired", n), func() bool {
+		got, err := s.CountExpired(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got >= n
+	})
+}
 
 func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 	t.Parallel()
@@ -182,7 +205,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		t.Fatalf("applied migrations: %v (schema version %d)", got, v)
 	}
 	s := newTestStore(t, pool, opts)
-	if _, err := s.Reserve(ctx, request("k", t0, 1)); err != nil {
+	if _, err := s.Reserve(ctx, request("k", 1)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -191,7 +214,7 @@ func TestUnmigratedTable(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t, 2)
 	s := newTestStore(t, pool, Options{Schema: uniqueName("idem_absent")})
-	_, err := s.Reserve(context.Background(), request("k", t0, 1))
+	_, err := s.Reserve(context.Background(), request("k", 1))
 	if err == nil || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("Reserve on a missing table: %v, want a hint to migrate", err)
 	}
@@ -223,20 +246,20 @@ func TestTokenBits(t *testing.T) {
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
 	for _, tok := range []uint64{1<<63 | 12345, ^uint64(0), 1 << 63} {
-		req := request("tok-"+time.Now().String(), t0, tok)
+		req := request("tok-"+time.Now().String(), tok)
 		if res, err := s.Reserve(ctx, req); err != nil || !res.Acquired {
 			t.Fatalf("Reserve: %+v, %v", res, err)
 		}
-		got, err := s.Get(ctx, "test", req.Record.KeyHash, t0)
+		got, err := s.Get(ctx, "test", req.Record.KeyHash)
 		if err != nil || got.Token != tok {
 			t.Fatalf("token %d came back as %d (%v)", tok, got.Token, err)
 		}
 		wrong := store.Fence{KeyHash: req.Record.KeyHash, Token: tok ^ 1<<63}
-		if err := s.Renew(ctx, wrong, t0.Add(time.Hour)); !errors.Is(err, store.ErrLeaseLost) {
+		if err := s.Renew(ctx, wrong, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 			t.Fatalf("Renew with the top bit flipped: %v", err)
 		}
 		if err := s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: req.Record.KeyHash, Token: tok},
-			State: store.Succeeded, Now: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+			State: store.Succeeded, TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,12 +270,12 @@ func TestInvalidKeyHash(t *testing.T) {
 	pool := testPool(t, 2)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
-	req := request("k", t0, 1)
+	req := request("k", 1)
 	req.Record.KeyHash = "not-a-hash"
 	if _, err := s.Reserve(ctx, req); !errors.Is(err, ErrInvalidKeyHash) {
 		t.Errorf("Reserve: %v", err)
 	}
-	if _, err := s.Get(ctx, "test", strings.Repeat("ab", 31), t0); !errors.Is(err, ErrInvalidKeyHash) {
+	if _, err := s.Get(ctx, "test", strings.Repeat("ab", 31)); !errors.Is(err, ErrInvalidKeyHash) {
 		t.Errorf("Get with a 31-byte hash: %v", err)
 	}
 	if err := s.Release(ctx, store.Fence{KeyHash: "zz"}); !errors.Is(err, ErrInvalidKeyHash) {
@@ -274,9 +297,21 @@ func TestTookOver(t *testing.T) {
 			t.Fatalf("Reserve: %+v, %v; want acquired, TookOver %v", res, err, tookOver)
 		}
 	}
-	mustReserve(request("a", t0, 1), false)
-	mustReserve(request("a", t0.Add(2*time.Minute), 2), true)              // stale lease
-	mustReserve(request("a", t0.Add(2*time.Minute+2*time.Hour), 3), false) // expired
+	first := request("a", 1)
+	first.Lease = 100 * time.Millisecond
+	mustReserve(first, false)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "lease over", func() bool {
+		r, err := s.Get(ctx, "test", first.Record.KeyHash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Stale()
+	})
+	taker := request("a", 2)
+	taker.TTL = 100 * time.Millisecond
+	mustReserve(taker, true) // stale lease
+	waitExpired(t, s, 1)
+	mustReserve(request("a", 3), false) // expired
 }
 
 func TestCloseLeavesPoolOpen(t *testing.T) {
@@ -287,10 +322,10 @@ func TestCloseLeavesPoolOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := s.Reserve(ctx, request("k", t0, 1)); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Reserve(ctx, request("k", 1)); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("Reserve after Close: %v", err)
 	}
-	if _, err := s.Cleanup(ctx, t0, 0); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Cleanup(ctx, 0); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("Cleanup after Close: %v", err)
 	}
 	if err := pool.Ping(ctx); err != nil {
@@ -308,32 +343,41 @@ func TestCleanupBatches(t *testing.T) {
 	s := newTestStore(t, pool, opts)
 	ctx := context.Background()
 	for i := range 30 {
-		req := request("c"+string(rune('a'+i)), t0, uint64(i+1))
-		req.Record.ExpiresAt = t0.Add(time.Duration(i) * time.Second)
+		req := request("c"+string(rune('a'+i)), uint64(i+1))
+		req.TTL = 50 * time.Millisecond // expiring one after the other
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 	}
+	waitExpired(t, s, 30)
 	var batches []int
 	s.afterBatch = func(n int, _ time.Duration) { batches = append(batches, n) }
-	n, err := s.Cleanup(ctx, t0.Add(time.Hour), 16)
+	n, err := s.Cleanup(ctx, 16)
 	if err != nil || n != 16 {
 		t.Fatalf("Cleanup limit 16: %d, %v", n, err)
 	}
 	if want := []int{7, 7, 2}; !equalInts(batches, want) {
 		t.Fatalf("batches %v, want %v", batches, want)
 	}
+	// The oldest went first: the 14 that expired last are left.
+	rows, err := pool.Query(ctx, `SELECT key FROM `+s.opts.qualified()+` ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 14 || left[0] != "c"+string(rune('a'+16)) || left[13] != "c"+string(rune('a'+29)) {
+		t.Fatalf("left after the first 16: %v", left)
+	}
 	batches = nil
-	n, err = s.Cleanup(ctx, t0.Add(time.Hour), 0)
+	n, err = s.Cleanup(ctx, 0)
 	if err != nil || n != 14 {
 		t.Fatalf("Cleanup rest: %d, %v", n, err)
 	}
 	if want := []int{7, 7, 0}; !equalInts(batches, want) {
 		t.Fatalf("batches %v, want %v", batches, want)
-	}
-	// The oldest go first.
-	if _, err := s.Get(ctx, "test", store.HashKey("test", "c"+string(rune('a'+29))), t0); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("the newest record survived: %v", err)
 	}
 }
 
@@ -357,12 +401,13 @@ func TestCleanupSkipsLockedRows(t *testing.T) {
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
 	for i, key := range []string{"x", "y"} {
-		req := request(key, t0, uint64(i+1))
-		req.Record.ExpiresAt = t0.Add(time.Second)
+		req := request(key, uint64(i+1))
+		req.TTL = 50 * time.Millisecond
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 	}
+	waitExpired(t, s, 2)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +419,7 @@ func TestCleanupSkipsLockedRows(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	n, err := s.Cleanup(cctx, t0.Add(time.Hour), 0)
+	n, err := s.Cleanup(cctx, 0)
 	if err != nil || n != 1 {
 		t.Fatalf("Cleanup beside a locked row: %d, %v; want 1", n, err)
 	}
@@ -395,22 +440,22 @@ func TestReserveRetriesAfterConcurrentWrite(t *testing.T) {
 			pool := testPool(t, 4)
 			s := newTestStore(t, pool, freshSchema(t, pool))
 			ctx := context.Background()
-			now := t0.Add(3 * time.Hour)
 			if tc.expired {
-				if _, err := s.Reserve(ctx, request("late", t0, 1)); err != nil {
+				expiring := request("late", 1)
+				expiring.TTL = 50 * time.Millisecond
+				if _, err := s.Reserve(ctx, expiring); err != nil {
 					t.Fatal(err)
 				}
+				waitExpired(t, s, 1)
 			}
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer tx.Rollback(ctx)
-			first := request("late", now, 2)
+			first := request("late", 2)
 			kh, _ := keyHash(first.Record.KeyHash)
-			r := first.Record
-			if _, err := tx.Exec(ctx, s.sql.reserve, kh, r.Scope, r.Key, r.Fingerprint, r.Binding, int64(r.Token), r.RequestID,
-				r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.LeaseUntil, first.Now, true); err != nil {
+			if _, err := tx.Exec(ctx, s.sql.reserve, reserveArgs(kh, first, nil)...); err != nil {
 				t.Fatal(err)
 			}
 			type result struct {
@@ -419,7 +464,7 @@ func TestReserveRetriesAfterConcurrentWrite(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				res, err := s.Reserve(ctx, request("late", now, 3))
+				res, err := s.Reserve(ctx, request("late", 3))
 				done <- result{res, err}
 			}()
 			time.Sleep(200 * time.Millisecond) // let Reserve take its snapshot and block

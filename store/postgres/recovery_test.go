@@ -167,8 +167,7 @@ func TestRecovery(t *testing.T) {
 	// deadline, and returns the first error and the longest call.
 	pair := func(deadline time.Duration) (longest time.Duration, err error) {
 		n := seq.Add(1)
-		now := time.Now()
-		req := request(fmt.Sprintf("k-%d", n), now, n)
+		req := request(fmt.Sprintf("k-%d", n), n)
 		call := func(f func(ctx context.Context) error) error {
 			cctx, cancel := context.WithTimeout(ctx, deadline)
 			defer cancel()
@@ -187,7 +186,7 @@ func TestRecovery(t *testing.T) {
 		}
 		err = call(func(ctx context.Context) error {
 			return s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: req.Record.KeyHash, Token: n},
-				State: store.Succeeded, Value: []byte(req.Record.Key), Now: now, ExpiresAt: now.Add(time.Hour)})
+				State: store.Succeeded, Value: []byte(req.Record.Key), TTL: time.Hour})
 		})
 		if err == nil {
 			mu.Lock()
@@ -258,7 +257,7 @@ func TestRecovery(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	cctx, cancel := context.WithTimeout(ctx, deadline)
 	begin := time.Now()
-	_, err := s.Get(cctx, "test", store.HashKey("test", "k-1"), time.Now())
+	_, err := s.Get(cctx, "test", store.HashKey("test", "k-1"))
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Get from a frozen server: %v, want context.DeadlineExceeded", err)
@@ -277,16 +276,16 @@ func TestRecovery(t *testing.T) {
 	failsBefore := fails.Load()
 	time.Sleep(time.Second)
 	for name, f := range map[string]func(context.Context) error{
-		"Reserve": func(ctx context.Context) error { _, err := s.Reserve(ctx, request("down", time.Now(), 1)); return err },
+		"Reserve": func(ctx context.Context) error { _, err := s.Reserve(ctx, request("down", 1)); return err },
 		"Get": func(ctx context.Context) error {
-			_, err := s.Get(ctx, "test", store.HashKey("test", "k-1"), time.Now())
+			_, err := s.Get(ctx, "test", store.HashKey("test", "k-1"))
 			return err
 		},
 		"Complete": func(ctx context.Context) error {
 			return s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: store.HashKey("test", "down"), Token: 1},
-				State: store.Succeeded, Now: time.Now(), ExpiresAt: time.Now()})
+				State: store.Succeeded, TTL: time.Hour})
 		},
-		"Cleanup": func(ctx context.Context) error { _, err := s.Cleanup(ctx, time.Now(), 0); return err },
+		"Cleanup": func(ctx context.Context) error { _, err := s.Cleanup(ctx, 0); return err },
 	} {
 		cctx, cancel := context.WithTimeout(ctx, deadline)
 		begin := time.Now()
@@ -337,7 +336,7 @@ func TestRecovery(t *testing.T) {
 	defer mu.Unlock()
 	for _, req := range completed {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		got, err := s.Get(cctx, "test", req.Record.KeyHash, req.Now)
+		got, err := s.Get(cctx, "test", req.Record.KeyHash)
 		cancel()
 		if err != nil || got.State != store.Succeeded || string(got.Value) != req.Record.Key {
 			t.Fatalf("record %s after the crash: %+v, %v", req.Record.Key, got, err)

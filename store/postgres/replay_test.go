@@ -20,15 +20,14 @@ func TestReplayWritesNothing(t *testing.T) {
 	pool := testPool(t, 8)
 	s := newTestStore(t, pool, freshSchema(t, pool))
 	ctx := context.Background()
-	now := time.Now()
-	done, held := request("done", now, 1), request("held", now, 2)
+	done, held := request("done", 1), request("held", 2)
 	for _, r := range []store.ReserveRequest{done, held} {
 		if res, err := s.Reserve(ctx, r); err != nil || !res.Acquired {
 			t.Fatalf("reserve %s: %+v %v", r.Record.Key, res, err)
 		}
 	}
 	if err := s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: done.Record.KeyHash, Token: 1},
-		State: store.Succeeded, Value: []byte("the answer"), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		State: store.Succeeded, Value: []byte("the answer"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	versions := func(r store.ReserveRequest) string {

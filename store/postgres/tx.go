@@ -30,7 +30,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, c store.Completion) e
 	if !c.State.Valid() || c.State == store.InProgress {
 		return fmt.Errorf("postgres store: complete: state %q is not succeeded or failed", c.State)
 	}
-	return s.fencedTx(ctx, tx, "complete", s.sql.complete, c.Fence, string(c.State), c.Value, c.Now, c.ExpiresAt)
+	return s.fencedTx(ctx, tx, "complete", s.sql.complete, c.Fence, string(c.State), c.Value, micros(c.TTL))
 }
 
 // FenceTx checks, inside tx, that f.Token still holds its in_progress

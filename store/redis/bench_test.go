@@ -130,15 +130,13 @@ func benchSetup(b *testing.B) benchVariants {
 				ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
 			}
-			now := time.Now()
 			key := "k" + strconv.FormatUint(i, 10)
 			r := store.Record{
 				KeyHash: store.HashKey("bench", key), Scope: "bench", Key: key,
 				Fingerprint: "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
 				Binding:     "POST /v1/charges", State: store.InProgress, Token: i, RequestID: "req_" + key,
-				CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(benchLife), LeaseUntil: now.Add(time.Minute),
 			}
-			res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Now: now, TakeOverStale: true})
+			res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Lease: time.Minute, TTL: benchLife, TakeOverStale: true})
 			if err != nil {
 				return err
 			}
@@ -147,21 +145,18 @@ func benchSetup(b *testing.B) benchVariants {
 			}
 			return s.Complete(ctx, store.Completion{
 				Fence: store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: i},
-				State: store.Succeeded, Value: value, Now: now, ExpiresAt: now.Add(benchLife),
+				State: store.Succeeded, Value: value, TTL: benchLife,
 			})
 		}
 	}
 
 	// The raw loop's arguments are built once; only the key name changes.
-	now := time.Now()
-	nowS := strconv.FormatInt(now.UnixMicro(), 10)
-	eaS := strconv.FormatInt(now.Add(benchLife).UnixMicro(), 10)
-	luS := strconv.FormatInt(now.Add(time.Minute).UnixMicro(), 10)
-	pttlS := strconv.FormatInt(benchLife.Milliseconds(), 10)
-	reserveArgs := []any{nowS, "1", pttlS, "42",
+	leaseS := strconv.FormatInt(micros(time.Minute), 10)
+	ttlS := strconv.FormatInt(millis(benchLife), 10)
+	reserveArgs := []any{"1", leaseS, ttlS, "42",
 		"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "POST /v1/charges",
-		"bench", "kraw", "req_raw", nowS, nowS, eaS, luS}
-	completeArgs := []any{"42", "succeeded", value, nowS, eaS, pttlS}
+		"bench", "kraw", "req_raw", "", ""}
+	completeArgs := []any{"42", "succeeded", value, ttlS}
 	rawKey := func(i uint64) string {
 		return prefix + "raw{" + strconv.FormatUint(i, 10) + "}"
 	}

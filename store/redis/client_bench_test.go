@@ -47,16 +47,13 @@ func BenchmarkClients(b *testing.B) {
 	prefix := "idembench:clients:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	defer dropBench(gr, prefix)
 
-	now := time.Now()
-	nowS := strconv.FormatInt(now.UnixMicro(), 10)
-	eaS := strconv.FormatInt(now.Add(benchLife).UnixMicro(), 10)
-	luS := strconv.FormatInt(now.Add(time.Minute).UnixMicro(), 10)
-	pttlS := strconv.FormatInt(benchLife.Milliseconds(), 10)
+	leaseS := strconv.FormatInt(micros(time.Minute), 10)
+	ttlS := strconv.FormatInt(millis(benchLife), 10)
 	value := `{"id":"ch_1N4Xs2LkdIwHu7ixAbCdEfGh","status":"succeeded","amount":2000}`
-	reserveArgs := []string{nowS, "1", pttlS, "42",
+	reserveArgs := []string{"1", leaseS, ttlS, "42",
 		"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "POST /v1/charges",
-		"bench", "kraw", "req_raw", nowS, nowS, eaS, luS}
-	completeArgs := []string{"42", "succeeded", value, nowS, eaS, pttlS}
+		"bench", "kraw", "req_raw", "", ""}
+	completeArgs := []string{"42", "succeeded", value, ttlS}
 	reserveAny := make([]any, len(reserveArgs))
 	for i, a := range reserveArgs {
 		reserveAny[i] = a

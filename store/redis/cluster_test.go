@@ -71,7 +71,7 @@ func TestCluster(t *testing.T) {
 	s, prefix := newStore(t, client)
 	ctx := context.Background()
 	for i := range 30 {
-		if _, err := s.Reserve(ctx, request(fmt.Sprintf("spread-%d", i), storetest.T0, time.Hour)); err != nil {
+		if _, err := s.Reserve(ctx, request(fmt.Sprintf("spread-%d", i), time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}

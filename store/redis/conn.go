@@ -10,11 +10,10 @@ import (
 )
 
 // conn is what the store needs of a Redis client: run one of its scripts on
-// one key, read a record's fields. Replies come as go-redis gives them: an
-// int64, or a []any of strings and nils.
+// one key. Replies come as go-redis gives them: an int64, or a []any of
+// strings, int64s and nils.
 type conn interface {
 	eval(ctx context.Context, s *script, key string, args []string) (any, error)
-	hmget(ctx context.Context, key string, fields []string) ([]any, error)
 	// closed reports whether err says the client was closed.
 	closed(err error) bool
 	// publish sends msg on channel.
@@ -35,10 +34,6 @@ func (g goredisConn) eval(ctx context.Context, s *script, key string, args []str
 		a[i] = v
 	}
 	return s.goredis.Run(ctx, g.c, []string{key}, a...).Result()
-}
-
-func (g goredisConn) hmget(ctx context.Context, key string, fields []string) ([]any, error) {
-	return g.c.HMGet(ctx, key, fields...).Result()
 }
 
 func (goredisConn) closed(err error) bool { return errors.Is(err, redis.ErrClosed) }
@@ -76,15 +71,6 @@ type rueidisConn struct{ c rueidis.Client }
 
 func (r rueidisConn) eval(ctx context.Context, s *script, key string, args []string) (any, error) {
 	return s.rueidis.Exec(ctx, r.c, []string{key}, args).ToAny()
-}
-
-func (r rueidisConn) hmget(ctx context.Context, key string, fields []string) ([]any, error) {
-	v, err := r.c.Do(ctx, r.c.B().Hmget().Key(key).Field(fields...).Build()).ToAny()
-	if err != nil {
-		return nil, err
-	}
-	vals, _ := v.([]any)
-	return vals, nil
 }
 
 func (rueidisConn) closed(err error) bool { return errors.Is(err, rueidis.ErrClosing) }

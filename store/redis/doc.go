@@ -56,21 +56,34 @@
 // store.ErrLeaseLost when either differs. Tokens are kept as decimal strings,
 // since Lua numbers are doubles and cannot hold every uint64.
 //
-// # Expiry
+// # One clock: Redis's
 //
-// Redis expires records itself. Each Reserve and Complete sets the key's TTL
-// to the record's remaining lifetime on the caller's clock (ExpiresAt - Now,
-// rounded up to a millisecond), a relative TTL, so a caller whose clock is
-// off does not make Redis drop records early or late by that offset. Readers
-// still treat a record whose ExpiresAt is not after their Now as absent.
-// Cleanup therefore has nothing to do and returns 0.
+// Leases and expiry are judged on Redis's clock, never the callers'
+// (store/doc.go, "One clock for a lease"). Callers send the lease and the
+// lifetime as durations; each script reads the time with TIME on the node
+// that holds its key, sets the times it writes from it, and gives the key
+// its lifetime with PEXPIRE, a duration (rounded up to a millisecond).
+// Redis then expires records itself: a record exists exactly as long as its
+// key, Cleanup has nothing to do and returns 0. A lease is over once its
+// lease-until has passed on TIME. Get and Reserve return a record with
+// Redis's time and the key's PTTL, read by the same script: Record.ReadAt
+// and LeaseLeft are on Redis's clock, and no call costs a round trip more
+// than before (Get is a script where it was an HMGET). Times are kept at
+// microsecond precision, as PostgreSQL keeps them.
 //
-// Times are kept at microsecond precision, as PostgreSQL keeps them.
+// Hashes written before this version hold their writers' clocks, and lack
+// the sv field that marks this version's. The store reads their lifetime
+// from the key's PTTL, which that version set as a duration too, and judges
+// their lease by watching them (store/internal/leasewatch): over once this
+// process has seen the same token and lease-until, unchanged, for a whole
+// lease of its own policy. A holder of the earlier version that still
+// renews, whatever its clock, is never taken over; a dead one is taken
+// over a lease after it was first seen. Replicas of the earlier version
+// still judge by their own clocks until they are replaced.
 //
-// Get is one HMGET, sent where the client sends reads: leave a cluster
-// client's ReadOnly, RouteByLatency and RouteRandomly off, or a Get may read
-// a replica that has not seen the latest Complete yet. The scripts always
-// run on the primary.
+// Every call, Get included, is a script run on the primary that holds the
+// key, so a Get never reads a replica that has not seen the latest
+// Complete.
 //
 // # Waking waiters
 //

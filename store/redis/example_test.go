@@ -30,7 +30,6 @@ func Example() {
 	defer st.Close()
 
 	ctx := context.Background()
-	now := time.Now()
 	rec := store.Record{
 		KeyHash:     store.HashKey("tenant-7", "charge-ORD-123"),
 		Scope:       "tenant-7",
@@ -38,12 +37,10 @@ func Example() {
 		Fingerprint: "sha256:...",
 		State:       store.InProgress,
 		Token:       1,
-		CreatedAt:   now,
-		UpdatedAt:   now,
-		ExpiresAt:   now.Add(24 * time.Hour), // Redis drops the key then
-		LeaseUntil:  now.Add(time.Minute),
 	}
-	res, err := st.Reserve(ctx, store.ReserveRequest{Record: rec, Now: now, TakeOverStale: true})
+	// Durations, not instants: Redis's clock runs the lease, and Redis
+	// drops the key when its lifetime is over.
+	res, err := st.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Minute, TTL: 24 * time.Hour, TakeOverStale: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -54,14 +51,13 @@ func Example() {
 	// ... run the operation, then store its outcome under the same token.
 	err = st.Complete(ctx, store.Completion{
 		Fence: store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token},
-		State: store.Succeeded, Value: []byte(`{"id":"ch_1"}`),
-		Now: time.Now(), ExpiresAt: now.Add(24 * time.Hour),
+		State: store.Succeeded, Value: []byte(`{"id":"ch_1"}`), TTL: 24 * time.Hour,
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	// A retry finds the outcome instead of running the operation again.
-	got, err := st.Get(ctx, rec.Scope, rec.KeyHash, time.Now())
+	got, err := st.Get(ctx, rec.Scope, rec.KeyHash)
 	if err != nil {
 		log.Fatal(err)
 	}

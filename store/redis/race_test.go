@@ -43,7 +43,7 @@ var race = storetest.ProcessRace{
 		}
 		// Open the pool's connections before the start, so that the race
 		// is not decided by who dials first.
-		if _, err := s.Get(ctx, "race", store.HashKey("race", "warm-up"), storetest.T0); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Get(ctx, "race", store.HashKey("race", "warm-up")); err != nil && !errors.Is(err, store.ErrNotFound) {
 			_ = client.Close()
 			return nil, nil, err
 		}

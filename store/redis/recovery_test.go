@@ -57,8 +57,7 @@ func TestRecovery(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
 		begin := time.Now()
-		now := time.Now()
-		req := request(fmt.Sprintf("k-%d", seq.Add(1)), now, time.Hour)
+		req := request(fmt.Sprintf("k-%d", seq.Add(1)), time.Hour)
 		req.Record.Token = uint64(seq.Add(1))
 		res, err := s.Reserve(ctx, req)
 		if err == nil && !res.Acquired {
@@ -67,7 +66,7 @@ func TestRecovery(t *testing.T) {
 		if err == nil {
 			err = s.Complete(ctx, store.Completion{
 				Fence: store.Fence{KeyHash: req.Record.KeyHash, Scope: "test", Token: req.Record.Token},
-				State: store.Succeeded, Value: []byte("ok"), Now: now, ExpiresAt: now.Add(time.Hour),
+				State: store.Succeeded, Value: []byte("ok"), TTL: time.Hour,
 			})
 		}
 		return time.Since(begin), err

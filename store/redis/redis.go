@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/leasewatch"
 )
 
 // DefaultPrefix starts every key name when Options.Prefix is empty.
@@ -54,6 +55,10 @@ type Store struct {
 	// (ContextTimeoutEnabled), so a call with a deadline needs no watchdog.
 	deadlines bool
 	closed    atomic.Bool
+
+	// watch judges the leases of records an earlier version wrote (see
+	// judge).
+	watch leasewatch.Watcher
 
 	// notify is the subscribed connection of Subscribe, made once by
 	// notifyOnce (notify.go).
@@ -130,7 +135,8 @@ func (s *Store) key(keyHash string) (string, error) {
 	return s.Key(keyHash), nil
 }
 
-// Reserve implements store.Store.
+// Reserve implements store.Store in one script, so one round trip, except
+// when it takes over a stale record of an earlier version (see judge).
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	r := &req.Record
 	key, err := s.key(r.KeyHash)
@@ -141,59 +147,64 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	if req.TakeOverStale {
 		takeOver = "1"
 	}
-	reply, err := s.eval(ctx, "reserve", reserveScript, key,
-		micros(req.Now), takeOver, strconv.FormatInt(pttl(r.ExpiresAt, req.Now), 10),
-		strconv.FormatUint(r.Token, 10), r.Fingerprint, r.Binding, r.Scope, r.Key, r.RequestID,
-		micros(r.CreatedAt), micros(r.UpdatedAt), micros(r.ExpiresAt), micros(r.LeaseUntil))
-	if err != nil {
-		return store.Reservation{}, err
-	}
-	switch v := reply.(type) {
-	case int64:
-		return store.Reservation{Acquired: true, TookOver: v == 2}, nil
-	case []any:
-		existing, err := parseRecord(r.KeyHash, v)
+	// The token and lu of an earlier version's record watched unchanged
+	// for a whole lease, which the script may then take over.
+	var watchedTok, watchedLU string
+	for attempt := 0; ; attempt++ {
+		reply, err := s.eval(ctx, "reserve", reserveScript, key,
+			takeOver, strconv.FormatInt(micros(req.Lease), 10), strconv.FormatInt(millis(req.TTL), 10),
+			strconv.FormatUint(r.Token, 10), r.Fingerprint, r.Binding, r.Scope, r.Key, r.RequestID,
+			watchedTok, watchedLU)
 		if err != nil {
 			return store.Reservation{}, err
 		}
-		return store.Reservation{Existing: existing}, nil
+		switch v := reply.(type) {
+		case int64:
+			return store.Reservation{Acquired: true, TookOver: v == 2}, nil
+		case []any:
+			existing, legacy, err := s.judge(r.KeyHash, v, req.Lease)
+			if err != nil {
+				return store.Reservation{}, err
+			}
+			// An earlier version's record is judged stale here, by
+			// watching it, and not by the script: run it again, allowed to
+			// take over that very version, unless it was already.
+			if attempt == 0 && req.TakeOverStale && existing.Stale() && legacy.tok != "" &&
+				existing.Fingerprint == r.Fingerprint && existing.Binding == r.Binding {
+				watchedTok, watchedLU = legacy.tok, legacy.lu
+				continue
+			}
+			return store.Reservation{Existing: existing}, nil
+		}
+		return store.Reservation{}, fmt.Errorf("redisstore: reserve: unexpected reply %T", reply)
 	}
-	return store.Reservation{}, fmt.Errorf("redisstore: reserve: unexpected reply %T", reply)
 }
 
 // Get implements store.Store. The key hash already names the scope, so
-// scope is not used.
-func (s *Store) Get(ctx context.Context, _, keyHash string, now time.Time) (store.Record, error) {
+// scope is not used. It is a script, like the transitions, so that the
+// record comes back with the clock of the node that holds it.
+func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error) {
 	key, err := s.key(keyHash)
 	if err != nil {
 		return store.Record{}, err
 	}
-	// One HMGET is atomic: no script needed to read.
-	reply, err := s.run(ctx, "get", func(ctx context.Context) (any, error) {
-		return s.client.hmget(ctx, key, fields)
-	})
+	reply, err := s.eval(ctx, "get", getScript, key)
 	if err != nil {
 		return store.Record{}, err
 	}
 	vals, _ := reply.([]any)
-	if len(vals) == 0 || vals[0] == nil {
+	if len(vals) == 0 {
 		return store.Record{}, store.ErrNotFound
 	}
-	r, err := parseRecord(keyHash, vals)
-	if err != nil {
-		return store.Record{}, err
-	}
-	// The key's TTL is real time; the caller's clock decides.
-	if r.Expired(now) {
-		return store.Record{}, store.ErrNotFound
-	}
-	return r, nil
+	r, _, err := s.judge(keyHash, vals, 0)
+	return r, err
 }
 
-// Renew implements store.Store. It leaves the record's lifetime alone: a
-// lease never keeps a record past its ExpiresAt.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
-	return s.fenced(ctx, "renew", f.KeyHash, renewScript, strconv.FormatUint(f.Token, 10), micros(leaseUntil))
+// Renew implements store.Store: the lease runs lease from Redis's now. It
+// leaves the record's lifetime alone: a lease never keeps a record past its
+// ExpiresAt.
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
+	return s.fenced(ctx, "renew", f.KeyHash, renewScript, strconv.FormatUint(f.Token, 10), strconv.FormatInt(micros(lease), 10))
 }
 
 // Complete implements store.Store.
@@ -202,8 +213,7 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 		return fmt.Errorf("redisstore: complete: state %q is not succeeded or failed", c.State)
 	}
 	return s.fenced(ctx, "complete", c.KeyHash, completeScript,
-		strconv.FormatUint(c.Token, 10), string(c.State), string(c.Value),
-		micros(c.Now), micros(c.ExpiresAt), strconv.FormatInt(pttl(c.ExpiresAt, c.Now), 10))
+		strconv.FormatUint(c.Token, 10), string(c.State), string(c.Value), strconv.FormatInt(millis(c.TTL), 10))
 }
 
 // Release implements store.Store.
@@ -241,7 +251,7 @@ func (s *Store) eval(ctx context.Context, op string, script *script, key string,
 // Cleanup implements store.Store. Redis expires records itself (every
 // write sets the key's TTL to the record's remaining lifetime), so there is
 // nothing to delete and Cleanup returns 0.
-func (s *Store) Cleanup(ctx context.Context, _ time.Time, _ int) (int, error) {
+func (s *Store) Cleanup(ctx context.Context, _ int) (int, error) {
 	if err := s.check(ctx, "cleanup"); err != nil {
 		return 0, err
 	}
@@ -250,7 +260,7 @@ func (s *Store) Cleanup(ctx context.Context, _ time.Time, _ int) (int, error) {
 
 // CountExpired is always 0: Redis drops a record the moment its TTL ends
 // (`idem cleanup --dry-run`).
-func (s *Store) CountExpired(ctx context.Context, _ time.Time) (int, error) {
+func (s *Store) CountExpired(ctx context.Context) (int, error) {
 	if err := s.check(ctx, "count expired"); err != nil {
 		return 0, err
 	}
@@ -345,20 +355,69 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("redisstore: %s: %w", op, err)
 }
 
-// micros encodes t as Unix microseconds, the precision records keep.
-func micros(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+// micros is d in whole microseconds, the precision records keep, rounded
+// up: a lease is never cut short by the rounding.
+func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
 
-// pttl is the key's time to live in milliseconds: the record's remaining
-// lifetime on the caller's clock, rounded up so that Redis never drops a
-// record before its ExpiresAt, and at least 1 (PEXPIRE 0 deletes the key at
-// once; a record already expired is absent to readers anyway).
-func pttl(expiresAt, now time.Time) int64 {
-	d := expiresAt.Sub(now)
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	return max(ms, 1)
+// millis is a lifetime in whole milliseconds, PEXPIRE's unit, rounded up
+// so that Redis never drops a record sooner than its lifetime, and at
+// least 1 (PEXPIRE 0 deletes the key at once).
+func millis(d time.Duration) int64 { return max(int64((d+time.Millisecond-1)/time.Millisecond), 1) }
+
+// legacyVersion names the version of an earlier version's in_progress
+// record: its token and lu as stored. Empty for a record on Redis's clock.
+type legacyVersion struct{ tok, lu string }
+
+// judge decodes the reply of a script that read the record of keyHash: its
+// fields, Redis's clock when it read them and the key's PTTL. It sets
+// ReadAt and LeaseLeft as judged on that clock.
+//
+// A record that an earlier version wrote (no sv field) holds its writer's
+// clock in ca, ua, ea and lu, which nothing relates to Redis's. Its
+// lifetime is the key's PTTL, which that version set as a duration, so
+// ExpiresAt is read from it. Its lease is judged by watching it, as stores
+// without a clock do (store/internal/leasewatch): over only once this
+// process has seen the very same token and lu, unchanged, for a whole
+// lease (lease; 0 means the holder's own span, lu - ua, which is never
+// shorter than its lease). A holder that still renews, whatever its clock
+// says, changes lu every third of its lease and is never judged stale.
+func (s *Store) judge(keyHash string, vals []any, lease time.Duration) (store.Record, legacyVersion, error) {
+	var lv legacyVersion
+	if len(vals) != len(fields)+2 {
+		return store.Record{}, lv, fmt.Errorf("redisstore: record %s: %d values, want %d", keyHash, len(vals), len(fields)+2)
+	}
+	now, ok1 := vals[len(fields)].(int64)
+	pttl, ok2 := vals[len(fields)+1].(int64)
+	if !ok1 || !ok2 {
+		return store.Record{}, lv, fmt.Errorf("redisstore: record %s: clock %v, pttl %v", keyHash, vals[len(fields)], vals[len(fields)+1])
+	}
+	r, err := parseRecord(keyHash, vals[:len(fields)])
+	if err != nil {
+		return store.Record{}, lv, err
+	}
+	readAt := time.UnixMicro(now).UTC()
+	if vals[len(fields)-1] != nil { // sv: on Redis's clock
+		r.SetReadAt(readAt)
+		return r, lv, nil
+	}
+	if pttl >= 0 {
+		r.ExpiresAt = readAt.Add(time.Duration(pttl) * time.Millisecond)
+	}
+	r.SetReadAt(readAt)
+	if r.State == store.InProgress {
+		if lease <= 0 {
+			lease = max(r.LeaseUntil.Sub(r.UpdatedAt), 0)
+		}
+		lv.tok, _ = vals[1].(string)
+		lv.lu, _ = vals[10].(string)
+		r.LeaseLeft = s.watch.Left(keyHash, lv.tok+"@"+lv.lu, lease)
+		// For display, on Redis's clock like ReadAt.
+		r.LeaseUntil = readAt.Add(r.LeaseLeft)
+	}
+	return r, lv, nil
 }
 
-// parseRecord decodes a reply laid out as fields.
+// parseRecord decodes the fields of a record, laid out as fields.
 func parseRecord(keyHash string, vals []any) (store.Record, error) {
 	if len(vals) != len(fields) {
 		return store.Record{}, fmt.Errorf("redisstore: record %s: %d fields, want %d", keyHash, len(vals), len(fields))

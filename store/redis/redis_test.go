@@ -139,7 +139,9 @@ func TestConformance(t *testing.T) {
 	}))
 }
 
-func request(key string, now time.Time, life time.Duration) store.ReserveRequest {
+// request is a reservation of key with a lease of a minute and the
+// lifetime life.
+func request(key string, life time.Duration) store.ReserveRequest {
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash:     store.HashKey("test", key),
@@ -150,12 +152,9 @@ func request(key string, now time.Time, life time.Duration) store.ReserveRequest
 			State:       store.InProgress,
 			Token:       1,
 			RequestID:   "req",
-			CreatedAt:   now,
-			UpdatedAt:   now,
-			ExpiresAt:   now.Add(life),
-			LeaseUntil:  now.Add(time.Minute),
 		},
-		Now:           now,
+		Lease:         time.Minute,
+		TTL:           life,
 		TakeOverStale: true,
 	}
 }
@@ -179,8 +178,7 @@ func TestNativeTTL(t *testing.T) {
 	s, _ := newStore(t, client)
 	ctx := context.Background()
 
-	now := time.Now()
-	req := request("ttl", now, 1500*time.Millisecond)
+	req := request("ttl", 1500*time.Millisecond)
 	if res, err := s.Reserve(ctx, req); err != nil || !res.Acquired {
 		t.Fatalf("Reserve: %+v, %v", res, err)
 	}
@@ -191,8 +189,9 @@ func TestNativeTTL(t *testing.T) {
 	// Complete gives the key the completion's lifetime, here a shorter one.
 	c := store.Completion{
 		Fence: store.Fence{KeyHash: req.Record.KeyHash, Scope: "test", Token: req.Record.Token},
-		State: store.Succeeded, Value: []byte("v"), Now: now, ExpiresAt: now.Add(time.Second),
+		State: store.Succeeded, Value: []byte("v"), TTL: time.Second,
 	}
+	sent := time.Now() // the lifetime starts on Redis's clock once the script runs, after this
 	if err := s.Complete(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -209,10 +208,10 @@ func TestNativeTTL(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if waited := time.Since(now); waited < time.Second {
+	if waited := time.Since(sent); waited < time.Second {
 		t.Fatalf("key vanished after %v, before its ExpiresAt", waited)
 	}
-	if _, err := s.Get(ctx, "test", req.Record.KeyHash, time.Now()); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Get(ctx, "test", req.Record.KeyHash); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after expiry: %v", err)
 	}
 }
@@ -224,8 +223,7 @@ func TestLayout(t *testing.T) {
 	client := newClient(t, nil)
 	s, prefix := newStore(t, client)
 	ctx := context.Background()
-	now := storetest.T0
-	req := request("the-raw-key", now, time.Hour)
+	req := request("the-raw-key", time.Hour)
 	req.Record.Token = math.MaxUint64 // no double holds it exactly
 	if _, err := s.Reserve(ctx, req); err != nil {
 		t.Fatal(err)
@@ -237,17 +235,17 @@ func TestLayout(t *testing.T) {
 	if tok := client.HGet(ctx, want, "tok").Val(); tok != "18446744073709551615" {
 		t.Fatalf("stored token %q", tok)
 	}
-	got, err := s.Get(ctx, "test", req.Record.KeyHash, now)
+	got, err := s.Get(ctx, "test", req.Record.KeyHash)
 	if err != nil || got.Token != math.MaxUint64 {
 		t.Fatalf("Get: token %d, %v", got.Token, err)
 	}
 	// A token differing in the last bit, equal as a double, is fenced off.
 	f := store.Fence{KeyHash: req.Record.KeyHash, Scope: "test", Token: math.MaxUint64 - 1}
-	if err := s.Renew(ctx, f, now.Add(time.Hour)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Renew(ctx, f, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Renew with a token one below: %v", err)
 	}
 	f.Token = math.MaxUint64
-	if err := s.Renew(ctx, f, now.Add(time.Hour)); err != nil {
+	if err := s.Renew(ctx, f, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -280,7 +278,7 @@ func TestCloseKeepsClient(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(context.Background(), "test", store.HashKey("test", "k"), time.Now()); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Get(context.Background(), "test", store.HashKey("test", "k")); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Get after Close: %v", err)
 	}
 	if err := client.Ping(context.Background()).Err(); err != nil {

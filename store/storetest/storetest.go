@@ -788,6 +788,7 @@ func testCleanup(t *testing.T, h Harness) {
 	base := uniqueKey(t)
 	ttl := h.shortTTL()
 	var live, expired []store.ReserveRequest
+	setup := time.Now()
 	for i := range 40 {
 		req := request(fmt.Sprintf("%s-%d", base, i))
 		if i%2 == 0 {
@@ -806,7 +807,9 @@ func testCleanup(t *testing.T, h Harness) {
 			}
 		}
 	}
-	if n, err := s.Cleanup(ctx, 0); err != nil || (n != 0 && !h.NativeExpiry) {
+	// Nothing has expired yet, unless writing the records took longer
+	// than their lifetime (a loaded machine): then the check says nothing.
+	if n, err := s.Cleanup(ctx, 0); err != nil || (n != 0 && !h.NativeExpiry && time.Since(setup) < ttl/2) {
 		t.Fatalf("Cleanup before anything expired: %d, %v", n, err)
 	}
 	for _, r := range expired {

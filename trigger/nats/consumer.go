@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/consume"
 )
 
 // ErrNoEventID: a message carries no stable event ID, so it cannot be run
@@ -21,6 +22,7 @@ var ErrNoEventID = errors.New("trigger/nats: message has no event ID")
 const (
 	DefaultInProgressEvery = 10 * time.Second
 	DefaultRetryDelay      = time.Second
+	DefaultDrainTimeout    = consume.DefaultDrainTimeout
 )
 
 // Consumer runs Handler once per event ID. Its zero-value optional fields
@@ -31,7 +33,15 @@ type Consumer struct {
 	// ActivityID names what the events trigger (the activity runner's activity).
 	ActivityID string
 	// Handler handles one event. Its error (or a store failure) leaves the
-	// event un-acked: it is nak'ed and redelivered after RetryDelay.
+	// event un-acked: it is nak'ed and redelivered after RetryDelay. An
+	// error matching trigger.ErrAlreadyStarted, which pgtx.RunLog.Once
+	// returns for an event whose effect committed before, means the event
+	// is handled: it is acked, and recorded as a success.
+	//
+	// A handler whose effect must not repeat even if the consumer dies
+	// between the effect and the record of its outcome writes it with
+	// pgtx.RunLog.Once (see the package example), or in the Starter's
+	// transaction when its store is a pgtx.Store (pgtx.Store.Tx).
 	Handler func(ctx context.Context, msg jetstream.Msg) error
 	// EventID returns a message's stable event ID. nil means EventID: the
 	// publisher's Nats-Msg-Id header, else the stream and stream sequence.
@@ -44,6 +54,11 @@ type Consumer struct {
 	// RetryDelay is the redelivery delay of an event whose handler or
 	// store failed. 0 means DefaultRetryDelay (1 s).
 	RetryDelay time.Duration
+	// DrainTimeout is how long the handlers running when Consume's context
+	// ends may go on: their context ends that long after Consume's, and
+	// those done by then are acked. 0 means DefaultDrainTimeout (30 s);
+	// negative, none (their context ends with Consume's).
+	DrainTimeout time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -66,10 +81,27 @@ func EventID(msg jetstream.Msg) (string, error) {
 	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10), nil
 }
 
-// Consume runs the Consumer on cons until ctx ends, then drains: messages
-// being handled finish and are acked. opts are passed to cons.Consume.
+// Consume runs the Consumer on cons until ctx ends, then drains: the
+// handlers running then go on, for DrainTimeout at most, under a context
+// that does not end with ctx, and are acked (or nak'ed) as usual; messages
+// delivered but not begun are nak'ed for another replica. It returns once
+// they are all done. opts are passed to cons.Consume.
 func (c *Consumer) Consume(ctx context.Context, cons jetstream.Consumer, opts ...jetstream.PullConsumeOpt) error {
-	cc, err := cons.Consume(func(msg jetstream.Msg) { c.Handle(ctx, msg) }, opts...)
+	timeout := c.DrainTimeout
+	if timeout == 0 {
+		timeout = DefaultDrainTimeout
+	}
+	drain := consume.NewDrain(ctx, timeout)
+	defer drain.Wait()
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		hctx, ok := drain.Begin()
+		if !ok {
+			msg.Nak()
+			return
+		}
+		defer drain.End()
+		c.Handle(hctx, msg)
+	}, opts...)
 	if err != nil {
 		return err
 	}
@@ -101,29 +133,30 @@ func (c *Consumer) Handle(ctx context.Context, msg jetstream.Msg) error {
 		return errors.Join(err, msg.TermWithReason("no event ID"))
 	}
 	stop := c.keepAlive(msg)
-	err = c.Starter.Start(ctx, trigger.EventKey(c.ActivityID, id), func(ctx context.Context) error {
+	v := consume.Run(ctx, c.Starter, c.ActivityID, id, func(ctx context.Context) error {
 		return c.Handler(ctx, msg)
 	})
 	stop()
-	var already *trigger.AlreadyStartedError
-	switch {
-	case err == nil || errors.As(err, &already) && !already.Running:
+	switch v.Action {
+	case consume.Ack:
+		if v.Err != nil {
+			log.Debug("trigger/nats: event handled before; acking", "event", id, "err", v.Err)
+		}
 		if c.afterRecord != nil {
 			c.afterRecord(id)
 		}
 		return msg.DoubleAck(context.WithoutCancel(ctx))
-	case errors.As(err, &already):
+	case consume.Wait:
 		// Another replica runs it, or ran it and died: ask again when its
 		// lease ends; a start then takes a dead holder's event over.
-		delay := max(time.Until(already.LeaseUntil)+50*time.Millisecond, 100*time.Millisecond)
-		return errors.Join(err, msg.NakWithDelay(delay))
+		return errors.Join(v.Err, msg.NakWithDelay(v.Delay))
 	default:
 		delay := c.RetryDelay
 		if delay <= 0 {
 			delay = DefaultRetryDelay
 		}
-		log.Warn("trigger/nats: event failed; redelivering", "event", id, "delay", delay, "err", err)
-		return errors.Join(err, msg.NakWithDelay(delay))
+		log.Warn("trigger/nats: event failed; redelivering", "event", id, "delay", delay, "err", v.Err)
+		return errors.Join(v.Err, msg.NakWithDelay(delay))
 	}
 }
 

@@ -53,9 +53,13 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 	}
 	c := &Consumer{
 		Starter:    h.Starter,
-		ActivityID: "ingest",
+		ActivityID: killtest.Activity,
 		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			return h.Effect(ctx, msg.Headers().Get(jetstream.MsgIDHeader))
+			id, err := EventID(msg)
+			if err != nil {
+				return err
+			}
+			return h.Handle(ctx, id)
 		},
 		RetryDelay: 100 * time.Millisecond,
 		// Shorter than AckWait, so only a dead consumer's messages are
@@ -71,27 +75,59 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 // Three consumer processes share a durable JetStream consumer and an idem
 // PostgreSQL store. 1,000 events are published (50 of them twice, as a
 // publisher retrying after a lost publish ack does, with the same
-// Nats-Msg-Id). Consumers are killed with SIGKILL in the middle of a
-// handler (the message is redelivered after AckWait, which is shorter than
-// the idem lease: the consumer that gets it finds the event still held, naks
-// it until the dead holder's lease is over, and then runs it) and after an outcome is
-// recorded but before its ack (the redelivery is acked without running).
-// Each event runs exactly once and none is lost.
+// Nats-Msg-Id). Handlers write their effect with pgtx.RunLog.Once, as the
+// package documents. Consumers are killed with SIGKILL:
+//   - in the middle of a handler, before the effect: the message is
+//     redelivered after AckWait, which is shorter than the idem lease; the
+//     consumer that gets it finds the event still held, naks it until the
+//     dead holder's lease is over, and then runs it;
+//   - after the effect's statement, before its transaction commits: the
+//     effect is rolled back with the run log's mark, and the event runs
+//     again after the lease;
+//   - after that commit, before idem's record: the event is delivered
+//     again, its handler finds it in the run log (trigger.ErrAlreadyStarted),
+//     and the message is acked without a second effect;
+//   - after the record, before the ack: the redelivery is acked without
+//     running.
+//
+// Each event's effect happens exactly once and none is lost.
 func TestKilledConsumersRunEachEventOnce(t *testing.T) {
 	t.Parallel()
-	killedConsumers(t, 1000, 6, 4)
+	killedConsumers(t, killtest.Config{Events: 1000, Effect: killtest.RunLog,
+		KillInHandler: 3, KillInEffect: 4, KillAfterEffect: 4, KillAfterRecord: 3})
 }
 
-// The same with 10,000 events and 60 kills (IDEM_LONG=1, make long).
+// The same with the effect written in the Starter's transaction
+// (pgtx.Store.Tx), which commits with idem's record: a kill before that
+// commit leaves neither.
+func TestKilledConsumersStarterTx(t *testing.T) {
+	t.Parallel()
+	killedConsumers(t, killtest.Config{Events: 300, Effect: killtest.StarterTx,
+		KillInHandler: 1, KillInEffect: 3, KillAfterRecord: 2})
+}
+
+// The same with 10,000 events and 80 kills, and 3,000 events and 30 kills
+// with the Starter's transaction (IDEM_LONG=1, make long).
 func TestKilledConsumersLong(t *testing.T) {
 	t.Parallel()
 	if os.Getenv("IDEM_LONG") == "" {
 		t.Skip("IDEM_LONG=1 runs it")
 	}
-	killedConsumers(t, 10000, 40, 20)
+	t.Run("RunLog", func(t *testing.T) {
+		killedConsumers(t, killtest.Config{Events: 10000, Effect: killtest.RunLog,
+			KillInHandler: 20, KillInEffect: 20, KillAfterEffect: 20, KillAfterRecord: 20})
+	})
+	t.Run("StarterTx", func(t *testing.T) {
+		killedConsumers(t, killtest.Config{Events: 3000, Effect: killtest.StarterTx,
+			KillInHandler: 10, KillInEffect: 10, KillAfterRecord: 10})
+	})
 }
 
-func killedConsumers(t *testing.T, events, killInHandler, killAfterRecord int) {
+// killedConsumers runs cfg through 3 consumer processes (cfg's broker
+// fields and timeout are set here).
+func killedConsumers(t *testing.T, cfg killtest.Config) {
+	events := cfg.Events
+	timeout := time.Minute + time.Duration(events)*90*time.Millisecond
 	url := testenv.NATS(t)
 	nc, err := natsgo.Connect(url)
 	if err != nil {
@@ -102,7 +138,7 @@ func killedConsumers(t *testing.T, events, killInHandler, killAfterRecord int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(events/1000)*2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
 	name := fmt.Sprintf("IDEM_KILLTEST_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	subject := "idem.killtest." + name
@@ -121,11 +157,10 @@ func killedConsumers(t *testing.T, events, killInHandler, killAfterRecord int) {
 		t.Fatal(err)
 	}
 
-	killtest.Run(t, killtest.Config{
-		Events: events, Consumers: 3, KillInHandler: killInHandler, KillAfterRecord: killAfterRecord,
-		ChildEnv: []string{envURL + "=" + url, envStream + "=" + name},
-		Timeout:  time.Duration(events/1000) * 90 * time.Second,
-	}, func(ids []string) {
+	cfg.Consumers = 3
+	cfg.ChildEnv = []string{envURL + "=" + url, envStream + "=" + name}
+	cfg.Timeout = timeout
+	killtest.Run(t, cfg, func(ids []string) {
 		for i, id := range ids {
 			if _, err := js.Publish(ctx, subject, []byte(id), jetstream.WithMsgID(id)); err != nil {
 				t.Fatal(err)

@@ -3,21 +3,48 @@ package nats_test
 import (
 	"context"
 	"log"
+	"os"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/store/postgres"
+	"github.com/idem-dev/idem/store/postgres/pgtx"
 	"github.com/idem-dev/idem/trigger"
 	trignats "github.com/idem-dev/idem/trigger/nats"
 )
 
-// Each replica of an ingest service runs this; a shared store (PostgreSQL,
-// Redis) in place of memory makes the replicas run each event once between
-// them.
+// Each replica of an ingest service runs this; the replicas share idem's
+// store, so each event runs once between them. The handler writes the
+// event's effect with pgtx.RunLog.Once: the effect and the event's mark in
+// the run log commit in one transaction, so that a replica killed between
+// the effect and idem's record of it cannot make it happen twice. The next
+// delivery finds the mark, Once returns trigger.ErrAlreadyStarted, and the
+// Consumer acks the message.
 func ExampleConsumer() {
 	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	eng := idem.New(store, idem.Policy{})
+	defer eng.Close()
+	runs := pgtx.RunLog{Table: pgx.Identifier{"ingest_runs"}}
+	if err := runs.Create(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+
 	nc, err := natsgo.Connect(natsgo.DefaultURL)
 	if err != nil {
 		log.Fatal(err)
@@ -28,14 +55,66 @@ func ExampleConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	eng := idem.New(memory.New(), idem.Policy{})
+	const activity = "550e8400-e29b-41d4-a716-446655440000"
+	c := &trignats.Consumer{
+		Starter:    &trigger.Starter{Engine: eng, Scope: "events"},
+		ActivityID: activity,
+		Handler: func(ctx context.Context, msg jetstream.Msg) error {
+			id, err := trignats.EventID(msg)
+			if err != nil {
+				return err
+			}
+			return runs.Once(ctx, pool, trigger.EventKey(activity, id), func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO readings (event_id, body) VALUES ($1, $2)`, id, msg.Data())
+				return err
+			})
+		},
+	}
+	log.Fatal(c.Consume(ctx, cons))
+}
+
+// Where idem's store is the service's own PostgreSQL database, wrapped in a
+// pgtx.Store, the handler writes its effect in the transaction of its hold
+// on the event, which idem's record of the outcome commits: no run log is
+// needed.
+func ExampleConsumer_starterTransaction() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	ps, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := pgtx.New(ps)
+	eng := idem.New(store, idem.Policy{})
 	defer eng.Close()
+
+	nc, err := natsgo.Connect(natsgo.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cons, err := js.Consumer(ctx, "EVENTS", "ingest")
+	if err != nil {
+		log.Fatal(err)
+	}
 	c := &trignats.Consumer{
 		Starter:    &trigger.Starter{Engine: eng, Scope: "events"},
 		ActivityID: "550e8400-e29b-41d4-a716-446655440000",
 		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			log.Printf("event %s", msg.Data())
-			return nil
+			tx, err := store.Tx(ctx) // commits with the record; never commit it here
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO readings (body) VALUES ($1)`, msg.Data())
+			return err
 		},
 	}
 	log.Fatal(c.Consume(ctx, cons))

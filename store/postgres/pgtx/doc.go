@@ -25,9 +25,11 @@
 //  3. the completion, an UPDATE fenced by the holder's token, runs in the
 //     same transaction, which then commits. A holder that lost its lease
 //     updates no row, so the transaction rolls back and Do returns an error
-//     matching idem.ErrLeaseLost. The UPDATE locks the record's row: a
-//     caller taking the key over between it and the COMMIT waits for the
-//     COMMIT and then finds the record completed.
+//     matching idem.ErrLeaseLost; so does a holder whose lease renewal
+//     found the key taken over, which cancels its operation's context,
+//     whatever the operation then returned. The UPDATE locks the record's
+//     row: a caller taking the key over between it and the COMMIT waits for
+//     the COMMIT and then finds the record completed.
 //
 // An operation that fails, panics, or returns idem.ErrNotExecuted has its
 // transaction rolled back; the record is then released or keeps the
@@ -48,6 +50,8 @@
 // A consumer that is handed the same event twice (a broker's redelivery)
 // records "event handled" in the transaction that handles it: RunLog.Once,
 // with the trigger package's IDs. No idempotency record is needed there.
+// The consumers of trigger/nats and trigger/amqp ack a delivery whose
+// handler returns Once's trigger.ErrAlreadyStarted: its event was handled.
 //
 // # Where PostgreSQL is not the store
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,9 @@ type Store struct {
 	// beforeCommit, when set (by tests), runs between the completion's
 	// UPDATE and the COMMIT.
 	beforeCommit func()
+	// stalled, when set (by tests), keeps renewals from reaching the
+	// server, as a stopped process's never do.
+	stalled atomic.Bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -98,7 +102,11 @@ const RenewTimeout = time.Second
 // record). A failed renewal is retried at the next tick; a lease that runs
 // out meanwhile costs a takeover, never a double effect, because the
 // completion is fenced.
-func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) error {
+func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
+	if s.stalled.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	s.mu.Lock()
 	open := s.pending[f.Token] != nil
 	s.mu.Unlock()
@@ -107,7 +115,7 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, leaseUntil time.Time) 
 		ctx, cancel = context.WithTimeout(ctx, RenewTimeout)
 		defer cancel()
 	}
-	return s.Store.Renew(ctx, f, leaseUntil)
+	return s.Store.Renew(ctx, f, lease)
 }
 
 // take removes and returns the open transaction of token, if any.
@@ -181,7 +189,10 @@ type Func func(ctx context.Context, tx pgx.Tx) ([]byte, error)
 // effect per c's key: fn's writes in tx and the record's completion commit
 // together. A caller that takes the key over after a holder died runs fn
 // again, which is safe, because the dead holder's transaction left nothing
-// behind. Results and errors are eng.Do's.
+// behind. Results and errors are eng.Do's, but for a holder whose key
+// another caller took over while fn ran: its error matches idem.ErrLeaseLost
+// (and still wraps fn's own, often the canceled context's), and
+// Result.NotRecorded is set, whatever fn returned.
 func Do(ctx context.Context, eng *idem.Engine, c idem.Call, fn Func) (idem.Result, error) {
 	return do(ctx, eng, c, func(ctx context.Context, s *Store) ([]byte, error) {
 		tx, err := s.Tx(ctx)
@@ -211,10 +222,13 @@ func do(ctx context.Context, eng *idem.Engine, c idem.Call, fn func(context.Cont
 	// remains: unlike a panic under a plain engine, whose effects are
 	// unknown, it releases the key (the engine records an unknown outcome
 	// otherwise), and then goes on up the stack.
-	var panicked any
+	var (
+		panicked any
+		opCtx    context.Context
+	)
 	res, err := eng.Do(ctx, c, func(ctx context.Context) (v []byte, err error) {
 		h, _ := idem.HoldFrom(ctx)
-		token = h.Token
+		token, opCtx = h.Token, ctx
 		defer func() {
 			if p := recover(); p != nil {
 				panicked = p
@@ -225,6 +239,15 @@ func do(ctx context.Context, eng *idem.Engine, c idem.Call, fn func(context.Cont
 	})
 	if panicked != nil {
 		panic(panicked)
+	}
+	if err != nil && opCtx != nil && !errors.Is(err, idem.ErrLeaseLost) && errors.Is(context.Cause(opCtx), idem.ErrLeaseLost) {
+		// A renewal found the key taken over and canceled the operation,
+		// which then failed with its context's error. The engine released
+		// the key for it (a no-op: it is another holder's now) and hands
+		// that error back as a failure; the caller must learn instead that
+		// someone else has the key.
+		res.NotRecorded = true
+		err = fmt.Errorf("pgtx: another caller took the key over: %w (the operation: %w)", idem.ErrLeaseLost, err)
 	}
 	return res, err
 }

@@ -92,6 +92,21 @@ func setup(t testing.TB, p idem.Policy, maxConns ...int32) *bundle {
 	return &bundle{pool: pool, opts: opts, store: s, clock: clk, eng: eng, rows: rows}
 }
 
+// takeOver calls op for key until it runs: while the key's holder (whose
+// renewals tests stall) still has it, the call finds it in progress.
+func (b *bundle) takeOver(t *testing.T, key string, op pgtx.Func) idem.Result {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		res, err := pgtx.Do(bg, b.eng, call(key), op)
+		if err == nil {
+			return res
+		}
+		if !errors.Is(err, idem.ErrInProgress) || time.Now().After(deadline) {
+			t.Fatalf("takeover: %+v, %v", res, err)
+		}
+	}
+}
+
 // effects returns what the business table holds for the record of key.
 func (b *bundle) effects(t *testing.T, key string) []string {
 	t.Helper()
@@ -121,7 +136,7 @@ func call(key string) idem.Call {
 
 func (b *bundle) record(t *testing.T, key string) (store.Record, error) {
 	t.Helper()
-	return b.store.Get(bg, "s", store.HashKey("s", key), b.clock.Now())
+	return b.store.Get(bg, "s", store.HashKey("s", key))
 }
 
 // TestWorkCommitsWithOutcome: the operation's row and the record's
@@ -193,7 +208,7 @@ func TestFailureRollsBack(t *testing.T) {
 // worked cannot commit its writes; the new holder's are the only ones.
 func TestStaleHolderCannotCommit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Policy{Lease: time.Minute})
+	b := setup(t, idem.Policy{Lease: 500 * time.Millisecond})
 	wrote := make(chan struct{})
 	resume := make(chan struct{})
 	stale := make(chan error, 1)
@@ -207,10 +222,11 @@ func TestStaleHolderCannotCommit(t *testing.T) {
 		stale <- err
 	}()
 	<-wrote
-	b.clock.Add(2 * time.Minute)
-	res, err := pgtx.Do(bg, b.eng, call("k"), b.write("fresh"))
-	if err != nil || !res.TookOver {
-		t.Fatalf("takeover: %+v, %v", res, err)
+	pgtx.Stall(b.store, true) // the holder's renewals stop: its lease runs out
+	res := b.takeOver(t, "k", b.write("fresh"))
+	pgtx.Stall(b.store, false)
+	if !res.TookOver {
+		t.Fatalf("takeover: %+v", res)
 	}
 	close(resume)
 	if err := <-stale; !errors.Is(err, idem.ErrLeaseLost) {
@@ -229,7 +245,8 @@ func TestStaleHolderCannotCommit(t *testing.T) {
 // finds the record completed, and runs nothing.
 func TestTakeoverWaitsForCommit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Policy{Lease: time.Minute})
+	const lease = 300 * time.Millisecond
+	b := setup(t, idem.Policy{Lease: lease})
 	updated := make(chan struct{})
 	commit := make(chan struct{})
 	pgtx.SetBeforeCommit(b.store, func() { close(updated); <-commit })
@@ -244,7 +261,7 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 		t.Fatalf("the holder finished (%v) without completing in its transaction", err)
 	}
 	pgtx.SetBeforeCommit(b.store, nil)
-	b.clock.Add(2 * time.Minute) // the record, as committed, is stale
+	time.Sleep(2 * lease) // the record, as committed, is stale
 
 	var ran atomic.Bool
 	second := make(chan error, 1)
@@ -412,5 +429,49 @@ func TestCommitFails(t *testing.T) {
 	}
 	if got := b.effects(t, "k"); len(got) != 1 {
 		t.Fatalf("effects %v", got)
+	}
+}
+
+// TestTakenOverHolderGetsLeaseLost: a holder learns from a lease renewal
+// that another caller took its key over, and its context is canceled; an
+// operation that then fails with the context's error (any operation that
+// writes in its transaction does) makes Do return an error matching
+// idem.ErrLeaseLost, so that the caller can tell "someone else has the key
+// now" from a failure, and that still carries the operation's error.
+func TestTakenOverHolderGetsLeaseLost(t *testing.T) {
+	t.Parallel()
+	// Renewed every 100 ms: the holder finds out soon after the takeover.
+	b := setup(t, idem.Policy{Lease: 300 * time.Millisecond})
+	wrote := make(chan struct{})
+	stale := make(chan error, 1)
+	go func() {
+		_, err := pgtx.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			if _, err := b.write("stale")(ctx, tx); err != nil {
+				return nil, err
+			}
+			close(wrote)
+			<-ctx.Done() // stalls until the lease is lost
+			return b.write("stale, later")(ctx, tx)
+		})
+		stale <- err
+	}()
+	<-wrote
+	// The holder's renewals stop (a stopped process): it counts its lease
+	// over first and its context is canceled, and another caller gets the
+	// key, by a takeover or after the holder gave it back.
+	pgtx.Stall(b.store, true)
+	b.takeOver(t, "k", b.write("fresh"))
+	pgtx.Stall(b.store, false)
+	var err error
+	select {
+	case err = <-stale:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the holder never learned that its key was taken over")
+	}
+	if !errors.Is(err, idem.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the holder got %v; want an error matching idem.ErrLeaseLost and carrying context.Canceled", err)
+	}
+	if got := b.effects(t, "k"); len(got) != 1 || got[0] != "fresh" {
+		t.Fatalf("effects %v, want only the new holder's", got)
 	}
 }

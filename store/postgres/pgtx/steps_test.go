@@ -80,7 +80,7 @@ func TestStepsResumeAfterFailure(t *testing.T) {
 // and the stalled holder cannot commit the charge step.
 func TestStepsResumeAfterTakeover(t *testing.T) {
 	t.Parallel()
-	b := setup(t, idem.Policy{Lease: time.Minute})
+	b := setup(t, idem.Policy{Lease: 500 * time.Millisecond})
 	var runs [3]atomic.Int32
 	inCall := make(chan struct{})
 	resume := make(chan struct{})
@@ -98,10 +98,21 @@ func TestStepsResumeAfterTakeover(t *testing.T) {
 		stale <- err
 	}()
 	<-inCall
-	b.clock.Add(2 * time.Minute)
-	res, err := pgtx.DoSteps(bg, b.eng, call("k"), steps...)
-	if err != nil || !res.TookOver || string(res.Value) != "abc" {
-		t.Fatalf("takeover: %+v, %v", res, err)
+	pgtx.Stall(b.store, true) // the holder's renewals stop: its lease runs out
+	var res idem.Result
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var err error
+		res, err = pgtx.DoSteps(bg, b.eng, call("k"), steps...)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, idem.ErrInProgress) || time.Now().After(deadline) {
+			t.Fatalf("takeover: %+v, %v", res, err)
+		}
+	}
+	pgtx.Stall(b.store, false)
+	if !res.TookOver || string(res.Value) != "abc" {
+		t.Fatalf("takeover: %+v", res)
 	}
 	close(resume)
 	if err := <-stale; !errors.Is(err, idem.ErrLeaseLost) {

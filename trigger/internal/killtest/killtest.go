@@ -1,19 +1,27 @@
 // Package killtest runs broker consumers (and schedule runners) as
-// separate processes and kills them with SIGKILL in the middle of a
-// handler, or after an outcome is recorded but before its ack, to check
-// that every event runs exactly once and none is lost. The consumers share an idem PostgreSQL store; each
-// event's effect is a row written by the handler, so a second run shows as
-// a second row.
+// separate processes and kills them with SIGKILL at the places where a
+// crash can repeat or lose work, to check that every event's effect
+// happens exactly once and none is lost. The consumers share an idem
+// PostgreSQL store; each event's effect is a row written by the handler,
+// so a second run shows as a second row.
+//
+// Kills land inside a handler before its effect; after the effect's
+// statement but before its transaction commits; after that commit but
+// before idem's record of the outcome (the effect is committed and the
+// event will be delivered again); and after the record but before the ack.
+// A handler writes its effect as Config.Effect says: with pgtx.RunLog.Once
+// (the effect and the event's mark in a run log commit together), or in
+// the transaction of the Starter's hold (pgtx.Store.Tx, which commits with
+// idem's record).
 //
 // A test's TestMain hands control to the child when Child returns a
 // harness; the test itself calls Run with a function that publishes the
 // events and one that reports whether the broker still holds any.
 //
-// Kills are placed, not timed: a consumer announces on its stdout that it
-// is inside a handler (before the effect is written) or past a recorded
-// outcome (before the ack), and waits for the parent's answer on stdin; the
-// parent answers or kills it. So a kill always lands where it means to,
-// however busy the machine is.
+// Kills are placed, not timed: a consumer announces on its stdout where it
+// is, and waits for the parent's answer on stdin; the parent answers or
+// kills it. So a kill always lands where it means to, however busy the
+// machine is.
 package killtest
 
 import (
@@ -33,11 +41,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/store/postgres"
+	"github.com/idem-dev/idem/store/postgres/pgtx"
 	"github.com/idem-dev/idem/trigger"
 )
 
@@ -46,6 +56,25 @@ const (
 	envChild  = "IDEM_KILLTEST_CHILD" // the consumer's number
 	envDSN    = "IDEM_KILLTEST_DSN"
 	envSchema = "IDEM_KILLTEST_SCHEMA"
+	envEffect = "IDEM_KILLTEST_EFFECT"
+)
+
+// Activity is the activity ID of the consumers' events.
+const Activity = "ingest"
+
+// Effect is how a consumer's handler writes an event's effect.
+type Effect int
+
+const (
+	// RunLog: the effect and the event's mark in a run log commit in one
+	// transaction (pgtx.RunLog.Once with trigger.EventKey(Activity,
+	// event)), as trigger/nats and trigger/amqp document. A delivery after
+	// that commit finds the event handled (trigger.ErrAlreadyStarted).
+	RunLog Effect = iota + 1
+	// StarterTx: the effect is written in the transaction of the
+	// Starter's hold (pgtx.Store.Tx), which idem's record of the outcome
+	// commits.
+	StarterTx
 )
 
 // Lease is the idem lease of the consumers: how long a killed consumer's
@@ -56,9 +85,13 @@ const Lease = 3 * time.Second
 type Config struct {
 	Events    int // events published
 	Consumers int // consumer processes alive at any time
-	// KillInHandler and KillAfterRecord: the number of consumers killed
-	// inside a handler, and after a recorded outcome but before its ack.
-	KillInHandler, KillAfterRecord int
+	// Effect is how handlers write their effect (Harness.Handle).
+	Effect Effect
+	// The number of consumers killed: inside a handler, before its
+	// effect; after the effect's statement, before its transaction
+	// commits; after the effect committed (with its run-log mark: RunLog
+	// only), before idem's record; and after the record, before the ack.
+	KillInHandler, KillInEffect, KillAfterEffect, KillAfterRecord int
 	// ChildEnv is passed to every consumer (broker addresses, names).
 	ChildEnv []string
 	Timeout  time.Duration
@@ -66,8 +99,13 @@ type Config struct {
 
 // Harness is what a consumer process gets.
 type Harness struct {
-	Number  int
+	Number int
+	// Starter's engine is over a pgtx.Store: an operation may write in its
+	// transaction.
 	Starter *trigger.Starter
+	store   *pgtx.Store
+	effect  Effect
+	runs    pgtx.RunLog
 	pool    *pgxpool.Pool
 	schema  string
 	mu      sync.Mutex // one announcement and answer at a time
@@ -93,14 +131,23 @@ func Child() (*Harness, context.Context) {
 		fmt.Fprintln(os.Stderr, "killtest child:", err)
 		os.Exit(2)
 	}
-	eng := idem.New(s, idem.Policy{Lease: Lease, CleanupInterval: -1})
+	ts := pgtx.New(s)
+	eng := idem.New(ts, idem.Policy{Lease: Lease, CleanupInterval: -1})
+	effect, _ := strconv.Atoi(os.Getenv(envEffect))
 	return &Harness{
 		Number:  n,
 		Starter: &trigger.Starter{Engine: eng, Scope: "events"},
+		store:   ts,
+		effect:  Effect(effect),
+		runs:    runLog(schema),
 		pool:    pool,
 		schema:  schema,
 		in:      bufio.NewReader(os.Stdin),
 	}, ctx
+}
+
+func runLog(schema string) pgtx.RunLog {
+	return pgtx.RunLog{Table: pgx.Identifier{schema, "runs"}}
 }
 
 // announce tells the parent where this consumer is and waits for its
@@ -115,13 +162,55 @@ func (h *Harness) announce(what, eventID string) error {
 	return err
 }
 
-// Effect is the handler's work: announced (a kill here is a kill mid
-// handler, before the effect), then one row per run of the event.
+// Effect is a job's work (the schedule runners'): announced (a kill here
+// is a kill mid job, before the effect), then one row per run, written on
+// its own.
 func (h *Harness) Effect(ctx context.Context, eventID string) error {
 	if err := h.announce("H", eventID); err != nil {
 		return err
 	}
-	_, err := h.pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{h.schema, "effects"}.Sanitize()+" (event_id, consumer) VALUES ($1, $2)", eventID, h.Number)
+	return h.insert(ctx, h.pool, eventID)
+}
+
+// Handle is a consumer's handler of an event, which writes the effect as
+// the run's Config.Effect says. It announces itself before the effect
+// ("H"), after the effect's statement but before its commit ("E"), and,
+// with a run log, after the commit ("C"); a kill can land at each. With a
+// run log, an event handled before gets trigger.ErrAlreadyStarted, which
+// the handler returns, as the consumers' docs show.
+func (h *Harness) Handle(ctx context.Context, eventID string) error {
+	if err := h.announce("H", eventID); err != nil {
+		return err
+	}
+	switch h.effect {
+	case RunLog:
+		err := h.runs.Once(ctx, h.pool, trigger.EventKey(Activity, eventID), func(ctx context.Context, tx pgx.Tx) error {
+			if err := h.insert(ctx, tx, eventID); err != nil {
+				return err
+			}
+			return h.announce("E", eventID)
+		})
+		if err != nil {
+			return err
+		}
+		return h.announce("C", eventID)
+	case StarterTx:
+		tx, err := h.store.Tx(ctx)
+		if err != nil {
+			return err
+		}
+		if err := h.insert(ctx, tx, eventID); err != nil {
+			return err
+		}
+		return h.announce("E", eventID)
+	}
+	return fmt.Errorf("killtest: no effect mode (%s=%q)", envEffect, os.Getenv(envEffect))
+}
+
+func (h *Harness) insert(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, eventID string) error {
+	_, err := db.Exec(ctx, "INSERT INTO "+pgx.Identifier{h.schema, "effects"}.Sanitize()+" (event_id, consumer) VALUES ($1, $2)", eventID, h.Number)
 	return err
 }
 
@@ -141,8 +230,10 @@ type DB struct {
 	Effects string
 	// Records is idem's records table's qualified name.
 	Records string
-	dsn     string
-	schema  string
+	// RunLog is a run log (pgtx.RunLog) in the schema, created.
+	RunLog pgtx.RunLog
+	dsn    string
+	schema string
 }
 
 // Env is the environment of a child process: the test process's, plus
@@ -181,19 +272,30 @@ func Setup(t *testing.T) *DB {
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+effects+" (event_id text NOT NULL, consumer int NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		t.Fatal(err)
 	}
-	return &DB{Pool: pool, Effects: effects, Records: pgx.Identifier{schema, postgres.DefaultTable}.Sanitize(), dsn: dsn, schema: schema}
+	runs := runLog(schema)
+	if err := runs.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return &DB{Pool: pool, Effects: effects, Records: pgx.Identifier{schema, postgres.DefaultTable}.Sanitize(), RunLog: runs, dsn: dsn, schema: schema}
 }
 
 // Run starts cfg.Consumers consumer processes, publishes the events, kills
 // consumers as cfg says (starting a replacement for each), waits until
 // every event's effect is written and drained reports the broker empty,
-// and checks that each event ran exactly once.
+// stops the consumers, and checks that the broker is still empty (every
+// message was acked) and that each event's effect happened exactly once.
 func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bool) {
+	if cfg.Effect != RunLog && cfg.Effect != StarterTx || cfg.Effect == StarterTx && cfg.KillAfterEffect > 0 {
+		t.Fatalf("killtest: Effect %d with %d kills after the effect's commit: want RunLog, or StarterTx and none (its effect commits with the record)",
+			cfg.Effect, cfg.KillAfterEffect)
+	}
 	db := Setup(t)
 	pool, effects, ctx := db.Pool, db.Effects, context.Background()
 	schema := db.schema
 
-	p := &parent{t: t, cfg: cfg, env: append(db.Env(), cfg.ChildEnv...)}
+	env := append(db.Env(), cfg.ChildEnv...)
+	env = append(env, envEffect+"="+strconv.Itoa(int(cfg.Effect)))
+	p := &parent{t: t, cfg: cfg, env: env}
 	t.Cleanup(p.killAll)
 	for range cfg.Consumers {
 		p.spawn()
@@ -214,17 +316,23 @@ func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bo
 			break
 		}
 		if time.Now().After(deadline) {
-			p.mu.Lock()
-			kh, kr := p.killedH, p.killedR
-			p.mu.Unlock()
-			t.Fatalf("after %v: %d of %d events ran (%d effects); kills %d/%d in handler, %d/%d after record",
-				cfg.Timeout, distinct, cfg.Events, rows, kh, cfg.KillInHandler, kr, cfg.KillAfterRecord)
+			t.Fatalf("after %v: %d of %d events ran (%d effects); %s", cfg.Timeout, distinct, cfg.Events, rows, p.kills())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	// Give a late duplicate the time to show.
 	time.Sleep(time.Second)
 	p.stopAll()
+	// Every message was acked: none is left to the broker once no consumer
+	// holds any. A message nak'ed over and over (an event handled, but not
+	// acked) can look drained above, between two deliveries.
+	for end := time.Now().Add(10 * time.Second); !drained(); {
+		if time.Now().After(end) {
+			t.Errorf("the broker still holds messages 10 s after every consumer stopped: some were never acked")
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	dup, err := pool.Query(ctx, "SELECT event_id, count(*) FROM "+effects+" GROUP BY 1 HAVING count(*) <> 1 ORDER BY 1")
 	if err != nil {
@@ -245,14 +353,24 @@ func Run(t *testing.T, cfg Config, publish func(ids []string), drained func() bo
 	}
 	var stored int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "idem_records"}.Sanitize()+" WHERE state = 'succeeded'").Scan(&stored); err != nil {
-		t.Logf("counting records: %v", err)
+		t.Errorf("counting records: %v", err)
 	} else if stored != cfg.Events {
 		t.Errorf("%d succeeded records, want %d", stored, cfg.Events)
 	}
+	if cfg.Effect == RunLog {
+		var marks int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+db.RunLog.Table.Sanitize()).Scan(&marks); err != nil {
+			t.Errorf("counting the run log: %v", err)
+		} else if marks != cfg.Events {
+			t.Errorf("the run log holds %d events, want %d", marks, cfg.Events)
+		}
+	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	t.Logf("%d events, %d consumer processes started, %d killed in a handler and %d after recording (SIGKILL); %d handler entries, %d recorded acks announced; each event ran once",
-		cfg.Events, p.started, p.killedH, p.killedR, p.entries, p.records)
+	entries, records := p.seen["H"], p.seen["R"]
+	started := p.started
+	p.mu.Unlock()
+	t.Logf("%d events, %d consumer processes started; SIGKILL %s; %d handler entries, %d recorded acks announced; each event's effect happened once",
+		cfg.Events, started, p.kills(), entries, records)
 }
 
 type parent struct {
@@ -263,12 +381,41 @@ type parent struct {
 	mu       sync.Mutex
 	children map[int]*child // guarded by mu
 	started  int            // guarded by mu
-	entries  int            // H lines, guarded by mu
-	records  int            // R lines, guarded by mu
-	killedH  int            // guarded by mu
-	killedR  int            // guarded by mu
+	seen     map[string]int // announcements by place; guarded by mu
+	killed   map[string]int // kills by place; guarded by mu
 	stopping bool           // guarded by mu
 	wg       sync.WaitGroup
+}
+
+// A place is where a consumer announces itself and may be killed.
+type place struct {
+	line string // what the consumer announces
+	name string
+	// spread: with want kills over n events, one every n/(2*want+1)+spread
+	// announcements; places differ so as not to hit the same events.
+	spread int
+	want   func(Config) int
+}
+
+var places = []place{
+	{"H", "in a handler", 1, func(c Config) int { return c.KillInHandler }},
+	{"E", "after the effect, before its commit", 2, func(c Config) int { return c.KillInEffect }},
+	{"C", "after the effect's commit, before the record", 4, func(c Config) int { return c.KillAfterEffect }},
+	{"R", "after the record, before the ack", 3, func(c Config) int { return c.KillAfterRecord }},
+}
+
+// kills describes the kills so far. Call without p.mu.
+func (p *parent) kills() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for i, pl := range places {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d/%d %s", p.killed[pl.line], pl.want(p.cfg), pl.name)
+	}
+	return b.String()
 }
 
 type child struct {
@@ -280,7 +427,12 @@ type child struct {
 func (p *parent) killsDone() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.killedH >= p.cfg.KillInHandler && p.killedR >= p.cfg.KillAfterRecord
+	for _, pl := range places {
+		if p.killed[pl.line] < pl.want(p.cfg) {
+			return false
+		}
+	}
+	return true
 }
 
 // spawn starts a consumer process. Call without p.mu.
@@ -339,19 +491,18 @@ func (p *parent) spawn() {
 func (p *parent) answer(c *child, line string) bool {
 	what, _, _ := strings.Cut(line, " ")
 	p.mu.Lock()
+	if p.seen == nil {
+		p.seen, p.killed = map[string]int{}, map[string]int{}
+	}
+	p.seen[what]++
 	kill := false
-	switch what {
-	case "H":
-		p.entries++
-		// Spread the kills over the run: one every few dozen handlers.
-		if p.killedH < p.cfg.KillInHandler && p.entries%(p.cfg.Events/(2*p.cfg.KillInHandler+1)+1) == 0 {
-			p.killedH++
-			kill = true
+	for _, pl := range places {
+		if pl.line != what {
+			continue
 		}
-	case "R":
-		p.records++
-		if p.killedR < p.cfg.KillAfterRecord && p.records%(p.cfg.Events/(2*p.cfg.KillAfterRecord+1)+3) == 0 {
-			p.killedR++
+		// Spread the kills over the run: one every few dozen announcements.
+		if want := pl.want(p.cfg); p.killed[what] < want && p.seen[what]%(p.cfg.Events/(2*want+1)+pl.spread) == 0 {
+			p.killed[what]++
 			kill = true
 		}
 	}

@@ -1,0 +1,13 @@
+package pebblestore
+
+import "golang.org/x/sys/unix"
+
+// freeBytes returns the room that an unprivileged writer has left on
+// dir's filesystem.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}

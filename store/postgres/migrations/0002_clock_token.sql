@@ -1,0 +1,13 @@
+-- Leases judged on the server's clock. A row's times were the caller's
+-- clock until this version; from it they are the server's
+-- (statement_timestamp()), and clock_token says which: it equals token
+-- when the reservation holding the row wrote its times on the server's
+-- clock. A row an earlier version wrote leaves it NULL (an INSERT that does
+-- not name it) or another reservation's token (an earlier version's
+-- takeover keeps the column as it was), so the store tells the rows of
+-- replicas not yet upgraded from its own, and does not compare their
+-- lease_until, written on another machine's clock, with the server's.
+--
+-- Nullable without a default: adding it rewrites nothing and takes the
+-- table lock for an instant.
+ALTER TABLE {{.Table}} ADD COLUMN clock_token bigint;

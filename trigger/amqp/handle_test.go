@@ -1,0 +1,261 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/killtest"
+)
+
+// broker is a queue of its own on a connection of the test's.
+type broker struct {
+	conn  *amqp091.Connection
+	ch    *amqp091.Channel // the test's: publishes and inspects
+	queue string
+}
+
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	url := testenv.RabbitMQ(t)
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		testenv.Unavailable(t, "RabbitMQ at %s: %v", url, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := fmt.Sprintf("idem.handle.%d.%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if _, err := ch.QueueDeclare(queue, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.QueueDelete(queue, false, false, false) })
+	return &broker{conn: conn, ch: ch, queue: queue}
+}
+
+func (b *broker) publish(t *testing.T, id string) {
+	t.Helper()
+	if err := b.ch.PublishWithContext(context.Background(), "", b.queue, false, false, amqp091.Publishing{MessageId: id, Body: []byte(id)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ready returns how many messages the queue holds ready for delivery;
+// once the consumer's channel is closed, that includes every one it did
+// not ack.
+func (b *broker) ready(t *testing.T) int {
+	t.Helper()
+	q, err := b.ch.QueueDeclarePassive(b.queue, false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q.Messages
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func memStarter(t *testing.T) *trigger.Starter {
+	eng := idem.New(memory.New(), idem.Policy{})
+	t.Cleanup(func() { eng.Close() })
+	return &trigger.Starter{Engine: eng, Scope: "events"}
+}
+
+// run runs c on a channel of its own until cancel is called; wait
+// returns Consume's error once the channel is closed (RabbitMQ has
+// requeued what was not acked), or fails t if Consume does not return.
+func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error) {
+	ch, err := b.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(4, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Consume(ctx, ch, b.queue, "test") }()
+	wait = sync.OnceValue(func() error {
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(time.Minute):
+			t.Error("Consume did not return within a minute of its context's end")
+			return nil
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- ch.Close() }()
+		select {
+		case <-closed:
+		case <-time.After(30 * time.Second):
+			t.Error("closing the consumer's channel after Consume returned hung")
+		}
+		return err
+	})
+	t.Cleanup(func() {
+		cancel()
+		wait()
+	})
+	return cancel, wait
+}
+
+func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("after 30 s, no %s", what)
+		panic("unreachable")
+	}
+}
+
+// An event whose effect committed with its mark in the run log, but
+// whose consumer died before idem's record was written, is delivered
+// again: the handler, written as the package documents, gets
+// trigger.ErrAlreadyStarted from RunLog.Once and returns it. The event is
+// handled, so the delivery is acked (without a requeue), and the effect
+// does not run again.
+func TestHandledBeforeIsAcked(t *testing.T) {
+	t.Parallel()
+	db := killtest.Setup(t)
+	b := newBroker(t)
+	ctx := context.Background()
+	const activity = "ingest"
+	if err := db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, "evt_1"), func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var handled, effects atomic.Int32
+	second := make(chan struct{})
+	c := &Consumer{
+		Starter:    memStarter(t),
+		ActivityID: activity,
+		Handler: func(ctx context.Context, d amqp091.Delivery) error {
+			if handled.Add(1) == 2 {
+				close(second)
+			}
+			return db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, d.MessageId), func(context.Context, pgx.Tx) error {
+				effects.Add(1)
+				return nil
+			})
+		},
+		RetryDelay: 10 * time.Millisecond,
+		Logger:     quiet(),
+	}
+	cancel, wait := run(t, c, b)
+	b.publish(t, "evt_1")
+	b.publish(t, "evt_2")
+	waitFor(t, second, "second delivery")
+	cancel() // the second handler finishes, and is acked, before Consume returns
+	wait()
+	if n, e, r := handled.Load(), effects.Load(), b.ready(t); n != 2 || e != 1 || r != 0 {
+		t.Fatalf("handler ran %d times with %d effects, %d messages back in the queue; want 2 runs (each event once), 1 effect (evt_2's), none back",
+			n, e, r)
+	}
+}
+
+// A consumer told to stop while a handler runs lets the handler finish
+// under a context that is not canceled (DrainTimeout is far off), and acks
+// its delivery: it is not requeued. The next delivery, prefetched but not
+// begun, goes back to the queue, and the next consumer gets it. Closing
+// the channel once Consume has returned does not hang.
+func TestStopLetsHandlerFinish(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	ctxErr := make(chan error, 1)
+	var handled atomic.Int32
+	second := make(chan struct{})
+	c := &Consumer{
+		Starter:    memStarter(t),
+		ActivityID: "ingest",
+		Handler: func(ctx context.Context, d amqp091.Delivery) error {
+			switch handled.Add(1) {
+			case 1:
+			case 2:
+				close(second)
+				return nil
+			default:
+				return nil
+			}
+			close(started)
+			<-release
+			ctxErr <- ctx.Err()
+			return ctx.Err()
+		},
+		Logger: quiet(),
+	}
+	cancel, wait := run(t, c, b)
+	b.publish(t, "evt_1")
+	b.publish(t, "evt_2")
+	waitFor(t, started, "handler start")
+	cancel()
+	close(release)
+	if err := waitFor(t, ctxErr, "handler end"); err != nil {
+		t.Errorf("the handler's context ended with the consumer's: %v", err)
+	}
+	if err := wait(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Consume returned %v", err)
+	}
+	if n, r := handled.Load(), b.ready(t); n != 1 || r != 1 {
+		t.Fatalf("after the drain: %d handler runs, %d messages back in the queue; want the first delivery acked after 1 run, the second back", n, r)
+	}
+	cancel, wait = run(t, c, b)
+	waitFor(t, second, "second delivery")
+	cancel()
+	wait()
+	if n, r := handled.Load(), b.ready(t); n != 2 || r != 0 {
+		t.Fatalf("%d handler runs, %d messages back in the queue; want 2 runs, each delivery once, and none back", n, r)
+	}
+}
+
+// A handler that does not finish when the consumer is told to stop is cut
+// off DrainTimeout later, not sooner: its context ends then, and its
+// delivery is not acked.
+func TestStopIsBounded(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	started := make(chan struct{})
+	ended := make(chan time.Time, 1)
+	const bound = 500 * time.Millisecond
+	c := &Consumer{
+		Starter:    memStarter(t),
+		ActivityID: "ingest",
+		Handler: func(ctx context.Context, d amqp091.Delivery) error {
+			close(started)
+			<-ctx.Done()
+			ended <- time.Now()
+			return ctx.Err()
+		},
+		DrainTimeout: bound,
+		RetryDelay:   time.Minute,
+		Logger:       quiet(),
+	}
+	cancel, wait := run(t, c, b)
+	b.publish(t, "evt_1")
+	waitFor(t, started, "handler start")
+	stop := time.Now()
+	cancel()
+	if d := waitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
+		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
+	}
+	wait()
+	if r := b.ready(t); r != 1 {
+		t.Fatalf("%d messages back in the queue; want the delivery of the handler cut off", r)
+	}
+}

@@ -1,0 +1,264 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/killtest"
+)
+
+// broker is a stream of its own and a durable consumer on it.
+type broker struct {
+	js      jetstream.JetStream
+	subject string
+	cons    jetstream.Consumer
+}
+
+// newBroker creates a stream (deleted when t ends) and a durable consumer
+// whose AckWait is long: a message un-acked during the test is redelivered
+// only if it is nak'ed.
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	url := testenv.NATS(t)
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		testenv.Unavailable(t, "NATS at %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("IDEM_HANDLE_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{"idem.handle." + name}, Storage: jetstream.MemoryStorage,
+	})
+	if err != nil {
+		testenv.Unavailable(t, "JetStream at %s: %v", url, err)
+	}
+	t.Cleanup(func() { js.DeleteStream(context.Background(), name) })
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Minute, MaxDeliver: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &broker{js: js, subject: "idem.handle." + name, cons: cons}
+}
+
+func (b *broker) publish(t *testing.T, id string) {
+	t.Helper()
+	if _, err := b.js.Publish(context.Background(), b.subject, []byte(id), jetstream.WithMsgID(id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// info is the durable consumer's state.
+func (b *broker) info(t *testing.T) *jetstream.ConsumerInfo {
+	t.Helper()
+	info, err := b.cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// waitAcked waits until the first n messages of the stream are acked.
+func (b *broker) waitAcked(t *testing.T, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info := b.info(t)
+		if info.AckFloor.Stream >= n && info.NumAckPending == 0 && info.NumPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s, %d of %d messages acked; %d pending ack, %d redelivered", info.AckFloor.Stream, n, info.NumAckPending, info.NumRedelivered)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func memStarter(t *testing.T) *trigger.Starter {
+	eng := idem.New(memory.New(), idem.Policy{})
+	t.Cleanup(func() { eng.Close() })
+	return &trigger.Starter{Engine: eng, Scope: "events"}
+}
+
+// run runs c on b until cancel is called; wait returns Consume's
+// error, or fails t if it does not return.
+func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Consume(ctx, b.cons) }()
+	wait = sync.OnceValue(func() error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Minute):
+			t.Error("Consume did not return within a minute of its context's end")
+			return nil
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		wait()
+	})
+	return cancel, wait
+}
+
+func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("after 30 s, no %s", what)
+		panic("unreachable")
+	}
+}
+
+// An event whose effect committed with its mark in the run log, but
+// whose consumer died before idem's record was written, is delivered
+// again: the handler, written as the package documents, gets
+// trigger.ErrAlreadyStarted from RunLog.Once and returns it. The event is
+// handled, so the message is acked (once, without a redelivery), and the
+// effect does not run again.
+func TestHandledBeforeIsAcked(t *testing.T) {
+	t.Parallel()
+	db := killtest.Setup(t)
+	b := newBroker(t)
+	ctx := context.Background()
+	const activity = "ingest"
+	if err := db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, "evt_1"), func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var handled, effects atomic.Int32
+	c := &Consumer{
+		Starter:    memStarter(t),
+		ActivityID: activity,
+		Handler: func(ctx context.Context, msg jetstream.Msg) error {
+			handled.Add(1)
+			id, err := EventID(msg)
+			if err != nil {
+				return err
+			}
+			return db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, id), func(context.Context, pgx.Tx) error {
+				effects.Add(1)
+				return nil
+			})
+		},
+		RetryDelay: 10 * time.Millisecond,
+		Logger:     quiet(),
+	}
+	run(t, c, b)
+	b.publish(t, "evt_1")
+	b.publish(t, "evt_2")
+	b.waitAcked(t, 2)
+	if n, e := handled.Load(), effects.Load(); n != 2 || e != 1 {
+		t.Fatalf("handler ran %d times with %d effects; want 2 runs (each event once), 1 effect (evt_2's)", n, e)
+	}
+}
+
+// A consumer told to stop while a handler runs lets the handler finish
+// under a context that is not canceled (DrainTimeout is far off), and acks
+// its message: it is not redelivered. The next message, delivered but not
+// begun, is handed back at once (a nak): the next consumer gets it, long
+// before the consumer's AckWait would redeliver it.
+func TestStopLetsHandlerFinish(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	ctxErr := make(chan error, 1)
+	var handled atomic.Int32
+	c := &Consumer{
+		Starter:    memStarter(t),
+		ActivityID: "ingest",
+		Handler: func(ctx context.Context, msg jetstream.Msg) error {
+			if handled.Add(1) > 1 {
+				return nil
+			}
+			close(started)
+			<-release
+			ctxErr <- ctx.Err()
+			return ctx.Err()
+		},
+		Logger: quiet(),
+	}
+	cancel, wait := run(t, c, b)
+	b.publish(t, "evt_1")
+	b.publish(t, "evt_2")
+	waitFor(t, started, "handler start")
+	cancel()
+	close(release)
+	if err := waitFor(t, ctxErr, "handler end"); err != nil {
+		t.Errorf("the handler's context ended with the consumer's: %v", err)
+	}
+	if err := wait(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Consume returned %v", err)
+	}
+	if info := b.info(t); info.AckFloor.Stream != 1 || handled.Load() != 1 {
+		t.Fatalf("after the drain: ack floor %d, %d handler runs; want the first message acked after 1 run, the second not begun",
+			info.AckFloor.Stream, handled.Load())
+	}
+	run(t, c, b)
+	b.waitAcked(t, 2)
+	if n := handled.Load(); n != 2 {
+		t.Fatalf("%d handler runs; want 2, each message once", n)
+	}
+}
+
+// A handler that does not finish when the consumer is told to stop is cut
+// off DrainTimeout later, not sooner: its context ends then, and its
+// message is not acked.
+func TestStopIsBounded(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	started := make(chan struct{})
+	ended := make(chan time.Time, 1)
+	const bound = 500 * time.Millisecond
+	c := &Consumer{
+		Starter:    memStarter(t),
+		ActivityID: "ingest",
+		Handler: func(ctx context.Context, msg jetstream.Msg) error {
+			close(started)
+			<-ctx.Done()
+			ended <- time.Now()
+			return ctx.Err()
+		},
+		DrainTimeout: bound,
+		RetryDelay:   time.Minute,
+		Logger:       quiet(),
+	}
+	cancel, wait := run(t, c, b)
+	b.publish(t, "evt_1")
+	waitFor(t, started, "handler start")
+	stop := time.Now()
+	cancel()
+	if d := waitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
+		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
+	}
+	wait()
+	if info := b.info(t); info.AckFloor.Stream != 0 {
+		t.Fatalf("the message of a handler cut off was acked (ack floor %d)", info.AckFloor.Stream)
+	}
+}
