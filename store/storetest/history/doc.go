@@ -31,13 +31,18 @@
 // that. A store that takes a live holder's key over, or lets two clients
 // both acquire a key, fails the check.
 //
-// A call that failed with any other error (a timeout, a lost connection)
-// may or may not have taken effect: it is checked as an operation whose
-// outcome is unknown and whose return lies at the end of the history, as
-// porcupine's documentation and tests model lost replies. Its effect,
-// if any, may fall anywhere after its call.
+// A call that failed with an error that does not say what happened (a
+// timeout, a lost connection: anything but ErrLeaseLost from Renew,
+// Complete or Release, or ErrNotFound from Get) may or may not have taken
+// effect: it is checked as an operation whose outcome is unknown and whose
+// return lies at the end of the history, as porcupine's tests model lost
+// replies, so that its effect, if any, may fall anywhere after its call. A
+// call cut by a kill -9 is unknown too, but returns at the kill: an
+// embedded store does nothing once its process is dead.
 //
-// Check runs one history on a store (the conformance suite's
-// "Linearizable" case reaches every store with it); RunCrash runs
-// histories across kill -9 and restart of an embedded store.
+// Check records and checks one history of a store (the conformance
+// suite's "Linearizable" case runs it on every store); RunCrash does it
+// across kill -9 and restart of an embedded store. On a failure, the
+// history is drawn with porcupine's visualizer and the operations of the
+// key that cannot be ordered are listed.
 package history

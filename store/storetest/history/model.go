@@ -49,7 +49,8 @@ type input struct {
 	Return   int64       `json:"return"`
 }
 
-// result is an operation's answer, or outcome "unknown".
+// outcome is how a call ended: its answer, or "unknown" for any error
+// that does not say whether it took effect.
 type outcome string
 
 const (
