@@ -103,7 +103,7 @@ func explain(h *History, info porcupine.LinearizationInfo) string {
 		}
 		last := longest[len(longest)-1]
 		var b strings.Builder
-		fmt.Fprintf(&b, "key %s: %d of %d operations placed; the last placed, and those around it (times in ms from the first call):\n", key, len(longest), len(ops))
+		fmt.Fprintf(&b, "key %s: %d of %d operations placed; the last placed (=>) and those around it, ok if placed, times in ms from the key's first call:\n", key, len(longest), len(ops))
 		t0 := ops[0].Call
 		ms := func(t int64) string {
 			if t == never {
@@ -111,10 +111,10 @@ func explain(h *History, info porcupine.LinearizationInfo) string {
 			}
 			return fmt.Sprintf("%.3f", float64(t-t0)/1e6)
 		}
-		for _, op := range ops {
-			if op.Return < last.Call-int64(time.Second) || op.Call > last.Return+int64(100*time.Millisecond) {
-				continue
-			}
+		at := slices.IndexFunc(ops, func(op porcupine.Operation) bool {
+			return op.Call == last.Call && op.ClientId == last.ClientId
+		})
+		for _, op := range ops[max(0, at-20):min(len(ops), at+15)] {
 			mark := "  "
 			if placed[op.Call*1000+int64(op.ClientId)] {
 				mark = "ok"

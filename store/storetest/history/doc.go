@@ -19,7 +19,9 @@
 //	in_progress(T) | failed(T) --Release(T)--> absent
 //
 // Renew, Complete and Release succeed with the record's current token and
-// fail with store.ErrLeaseLost otherwise; Get and a refused Reserve's
+// fail with store.ErrLeaseLost otherwise (a Complete that repeats the
+// completion its token made may succeed again: a store may recognise a
+// retry whose first reply was lost); Get and a refused Reserve's
 // Existing report the current record (state, token, fingerprint, binding,
 // request ID, value). Records live an hour, so nothing expires during a
 // history and expiry is left out of the model.

@@ -172,6 +172,11 @@ func step(s record, in input, out output, slack int64) []record {
 			return []record{s}
 		case out.Outcome == outOK && s.holds(in.Token):
 			return []record{done}
+		case out.Outcome == outOK && s.Present && s.Token == in.Token && s.State == in.State && s.Value == in.Value:
+			// The same completion again, by the holder whose first
+			// reply was lost: a store may recognise it (S3 does) and
+			// answer it as it answered the first.
+			return []record{s}
 		case out.Outcome == outLeaseLost && !s.holds(in.Token):
 			return []record{s}
 		}

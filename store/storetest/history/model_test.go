@@ -155,6 +155,13 @@ func TestModel(t *testing.T) {
 			{fenced(opComplete, 1), ok, 2, 3},
 			{get, holds(1, "a", store.Succeeded, "other", false), 4, 5},
 		}, porcupine.Illegal},
+		{"a completion repeated after its reply was lost", []timed{
+			{reserve(1, "a"), acquired, 0, 1},
+			{fenced(opComplete, 1), unknown, 2, never},
+			{get, holds(1, "a", store.Succeeded, "v", false), 5, 6},
+			{fenced(opComplete, 1), ok, 7, 8},
+			{fenced(opComplete, 1), leaseLost, 9, 10},
+		}, porcupine.Ok}, // a store may recognise the same completion, or refuse it
 		{"a completed record completed again", []timed{
 			{reserve(1, "a"), acquired, 0, 1},
 			{fenced(opComplete, 1), ok, 2, 3},
