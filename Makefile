@@ -12,7 +12,7 @@ help: ## list the targets
 
 test: test-deps vet fmt-check ## the test command: installs what tests need, then vet, gofmt, and every test with the race detector
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
-	cd trigger/temporal && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+	cd trigger/temporal && $(GO) vet ./... && ../../scripts/temporal.sh run $(GO) test -race -count=1 -timeout 10m ./...
 	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
 test-deps: ## install what the tests need beyond Go and the services (versitygw, promtool, chromium, ...), once; cached
@@ -85,7 +85,7 @@ test-ts: ## the TypeScript client's tests (node --test; installs node_modules an
 bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, the file store, PostgreSQL and Redis, one store at a time
 	$(GO) test -p 1 -run '^TestWake$$' -count=1 -v ./store/memory ./store/file ./store/postgres ./store/redis | grep -E 'replay after|^(ok|FAIL|---)'
 
-temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use
+temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use, and leave it running (make test starts and stops its own; scripts/temporal.sh stop)
 	./scripts/temporal.sh start
 
 crash: test-deps ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"debug/elf"
@@ -8,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -208,7 +212,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	m.KeysInProgress(func() int { return 3 })
 	s := m.WrapStore(memory.New())
 	defer s.Close()
-	_, _ = s.Get(context.Background(), "", store.HashKey("", "k"), time.Now())
+	_, _ = s.Get(context.Background(), "", store.HashKey("", "k"))
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	names := map[string]bool{}
@@ -304,7 +308,7 @@ func TestKubernetesExamples(t *testing.T) {
 			dec := yaml.NewDecoder(bytes.NewReader(b))
 			var kinds []string
 			var configs []string
-			var idem map[string]any
+			var idem, api, pod map[string]any
 			for {
 				var doc map[string]any
 				if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
@@ -319,9 +323,13 @@ func TestKubernetesExamples(t *testing.T) {
 					configs = append(configs, data["idem.yaml"].(string))
 				}
 				if kind == "Deployment" {
-					for _, c := range dig(doc, "spec", "template", "spec", "containers").([]any) {
-						if c.(map[string]any)["name"] == "idem" {
+					pod = dig(doc, "spec", "template", "spec").(map[string]any)
+					for _, c := range pod["containers"].([]any) {
+						switch c.(map[string]any)["name"] {
+						case "idem":
 							idem = c.(map[string]any)
+						case "api":
+							api = c.(map[string]any)
 						}
 					}
 				}
@@ -348,8 +356,15 @@ func TestKubernetesExamples(t *testing.T) {
 			if idem == nil {
 				t.Fatal("no idem container")
 			}
-			if p := dig(idem, "readinessProbe", "httpGet", "path"); p != "/readyz" {
-				t.Errorf("readiness probe %v", p)
+			readiness, _ := dig(idem, "readinessProbe", "httpGet", "path").(string)
+			if !strings.HasPrefix(readiness, "/readyz") {
+				t.Errorf("readiness probe %q", readiness)
+			}
+			switch filepath.Base(f) {
+			case "sidecar.yaml":
+				checkSidecarStop(t, c, pod, api)
+			case "gateway.yaml":
+				checkGatewayReadiness(t, configs[0], readiness, c)
 			}
 			if p := dig(idem, "livenessProbe", "httpGet", "path"); p != "/healthz" {
 				t.Errorf("liveness probe %v", p)
@@ -361,6 +376,109 @@ func TestKubernetesExamples(t *testing.T) {
 				t.Error("an admin listener on the pod IP needs IDEM_ADMIN_TOKEN")
 			}
 		})
+	}
+}
+
+// checkSidecarStop: on pod deletion every container gets SIGTERM at once,
+// after its own preStop hook. The API container must outlive idem's whole
+// stop (drain_delay, then shutdown_timeout for in-flight calls, then 5 s
+// for detached ones, cmd/idem's shutdown), or idem's last calls get 502
+// and the keys cut mid-call are left as outcome unknown; the grace period
+// must cover the API's sleep and its own stop after it.
+func checkSidecarStop(t *testing.T, c *config.Config, pod, api map[string]any) {
+	t.Helper()
+	if api == nil {
+		t.Fatal("no api container")
+	}
+	var sleep time.Duration
+	if n, ok := dig(api, "lifecycle", "preStop", "sleep", "seconds").(int); ok {
+		sleep = time.Duration(n) * time.Second
+	} else if cmd, ok := dig(api, "lifecycle", "preStop", "exec", "command").([]any); ok && len(cmd) == 2 && cmd[0] == "sleep" {
+		n, _ := strconv.Atoi(fmt.Sprint(cmd[1]))
+		sleep = time.Duration(n) * time.Second
+	}
+	idemStop := c.DrainDelayDuration() + time.Duration(c.ShutdownTimeout) + 5*time.Second
+	if sleep <= idemStop {
+		t.Errorf("the api container's preStop sleeps %v; idem may take %v to stop (drain_delay %v + shutdown_timeout %v + 5s): the API would stop first",
+			sleep, idemStop, c.DrainDelayDuration(), time.Duration(c.ShutdownTimeout))
+	}
+	grace, _ := pod["terminationGracePeriodSeconds"].(int)
+	if g := time.Duration(grace) * time.Second; g < sleep+10*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %v: want the api's preStop (%v) and 10s at least for its own stop", g, sleep)
+	}
+}
+
+// checkGatewayReadiness: a gateway Deployment in front of a shared
+// upstream is ready on its own store, with the upstream reported but not
+// a condition: else an upstream outage takes every replica out of the
+// Service at once. The probe is tried on the built binary with the
+// manifest's configuration and its upstream down.
+func checkGatewayReadiness(t *testing.T, yamlConfig, probe string, c *config.Config) {
+	t.Helper()
+	if c.UpstreamReadyCheck() == "off" {
+		t.Error("upstream_ready: off: the upstream's health is then reported nowhere")
+	}
+	bin := buildIdem(t)
+	f := filepath.Join(t.TempDir(), "idem.yaml")
+	if err := os.WriteFile(f, []byte(yamlConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := "http://" + down.Addr().String()
+	down.Close() // nothing listens there any more
+	cmd := exec.Command(bin, "serve", "--config", f, "--upstream", upstream, "--store", "memory:",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--drain-delay", "0s", "--log-format", "json")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = cmd.Stderr
+	testkit.DieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	admin := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m struct {
+				AdminAddr string `json:"admin_addr"`
+			}
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m.AdminAddr != "" {
+				admin <- m.AdminAddr
+			}
+		}
+		close(admin)
+	}()
+	var addr string
+	select {
+	case addr = <-admin:
+	case <-time.After(60 * time.Second):
+	}
+	if addr == "" {
+		t.Fatal("idem serve did not start")
+	}
+	get := func(path string) (int, string) {
+		res, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get(probe); code != 200 || !strings.Contains(body, `"store": "ok"`) || !strings.Contains(body, `"upstream": "`) || strings.Contains(body, `"upstream": "ok"`) {
+		t.Errorf("readiness probe %s with the upstream down = %d %s; want 200, the store ok and the upstream's failure reported", probe, code, body)
+	}
+	// The plain /readyz would have taken the gateway out: the probe's
+	// choice is what keeps it in.
+	if code, _ := get("/readyz"); code != 503 {
+		t.Errorf("/readyz with the upstream down = %d, want 503", code)
 	}
 }
 

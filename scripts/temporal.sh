@@ -10,6 +10,13 @@
 #                                 waits until it reports SERVING
 #   scripts/temporal.sh stop      stop the server that start started
 #   scripts/temporal.sh status    exit 0 when a server answers on the port
+#   scripts/temporal.sh run CMD…  run CMD with a server up: one that already
+#                                 answers is used and left running (said so);
+#                                 one started for CMD is stopped after it,
+#                                 also when CMD fails or is interrupted.
+#                                 Exits with CMD's status. `make test` runs
+#                                 trigger/temporal's tests this way, so it
+#                                 leaves no server behind.
 #
 # Idempotent: start with a server up and stop with none are no-ops. The
 # cache is ${IDEM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idem}/bin, as
@@ -89,13 +96,32 @@ stop() {
 	rm -f "$RUN/pid"
 }
 
+# run starts a server for "$@" unless one answers, and stops it after.
+run() {
+	if serving; then
+		log "using the dev server already answering on $ADDR; left running (scripts/temporal.sh stop stops it if start started it)"
+		"$@"
+		return
+	fi
+	start
+	trap stop EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	"$@"
+}
+
 case ${1:-} in
 install) install ;;
 start) start ;;
 stop) stop ;;
 status) serving ;;
+run)
+	shift
+	[[ $# -gt 0 ]] || { echo "usage: $0 run COMMAND [ARG...]" >&2; exit 2; }
+	run "$@"
+	;;
 *)
-	echo "usage: $0 install|start|stop|status" >&2
+	echo "usage: $0 install|start|stop|status|run COMMAND..." >&2
 	exit 2
 	;;
 esac

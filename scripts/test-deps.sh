@@ -47,6 +47,7 @@ apt_need npm npm
 ./scripts/admin-ui-deps.sh
 # clients/typescript: node_modules (npm ci) and chromium for its browser test.
 ./scripts/ts-deps.sh
-# trigger/temporal: the Temporal dev server, built once into the cache
-# (about 4 minutes the first time) and started when it is not running.
-./scripts/temporal.sh start
+# trigger/temporal: the Temporal CLI, built once into the cache (about 4
+# minutes the first time). `make test` starts its dev server around the
+# module's tests and stops it after (scripts/temporal.sh run).
+./scripts/temporal.sh install >/dev/null

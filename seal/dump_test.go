@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -174,7 +173,7 @@ func (p *tap) Reserve(ctx context.Context, req store.ReserveRequest) (store.Rese
 	return p.Store.Reserve(ctx, req)
 }
 
-func (p *tap) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+func (p *tap) Get(ctx context.Context, scope, keyHash string) (store.Record, error) {
 	p.check("Get", store.Record{Scope: scope, KeyHash: keyHash})
 	return p.Store.Get(ctx, scope, keyHash)
 }

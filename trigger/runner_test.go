@@ -98,7 +98,7 @@ func (s *flakyStore) Reserve(ctx context.Context, req store.ReserveRequest) (sto
 	return s.Store.Reserve(ctx, req)
 }
 
-func (s *flakyStore) Get(ctx context.Context, scope, keyHash string, now time.Time) (store.Record, error) {
+func (s *flakyStore) Get(ctx context.Context, scope, keyHash string) (store.Record, error) {
 	if s.down.Load() {
 		return store.Record{}, errStoreDown
 	}
@@ -283,7 +283,6 @@ func TestSlotOfDeadReplicaRerunsAfterLease(t *testing.T) {
 
 	// 10:00: the dead replica's reservation, exactly as it left it.
 	b.advance(30 * time.Minute)
-	now := b.clock.Now()
 	slot := trigger.SlotKey(activity, nineUTC.Add(time.Hour))
 	res, err := b.store.Reserve(context.Background(), store.ReserveRequest{
 		Record: store.Record{
@@ -482,7 +481,6 @@ func TestRestartFindsDeadSlotBehindSettledOne(t *testing.T) {
 	b.advance(30 * time.Minute) // 10:00
 	before.Tick(context.Background())
 	b.advance(time.Hour) // 11:00: the dead replica's reservation
-	now := b.clock.Now()
 	slot := trigger.SlotKey(activity, nineUTC.Add(2*time.Hour))
 	if _, err := b.store.Reserve(context.Background(), store.ReserveRequest{
 		Record: store.Record{

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,11 +35,14 @@ func getStatus(t *testing.T, url string) (int, string) {
 func TestDrainDelay(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t)
-	g := startGateway(t, a.URL, t.TempDir(), "", "--drain-delay", "1500ms")
+	// The checks below run during the delay: 6 s leaves them seconds of
+	// margin on a loaded machine (with 1.5 s, a slow readiness poll and
+	// request could outlast it).
+	g := startGateway(t, a.URL, t.TempDir(), "", "--drain-delay", "6s")
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		code, body := getStatus(t, g.Admin+"/readyz")
 		if code == 503 && strings.Contains(body, "draining") {
@@ -104,6 +108,11 @@ func TestReadiness(t *testing.T) {
 	if code, _ := getStatus(t, g.Admin+"/healthz"); code != 200 {
 		t.Errorf("/healthz with the upstream down = %d", code)
 	}
+	// A gateway in front of a shared upstream is probed with
+	// ?upstream=report: ready on its own store, the upstream reported.
+	if code, body := getStatus(t, g.Admin+"/readyz?upstream=report"); code != 200 || !strings.Contains(body, "cannot connect to") || !strings.Contains(body, `"store": "ok"`) {
+		t.Errorf("/readyz?upstream=report with the upstream down = %d %s", code, body)
+	}
 
 	// upstream_ready: a path the upstream must answer below 500.
 	b := startAPI(t)
@@ -113,15 +122,61 @@ func TestReadiness(t *testing.T) {
 	}
 }
 
+// TestMetricsFromTheStart: a fresh gateway's /metrics has every labelled
+// series of its routes at 0 before any request, so that the first unknown
+// outcome or unprotected request is an increase that alerts fire on.
+func TestMetricsFromTheStart(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t)
+	g := startGateway(t, a.URL, "", "routes:\n  - match: \"POST /charges\"\n  - match: \"PUT /charges/{id}\"\n", "--store", "memory:")
+	code, m := getStatus(t, g.Admin+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics = %d", code)
+	}
+	for _, want := range []string{
+		`idem_rejections_total{kind="outcome_unknown",route="POST /charges"} 0`,
+		`idem_rejections_total{kind="outcome_unknown",route="PUT /charges/{id}"} 0`,
+		`idem_unprotected_total{route="POST /charges"} 0`,
+		`idem_unprotected_total{route="PUT /charges/{id}"} 0`,
+		`idem_conflicts_total{conflict_type="payload_mismatch",route="POST /charges"} 0`,
+		`idem_executions_total{code="2xx",route="POST /charges"} 0`,
+		`idem_replays_total{code="2xx",route="PUT /charges/{id}"} 0`,
+		`idem_pass_throughs_total{route=""} 0`,
+		`idem_upstream_errors_total{kind="unreachable"} 0`,
+		`idem_store_operation_duration_seconds_count{operation="complete",result="lease_lost"} 0`,
+		`idem_store_operation_duration_seconds_count{operation="reserve",result="error"} 0`,
+		"idem_reservations_freed_total 0",
+	} {
+		if !strings.Contains(m, "\n"+want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
 // TestAdminCommands: while a gateway holds its file store, cleanup and
 // inspect refuse to open it and say how to go through the gateway, and do
 // so with --admin; release refuses a key whose outcome is known.
+//
+// No step depends on a short lifetime being met: the records cleanup
+// removes were written by an earlier gateway with a 3 s TTL, and the test
+// waits until the dry run counts them; the ones it inspects live an hour.
+// (Written with a 2 s TTL for all, the records expired before the dry run
+// that wanted none expired on a loaded machine.)
 func TestAdminCommands(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t)
 	dir := t.TempDir()
 	const token = "tok-admin"
-	g := startGateway(t, a.URL, dir, "admin_token: "+token+"\ndefaults: {ttl: 2s, lease: 1s}\ncleanup_interval: off\n")
+	short := startGateway(t, a.URL, dir, "defaults: {ttl: 3s, lease: 3s}\ncleanup_interval: off\n")
+	for _, k := range []string{"exp-1", "exp-2", "exp-3"} {
+		if r := post(t, short.URL+"/charges", chargeBody, "Idempotency-Key", k); r.Status != 201 {
+			t.Fatal(r.Status)
+		}
+	}
+	if err := short.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, a.URL, dir, "admin_token: "+token+"\ndefaults: {ttl: 1h}\ncleanup_interval: off\n")
 	for _, k := range []string{"adm-1", "adm-2", "adm-3"} {
 		if r := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", k); r.Status != 201 {
 			t.Fatal(r.Status)
@@ -147,15 +202,29 @@ func TestAdminCommands(t *testing.T) {
 		!strings.Contains(errOut, "409 Conflict: the key's outcome is known") {
 		t.Errorf("release of a succeeded key: %v %s", err, errOut)
 	}
-	if out, errOut, err := runIdem(t, "cleanup", "--admin", g.Admin, "--admin-token", token, "--dry-run"); err != nil ||
-		!strings.Contains(out, "0 expired records in the gateway at") {
-		t.Errorf("cleanup --dry-run --admin: %v %s %s", err, out, errOut)
+	// The dry run counts the expired records, and removes none: it counts
+	// them again until all three have expired, and cleanup then removes
+	// all three.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, errOut, err = runIdem(t, "cleanup", "--admin", g.Admin, "--admin-token", token, "--dry-run")
+		if err != nil || !regexp.MustCompile(`^[0-3] expired records in the gateway at `).MatchString(out) {
+			t.Fatalf("cleanup --dry-run --admin: %v %s %s", err, out, errOut)
+		}
+		if strings.HasPrefix(out, "3 ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the 3 s records had not expired a minute later: %s", out)
+		}
 	}
-	time.Sleep(2100 * time.Millisecond)
 	out, errOut, err = runIdem(t, "cleanup", "--admin", g.Admin, "--admin-token", token, "--batch", "2")
 	if err != nil || !strings.Contains(out, "removed 3 expired records through the gateway at "+g.Admin) ||
 		!strings.Contains(errOut, "removed 2 expired records so far\nremoved 3 expired records so far\n") {
 		t.Errorf("cleanup --admin: %v\nstdout %s\nstderr %s", err, out, errOut)
+	}
+	// The live records are still there.
+	if out, errOut, err := runIdem(t, "inspect", "--admin", g.Admin, "--admin-token", token, "--key", "adm-3"); err != nil || !strings.Contains(out, `"state": "succeeded"`) {
+		t.Errorf("inspect after cleanup: %v %s %s", err, out, errOut)
 	}
 }
 
@@ -169,17 +238,17 @@ func TestCleanupProgressTerminal(t *testing.T) {
 		testenv.Unavailable(t, "tmux is not installed (run scripts/test-deps.sh)")
 	}
 	dir := t.TempDir()
-	s, err := file.Open(dir, file.Options{})
+	// Written by a store whose clock started two hours ago, with an hour
+	// to live: expired when the store is opened again now.
+	s, err := file.Open(dir, file.Options{WallClock: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	past := time.Now().Add(-2 * time.Hour)
 	ctx := context.Background()
 	for i := range 7 {
 		k := "tty-" + string(rune('a'+i))
-		rec := store.Record{KeyHash: store.HashKey("", k), Key: k, State: store.InProgress, Token: uint64(i + 1),
-			CreatedAt: past, UpdatedAt: past, ExpiresAt: past.Add(time.Hour), LeaseUntil: past.Add(time.Minute)}
-		if r, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Now: past}); err != nil || !r.Acquired {
+		rec := store.Record{KeyHash: store.HashKey("", k), Key: k, State: store.InProgress, Token: uint64(i + 1)}
+		if r, err := s.Reserve(ctx, store.ReserveRequest{Record: rec, Lease: time.Minute, TTL: time.Hour}); err != nil || !r.Acquired {
 			t.Fatal(r, err)
 		}
 	}

@@ -201,7 +201,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if err != nil {
 		return nil, err
 	}
-	met := metrics.New()
+	met := metrics.New(built.Patterns()...) // every route's series exists from the start
 	tracker := &gateway.Tracker{}
 	s.eng = idem.New(tracker.Wrap(met.WrapStore(st)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed))
 	built.Options.Logger = log

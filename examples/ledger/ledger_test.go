@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -144,16 +146,14 @@ func TestHTTP(t *testing.T) {
 func TestRetryAfterTakeover(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t, 8)
-	now := time.Now()
-	clock := func() time.Time { return now }
-	svc := newService(t, pool, idem.Policy{Lease: time.Minute}, idem.WithClock(clock))
+	const lease = 500 * time.Millisecond
+	svc := newService(t, pool, idem.Policy{Lease: lease})
 	for _, a := range []string{"alice", "bob"} {
 		if err := svc.Ledger.Open(bg, pool, a, 1000); err != nil {
 			t.Fatal(err)
 		}
 	}
-	other, err := openService(pool, svc.Ledger.Schema, idem.Policy{Lease: time.Minute, CleanupInterval: -1}, quiet,
-		idem.WithClock(func() time.Time { return now.Add(2 * time.Minute) }))
+	other, err := openService(pool, svc.Ledger.Schema, idem.Policy{Lease: lease, CleanupInterval: -1}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,8 +183,36 @@ func TestRetryAfterTakeover(t *testing.T) {
 			close(reserved)
 		}
 	}
-	go func() { _, res, err := other.Transfer(bg, "k", req); took <- result{res, err} }()
-	<-reserved // the takeover is committed
+	// The stale holder's renewals stop reaching the server (its record's
+	// row is locked, as by a stalled process's lost connection) until its
+	// lease has run out there; the holder gives it up first.
+	records := pgx.Identifier{svc.Ledger.Schema, "idem_records"}.Sanitize()
+	lock, err := pool.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(bg, "SELECT 1 FROM "+records+" WHERE key_hash = decode($1, 'hex') FOR UPDATE", store.HashKey(TransferScope, "k")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * lease)
+	if err := lock.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(lease / 4) {
+			_, res, err := other.Transfer(bg, "k", req)
+			if errors.Is(err, idem.ErrInProgress) && time.Now().Before(deadline) {
+				continue
+			}
+			took <- result{res, err}
+			return
+		}
+	}()
+	select {
+	case <-reserved: // the takeover is committed
+	case r := <-took:
+		t.Fatalf("takeover: %+v %v", r.res, r.err)
+	}
 	close(resume)
 	if err := <-stale; err == nil {
 		t.Fatal("the stale holder committed")

@@ -21,11 +21,21 @@ func (stallCluster) Pause(int) error   { return nil }
 func (stallCluster) Resume(int) error  { return nil }
 
 // TestWatchdog: a gateway that answers its health probe late, unpaused, is
-// recorded as stalled; one the nemesis paused is not.
+// recorded as stalled; one the nemesis paused is not. The test follows the
+// probes themselves (the stalled one answered, the watchdog sent the next),
+// never fixed sleeps, and ignores stalls a loaded machine adds elsewhere.
 func TestWatchdog(t *testing.T) {
-	var stall atomic.Int64
+	type span struct{ start, end time.Time }
+	var stall, probes atomic.Int64
+	stalled := make(chan span, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(time.Duration(stall.Swap(0)))
+		d := time.Duration(stall.Swap(0))
+		probes.Add(1) // after the swap: a probe counted has taken its stall or not
+		if d > 0 {
+			s := time.Now()
+			time.Sleep(d)
+			stalled <- span{s, time.Now()}
+		}
 	}))
 	defer srv.Close()
 	rec := NewRecorder(time.Second, "")
@@ -36,22 +46,51 @@ func TestWatchdog(t *testing.T) {
 	done := make(chan struct{})
 	go func() { watchdog(ctx, cfg, paused); close(done) }()
 
-	time.Sleep(150 * time.Millisecond)
-	paused.start("g1#0", time.Now())
-	stall.Store(int64(300 * time.Millisecond))
-	time.Sleep(500 * time.Millisecond)
-	paused.end("g1#0", time.Now())
-	time.Sleep(150 * time.Millisecond)
-	if n := len(rec.History().Events); n != 0 {
-		t.Fatalf("%d stalls recorded during a pause", n)
+	// waitProbes returns once n more probes have come.
+	waitProbes := func(n int64) {
+		t.Helper()
+		for want, deadline := probes.Load()+n, time.Now().Add(30*time.Second); probes.Load() < want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d probes, want %d", probes.Load(), want)
+			}
+		}
 	}
-	stall.Store(int64(300 * time.Millisecond))
-	time.Sleep(600 * time.Millisecond)
+	// stallOnce makes the next probe take 300 ms, and returns once the
+	// watchdog has judged it (it sends the next probe only after).
+	stallOnce := func() span {
+		t.Helper()
+		stall.Store(int64(300 * time.Millisecond))
+		var sp span
+		select {
+		case sp = <-stalled:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no probe came")
+		}
+		waitProbes(1)
+		return sp
+	}
+	covers := func(e Event, sp span) bool { return !e.Start.After(sp.start) && !e.End.Before(sp.end) }
+
+	paused.start("g1#0", time.Now())
+	during := stallOnce()
+	paused.end("g1#0", time.Now())
+	// The second probe to come from now was sent after the first one
+	// ended, so after the pause: the stalled probe overlaps no pause.
+	waitProbes(2)
+	after := stallOnce()
 	cancel()
 	<-done
 	h := rec.History()
-	if len(h.Events) != 1 || h.Events[0].Kind != EventStall || h.Events[0].Gateway != "g1#0" ||
-		h.Events[0].End.Sub(h.Events[0].Start) < 300*time.Millisecond {
-		t.Fatalf("events %+v, want one stall of g1#0 of 300 ms or more", h.Events)
+	var found bool
+	for _, e := range h.Events {
+		if covers(e, during) {
+			t.Errorf("a stall recorded during a pause: %+v", e)
+		}
+		if covers(e, after) && e.Kind == EventStall && e.Gateway == "g1#0" && e.End.Sub(e.Start) >= 300*time.Millisecond {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("events %+v, want a stall of g1#0 of 300 ms or more around %v", h.Events, after)
 	}
 }

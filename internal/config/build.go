@@ -25,6 +25,16 @@ type Built struct {
 	TenantSource string
 }
 
+// Patterns returns the route patterns, in order: the metrics' route
+// label values.
+func (b *Built) Patterns() []string {
+	out := make([]string, len(b.Options.Routes))
+	for i, r := range b.Options.Routes {
+		out[i] = r.Pattern
+	}
+	return out
+}
+
 // credentialMAC keys credential hashes with Options.CredentialMAC as it is
 // when a request comes (the command sets it from the secret after Build).
 func (b *Built) credentialMAC(x []byte) string {
@@ -90,6 +100,10 @@ func (c *Config) Build() (*Built, error) {
 			continue
 		}
 		seen[r.Match] = i
+		if err := checkPattern(r.Match); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			continue
+		}
 		if err := register(mux, r.Match); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", where, err))
 			continue
@@ -249,7 +263,7 @@ func (p *Policy) apply(pol *idem.Policy) error {
 		pol.Wait = time.Duration(*p.Wait)
 	}
 	if p.MaxKeyBytes != 0 {
-		pol.MaxKeyBytes = p.MaxKeyBytes
+		pol.MaxKeyBytes = int(p.MaxKeyBytes)
 	}
 	if p.OnFailure != "" {
 		v, err := idem.ParseOnFailure(p.OnFailure)

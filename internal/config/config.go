@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -104,7 +103,7 @@ type Policy struct {
 	OnStoreError  string       `yaml:"on_store_error"` // fail_closed, fail_open
 	OnUnknown     string       `yaml:"on_unknown"`     // conflict, release
 	CacheStatuses StringList   `yaml:"cache_statuses"` // "2xx, 409", "all"
-	MaxKeyBytes   int          `yaml:"max_key_bytes"`
+	MaxKeyBytes   Count        `yaml:"max_key_bytes"`
 	Key           string       `yaml:"key"` // required, optional
 	Fingerprint   *Fingerprint `yaml:"fingerprint"`
 	// ErrorTexts rewords idem's own answers in an application's error
@@ -123,6 +122,8 @@ type ErrorText struct {
 // Route is one entry of routes.
 type Route struct {
 	// Match is a Go ServeMux pattern: "POST /charges", "/api/{id}/save".
+	// The method, when given, is upper-case and one that changes
+	// something; a host part is refused (see checkPattern).
 	Match  string `yaml:"match"`
 	Policy `yaml:",inline"`
 	// UpstreamTimeout overrides the top-level upstream_timeout.
@@ -156,38 +157,6 @@ func Parse(b []byte) (*Config, error) {
 		return nil, errors.New("more than one YAML document")
 	}
 	return c, nil
-}
-
-var notFound = regexp.MustCompile(`field (\S+) not found in type \S+`)
-
-// unquotedColon finds a line whose plain value holds ": " or ends in ":"
-// ("store: memory:"), which YAML reads as a second mapping.
-var unquotedColon = regexp.MustCompile(`^\s*(?:-\s+)?[\w.-]+:\s+([^"'\s{\[#|>][^#]*?:)(?:\s|$)`)
-
-// yamlError rewrites the YAML library's messages into the user's terms:
-// unknown fields ("field lisen not found in type config.Config"), and a
-// value that needs quotes.
-func yamlError(err error, doc []byte) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		msg := err.Error()
-		if strings.Contains(msg, "mapping values are not allowed") {
-			where := ""
-			for i, line := range strings.Split(string(doc), "\n") {
-				if unquotedColon.MatchString(line) {
-					where = fmt.Sprintf("line %d: %s: ", i+1, strings.TrimSpace(line))
-					break
-				}
-			}
-			return fmt.Errorf("%s%s: a value that contains \": \" or ends in \":\" must be quoted, e.g. store: \"memory:\"; a nested mapping goes in braces, e.g. fingerprint: {fields: [amount]}", where, msg)
-		}
-		return err
-	}
-	msgs := make([]string, len(te.Errors))
-	for i, m := range te.Errors {
-		msgs[i] = notFound.ReplaceAllString(m, `unknown field "$1"`)
-	}
-	return errors.New(strings.Join(msgs, "; "))
 }
 
 // Env names the environment variables that override the file.

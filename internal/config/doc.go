@@ -24,7 +24,10 @@
 //	    profile: mobile
 //
 // Unknown fields are errors, so that a typo never silently falls back to a
-// default. Durations take Go's syntax plus days ("7d").
+// default, and a value of the wrong kind is named by its field in plain
+// words. Route patterns that cannot mean what was written ("POST/charges",
+// "post /charges", "GET /charges", a host part) are refused with the fix.
+// Durations take Go's syntax plus days ("7d").
 //
 // Policy values are layered, from weakest to strongest: the defaults'
 // profile, the defaults' own fields, the route's profile (the fields it

@@ -81,3 +81,49 @@ func TestOperationsDefaults(t *testing.T) {
 		t.Errorf("bad IDEM_DRAIN_DELAY: %v", err)
 	}
 }
+
+// TestYAMLTypeErrors: a value of the wrong kind is named by its field in
+// plain words, with how to write it; never Go's types ("cannot unmarshal
+// !!str into []config.Route").
+func TestYAMLTypeErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"routes as a string", "upstream: http://u:1\nroutes: \"POST /charges\"\n",
+			`line 2: routes: expected a list of routes, got a string ("POST /charges"); write routes: [{match: "POST /charges"}], or one "- match: ..." line per route`},
+		{"routes as a mapping", "upstream: http://u:1\nroutes:\n  match: POST /charges\n",
+			`line 3: routes: expected a list of routes, got a mapping; each route is a list item: put "- " before its match`},
+		{"a route as a string", "upstream: http://u:1\nroutes:\n  - match: POST /a\n  - \"POST /charges\"\n",
+			`line 4: routes[1]: expected a route, a mapping such as {match: "POST /charges", key: required}, got a string ("POST /charges"); write - match: "POST /charges"`},
+		{"defaults as a profile name", "upstream: http://u:1\ndefaults: stripe\n",
+			`line 2: defaults: expected a mapping of policy settings, such as {profile: ietf, ttl: 24h}, got a string ("stripe"); for a profile, write {profile: stripe}`},
+		{"a list for a string", "upstream: [a, b]\n", "line 1: upstream: expected a string, got a list"},
+		{"a mapping for a string", "upstream: http://u:1\nlisten: {host: 0.0.0.0, port: 8080}\n", "line 2: listen: expected a string, got a mapping"},
+		{"a word for a boolean", "upstream: http://u:1\nmigrate: sometimes\n", `line 2: migrate: expected true or false, got a string ("sometimes")`},
+		{"a word for a number", "upstream: http://u:1\ndefaults: {max_key_bytes: lots}\n", `line 2: defaults.max_key_bytes: "lots" is not a whole number`},
+		{"a fraction for a number", "upstream: http://u:1\nroutes:\n  - match: POST /a\n    max_key_bytes: 1.5\n", `line 4: routes[0].max_key_bytes: "1.5" is not a whole number`},
+		{"a duration without unit", "upstream: http://u:1\nroutes:\n  - match: POST /a\n    ttl: 10\n", `line 4: routes[0].ttl: bad duration "10"`},
+		{"error_texts as a list", "upstream: http://u:1\ndefaults: {error_texts: [in_progress]}\n",
+			"line 2: defaults.error_texts: expected a mapping from kinds of answer to texts, such as {in_progress: {code: BUSY, message: ...}}, got a list"},
+		{"an error text as a string", "upstream: http://u:1\ndefaults:\n  error_texts:\n    in_progress: busy\n",
+			`line 4: defaults.error_texts.in_progress: expected {code: ..., message: ...}, got a string ("busy"); write {code: ..., message: "busy"}`},
+		{"a tenant header as a list", "upstream: http://u:1\ntenant: {header: [X-A, X-B]}\n", "line 2: tenant.header: expected a string, got a list"},
+		{"the file as a list", "- upstream: http://u:1\n",
+			`line 1: the file: expected a mapping of settings (upstream: http://..., routes: ...), got a list; settings are not list items: remove the "- " before them`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tc.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("message %q\nwant %q", err, tc.want)
+			}
+			for _, n := range []string{"cannot unmarshal", "config.", "!!", "[]"} {
+				if strings.Contains(err.Error(), n) {
+					t.Errorf("message %q shows Go's terms (%s)", err, n)
+				}
+			}
+		})
+	}
+}

@@ -171,3 +171,20 @@ func (f *Fingerprint) UnmarshalYAML(n *yaml.Node) error {
 	}
 	return fmt.Errorf("line %d: fingerprint: want body, none or {fields: [...]}", n.Line)
 }
+
+// Count is a whole number. YAML decodes 1.5 into an int as 1; a Count
+// refuses it.
+type Count int
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (c *Count) UnmarshalYAML(n *yaml.Node) error {
+	var v int
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a whole number, such as 255", n.Line)
+	}
+	if n.ShortTag() != "!!int" || n.Decode(&v) != nil {
+		return fmt.Errorf("line %d: %q is not a whole number: want one such as 255", n.Line, n.Value)
+	}
+	*c = Count(v)
+	return nil
+}

@@ -19,4 +19,11 @@
 //	redis://...?idem_connections=1&idem_flush_delay=100us  pipelining (see openRedis)
 //
 // PostgreSQL's pool takes pgx's own pool_max_conns parameter.
+//
+// Parsing is strict: a form the parser does not know is refused with the
+// form it wants (ErrMalformed, ErrUnknownScheme), never handed to a driver
+// that would read it as something else. redis:HOST:PORT without the //
+// (which the Redis client reads as localhost:6379), a URL without a host,
+// a # that would cut a password short, a parameter the Redis client
+// ignores, or a ~ that no shell expands are all refused.
 package dsn

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +45,11 @@ const (
 // ErrUnknownScheme: the DSN names no store this build knows.
 var ErrUnknownScheme = errors.New("unknown store DSN")
 
+// ErrMalformed: the DSN names a known store in a form its parser does not
+// read, such as redis:HOST:PORT without the //, which the Redis client
+// would have read as localhost:6379. The message shows the right form.
+var ErrMalformed = errors.New("malformed store DSN")
+
 // ErrNotPostgres: a PostgreSQL-only operation (migrate) on another store.
 var ErrNotPostgres = errors.New("not a PostgreSQL store")
 
@@ -59,15 +66,29 @@ type DSN struct {
 	raw    string
 }
 
-// Parse parses dsn without opening anything.
+// examples are the forms shown when a DSN of the kind is not understood.
+var examples = map[string]string{
+	Postgres:     "postgres://USER:PASSWORD@HOST:5432/DB",
+	Redis:        "redis://HOST:6379/0",
+	RedisCluster: "redis-cluster://HOST:PORT?addr=HOST:PORT",
+	S3:           "s3://BUCKET/PREFIX?endpoint=URL",
+}
+
+// Parse parses dsn without opening anything. Every form it does not know
+// is refused with the form it wants (ErrUnknownScheme, ErrMalformed): the
+// drivers' own parsers read many mistakes as something else (a Redis URL
+// without its // as localhost:6379, a # in a password as the end of it).
 func Parse(dsn string) (DSN, error) {
 	d := DSN{raw: dsn, Params: map[string]string{}}
+	if strings.TrimSpace(dsn) != dsn {
+		return d, malformed(Redact(strings.TrimSpace(dsn)), "white space around it would be part of the DSN; remove it")
+	}
 	scheme, rest, _ := strings.Cut(dsn, ":")
 	switch strings.ToLower(scheme) {
 	case "memory":
 		d.Kind = Memory
 		if rest != "" && rest != "//" {
-			return d, fmt.Errorf("store %q: memory takes no path (write memory:)", dsn)
+			return d, fmt.Errorf("store %q: %w: memory takes no path (write memory:)", dsn, ErrMalformed)
 		}
 		return d, nil
 	case "file", "pebble":
@@ -75,21 +96,7 @@ func Parse(dsn string) (DSN, error) {
 		if strings.EqualFold(scheme, "pebble") {
 			d.Kind = Pebble
 		}
-		d.Path = rest
-		if strings.HasPrefix(rest, "//") { // file:///var/lib/idem
-			u, err := url.Parse(dsn)
-			if err != nil {
-				return d, fmt.Errorf("store %q: %v", dsn, err)
-			}
-			if u.Host != "" && u.Host != "localhost" {
-				return d, fmt.Errorf("store %q: a file store is local; write file:/path or file:///path", dsn)
-			}
-			d.Path = u.Path
-		}
-		if d.Path == "" {
-			return d, fmt.Errorf("store %q: %s needs a directory, e.g. %s:./idem-data", dsn, d.Kind, d.Kind)
-		}
-		return d, nil
+		return parseDir(d, rest)
 	case "postgres", "postgresql":
 		d.Kind = Postgres
 	case "redis", "rediss":
@@ -98,41 +105,221 @@ func Parse(dsn string) (DSN, error) {
 		d.Kind = RedisCluster
 	case "s3":
 		d.Kind = S3
-		if _, err := s3store.ParseDSN(dsn); err != nil {
-			return d, fmt.Errorf("store %q: %w", Redact(dsn), err)
-		}
-		d.URL = dsn
-		return d, nil
 	default:
-		return d, fmt.Errorf("store %q: %w: want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT, redis-cluster://HOST:PORT?addr=HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL", Redact(dsn), ErrUnknownScheme)
+		return d, unknown(dsn)
+	}
+	if !strings.HasPrefix(rest, "//") {
+		return d, noSlashes(dsn, scheme, rest, d.Kind)
+	}
+	if i := strings.IndexByte(dsn, '#'); i >= 0 {
+		return d, malformed(Redact(dsn[:i]), "a # ends the URL there and the rest would be dropped; in a password or a parameter, write # as %23")
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
-		return d, fmt.Errorf("store %q: %v", Redact(dsn), err)
+		return d, fmt.Errorf("store %q: %w: %v; want %s", Redact(dsn), ErrMalformed, errors.Unwrap(err), examples[d.Kind])
+	}
+	if err := checkHost(d.Kind, u); err != nil {
+		return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
 	}
 	q := u.Query()
 	for k, vs := range q {
+		if len(vs) > 1 && k != "addr" {
+			return d, malformed(Redact(dsn), fmt.Sprintf("parameter %s is given %d times; give it once", k, len(vs)))
+		}
 		if name, ok := strings.CutPrefix(k, "idem_"); ok {
-			d.Params[name] = vs[len(vs)-1]
+			if vs[0] == "" {
+				return d, malformed(Redact(dsn), fmt.Sprintf("parameter %s is empty; give it a value or remove it", k))
+			}
+			d.Params[name] = vs[0]
 			q.Del(k)
 		}
 	}
 	known := map[string][]string{Postgres: {"schema", "table"}, Redis: {"prefix", "flush_delay", "connections"}, RedisCluster: {"prefix"}}[d.Kind]
 	for k := range d.Params {
 		if !contains(known, k) {
-			return d, fmt.Errorf("store %q: unknown parameter idem_%s (want idem_%s)", Redact(dsn), k, strings.Join(known, ", idem_"))
+			if len(known) == 0 {
+				return d, fmt.Errorf("store %q: %w: unknown parameter idem_%s (an %s store takes none)", Redact(dsn), ErrMalformed, k, d.Kind)
+			}
+			return d, fmt.Errorf("store %q: %w: unknown parameter idem_%s (want idem_%s)", Redact(dsn), ErrMalformed, k, strings.Join(known, ", idem_"))
+		}
+	}
+	if d.Kind != Postgres { // pgx reads its own parameters strictly
+		for k, vs := range q {
+			if vs[0] == "" && k != "skip_verify" {
+				return d, malformed(Redact(dsn), fmt.Sprintf("parameter %s is empty; give it a value or remove it", k))
+			}
 		}
 	}
 	u.RawQuery = q.Encode()
-	if d.Kind == RedisCluster {
+	switch d.Kind {
+	case S3:
+		if _, err := s3store.ParseDSN(dsn); err != nil {
+			return d, fmt.Errorf("store %q: %w", Redact(dsn), err)
+		}
+		d.URL = dsn // as written: s3store reads it again
+		return d, nil
+	case Redis:
+		if err := checkRedisParams(u); err != nil {
+			return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
+		}
+		if _, err := rueidis.ParseURL(u.String()); err != nil {
+			return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
+		}
+	case RedisCluster:
+		if u.Path != "" && u.Path != "/" {
+			return d, malformed(Redact(dsn), fmt.Sprintf("a Redis Cluster has no databases, so the path %q means nothing; remove it", u.Path))
+		}
 		// go-redis's cluster URL has the plain redis schemes.
 		u.Scheme = strings.TrimSuffix(strings.ToLower(u.Scheme), "-cluster")
 		if _, err := redis.ParseClusterURL(u.String()); err != nil {
-			return d, fmt.Errorf("store %q: %v", Redact(dsn), err)
+			return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
 		}
 	}
 	d.URL = u.String()
+	if rest, ok := strings.CutPrefix(d.URL, u.Scheme+":"); ok && !strings.HasPrefix(rest, "//") {
+		// url.URL writes postgres://?host=... without its //, which pgx
+		// then no longer reads as a URL.
+		d.URL = u.Scheme + "://" + rest
+	}
 	return d, nil
+}
+
+func malformed(dsn, why string) error {
+	return fmt.Errorf("store %q: %w: %s", dsn, ErrMalformed, why)
+}
+
+// noSlashes refuses scheme:rest without the // of a URL's host: the Redis
+// client reads redis:127.0.0.1:6390 as localhost:6379.
+func noSlashes(dsn, scheme, rest, kind string) error {
+	if strings.Trim(rest, "/") == "" {
+		return fmt.Errorf("store %q: %w: %s names no host; write %s", dsn, ErrMalformed, kind, examples[kind])
+	}
+	slashes := rest[:len(rest)-len(strings.TrimLeft(rest, "/"))]
+	fixed := Redact(strings.ToLower(scheme) + "://" + rest[len(slashes):])
+	shown := scheme + ":" + slashes + fixed[len(scheme)+3:] // the password hidden as in fixed
+	return fmt.Errorf("store %q: %w: no // between %s: and the host; write %q", shown, ErrMalformed, scheme, fixed)
+}
+
+// unknown refuses a DSN of no known kind, guessing what was meant from its
+// shape: a path, or a host and port without a scheme.
+func unknown(dsn string) error {
+	want := "want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT, redis-cluster://HOST:PORT?addr=HOST:PORT or s3://BUCKET/PREFIX?endpoint=URL"
+	switch {
+	case dsn == "":
+		return fmt.Errorf("store is empty: %w: %s", ErrUnknownScheme, want)
+	case strings.HasPrefix(dsn, "/"), strings.HasPrefix(dsn, "."), strings.HasPrefix(dsn, "~"), !strings.Contains(dsn, ":"):
+		return fmt.Errorf("store %q: %w: a directory is written file:%s", dsn, ErrUnknownScheme, dsn)
+	}
+	if host, port, err := net.SplitHostPort(dsn); err == nil && host != "" && port != "" && !strings.Contains(dsn, "/") {
+		return fmt.Errorf("store %q: %w: a server is named with its kind, e.g. redis://%s or postgres://USER@%s/DB", dsn, ErrUnknownScheme, dsn, dsn)
+	}
+	return fmt.Errorf("store %q: %w: %s", Redact(dsn), ErrUnknownScheme, want)
+}
+
+// parseDir reads the directory of a file: or pebble: DSN.
+func parseDir(d DSN, rest string) (DSN, error) {
+	d.Path = rest
+	if strings.HasPrefix(rest, "//") { // file:///var/lib/idem
+		u, err := url.Parse(d.raw)
+		if err != nil {
+			return d, fmt.Errorf("store %q: %w: %v", d.raw, ErrMalformed, err)
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return d, fmt.Errorf("store %q: %w: a file store is local and file://%s/ names a host; write %s:%s for a directory relative to the working directory, or %s:///ABSOLUTE/PATH",
+				d.raw, ErrMalformed, u.Host, d.Kind, strings.TrimPrefix(u.Host+u.Path, "/"), d.Kind)
+		}
+		d.Path = u.Path
+	}
+	switch {
+	case d.Path == "":
+		return d, fmt.Errorf("store %q: %w: %s needs a directory, e.g. %s:./idem-data", d.raw, ErrMalformed, d.Kind, d.Kind)
+	case strings.HasPrefix(rest, "//") && strings.ContainsAny(rest, "?#"):
+		return d, fmt.Errorf("store %q: %w: a %s store takes a directory and no parameters; after %s:// a ? or # and what follows would be dropped (write %%3F or %%23 for one in the directory's name)", d.raw, ErrMalformed, d.Kind, d.Kind)
+	case strings.Contains(rest, "?"):
+		return d, fmt.Errorf("store %q: %w: a %s store takes a directory and no parameters; the ? and what follows would be part of the directory's name", d.raw, ErrMalformed, d.Kind)
+	case strings.HasPrefix(d.Path, "~"):
+		return d, fmt.Errorf("store %q: %w: ~ is not expanded in a DSN (it would be a directory named ~); write the full path, e.g. %s:/home/USER%s", d.raw, ErrMalformed, d.Kind, d.Path[1:])
+	}
+	return d, nil
+}
+
+// checkHost refuses a URL DSN without a host, or with a port that is not
+// one: the drivers fill in localhost and their default port instead.
+func checkHost(kind string, u *url.URL) error {
+	if kind == Postgres {
+		// postgres:///DB is libpq's form for the local socket (or PGHOST);
+		// postgres:// alone names nothing.
+		if u.Host == "" && strings.Trim(u.Path, "/") == "" && u.RawQuery == "" {
+			return fmt.Errorf("it names no host and no database; write %s", examples[kind])
+		}
+		for _, h := range strings.Split(u.Host, ",") { // libpq's several hosts
+			if err := checkPort(h); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if u.Hostname() == "" {
+		host := "127.0.0.1"
+		if u.Port() != "" {
+			host += ":" + u.Port()
+		}
+		switch kind {
+		case S3:
+			return fmt.Errorf("it names no bucket; write %s", examples[kind])
+		case RedisCluster:
+			return fmt.Errorf("it names no node; write %s://%s", strings.ToLower(u.Scheme), host+"?addr=HOST:PORT")
+		}
+		return fmt.Errorf("it names no host, which the client would read as localhost:6379; write %s://%s%s", strings.ToLower(u.Scheme), host, u.Path)
+	}
+	if kind == S3 && u.Port() != "" {
+		return fmt.Errorf("a bucket has no port: the S3 server goes in ?endpoint=, e.g. s3://%s%s?endpoint=http://HOST:%s", u.Hostname(), u.Path, u.Port())
+	}
+	return checkPort(u.Host)
+}
+
+func checkPort(hostport string) error {
+	if !strings.Contains(strings.TrimPrefix(strings.TrimSuffix(hostport, "]"), "["), ":") || strings.HasSuffix(hostport, "]") {
+		return nil // no port
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT (%v)", hostport, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q of %s: want a number from 1 to 65535", port, host)
+	}
+	return nil
+}
+
+// redisParams are the parameters of a redis:// URL the Redis client
+// reads; it ignores any other without a word.
+var redisParams = []string{"db", "dial_timeout", "write_timeout", "addr", "skip_verify", "protocol", "max_retries", "client_name", "master_set"}
+
+func checkRedisParams(u *url.URL) error {
+	q := u.Query()
+	for k := range q {
+		if !contains(redisParams, k) {
+			why := ""
+			switch k {
+			case "client_cache":
+				why = " (the store never reads through client-side caching)"
+			case "pool_size", "read_timeout", "min_idle_conns", "password", "username":
+				why = " (a go-redis parameter; this client does not read it)"
+			}
+			return fmt.Errorf("unknown parameter %s%s: want %s, or idem_prefix, idem_flush_delay, idem_connections", k, why, strings.Join(redisParams, ", "))
+		}
+	}
+	if v := q.Get("protocol"); q.Has("protocol") && v != "2" && v != "3" {
+		return fmt.Errorf("protocol=%s: want 2 or 3", v)
+	}
+	if q.Has("max_retries") && q.Get("max_retries") != "0" {
+		return fmt.Errorf("max_retries=%s: the client only reads max_retries=0 (no retries); remove it to keep its retries", q.Get("max_retries"))
+	}
+	if q.Has("skip_verify") && !strings.EqualFold(u.Scheme, "rediss") {
+		return errors.New("skip_verify is for TLS, which redis:// does not use; write rediss:// for TLS or remove it")
+	}
+	return nil
 }
 
 func contains(l []string, s string) bool {
@@ -147,10 +334,17 @@ func contains(l []string, s string) bool {
 // String returns the DSN with any password hidden, for logs.
 func (d DSN) String() string { return Redact(d.raw) }
 
-// Redact hides the password of a URL-shaped DSN.
+// userinfo is the USER:PASSWORD@ of a DSN that does not parse as a URL.
+var userinfo = regexp.MustCompile(`(//[^/?#@:]*):[^/?#]*@`)
+
+// Redact hides the password of a URL-shaped DSN, also of one that does not
+// parse (whose error message shows it).
 func Redact(dsn string) string {
 	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
+	if err != nil {
+		return userinfo.ReplaceAllString(dsn, "$1:xxxxx@")
+	}
+	if u.User == nil {
 		return dsn
 	}
 	return u.Redacted()

@@ -104,7 +104,8 @@ const healthScope, healthKey = "idem:healthz", "probe"
 // Admin returns the admin listener's handler:
 //
 //	GET  /healthz                 liveness: the process serves (200)
-//	GET  /readyz                  readiness: not draining, store and upstream reachable
+//	GET  /readyz                  readiness: not draining, store and upstream reachable;
+//	                              ?upstream=report reports the upstream without gating on it
 //	GET  /metrics                 Prometheus
 //	GET  /                        the admin page (token)
 //	GET  /api/stats               the page's numbers (token)
@@ -217,7 +218,13 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 	if a.o.Upstream != nil {
 		if err := a.o.Upstream(ctx); err != nil {
 			a.o.Logger.Warn("idem: readiness: the upstream is not reachable", "err", err)
-			res["upstream"], status = err.Error(), http.StatusServiceUnavailable
+			res["upstream"] = err.Error()
+			// A gateway in front of a shared upstream stays ready when it
+			// is down: replays and 502s still come from it, and an
+			// upstream outage must not take every replica out at once.
+			if r.URL.Query().Get("upstream") != "report" {
+				status = http.StatusServiceUnavailable
+			}
 		} else {
 			res["upstream"] = "ok"
 		}

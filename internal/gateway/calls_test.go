@@ -52,31 +52,35 @@ func TestCallsAbort(t *testing.T) {
 // with context.DeadlineExceeded, and so does the Transport's child of it;
 // a call that ended first is not touched, and one timer serves them all.
 func TestCallsDeadline(t *testing.T) {
-	s := newCalls(100 * time.Millisecond)
+	// Deadlines a second apart, half a second between the two calls: the
+	// checks between them have that much margin on a loaded machine, and
+	// the one that matters most reads the clock itself.
+	s := newCalls(time.Second)
 	t0 := time.Now()
 	first := s.start(context.Background())
 	early := s.start(context.Background())
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 	second := s.start(context.Background())
 	child, cancel := context.WithCancelCause(second) // as the Transport does
 	defer cancel(nil)
 	s.end(early)
-	if d, ok := second.Deadline(); !ok || d.Before(t0.Add(150*time.Millisecond)) {
-		t.Fatalf("deadline %v %v", d, ok)
+	d2, ok := second.Deadline()
+	if !ok || d2.Before(t0.Add(1500*time.Millisecond)) {
+		t.Fatalf("deadline %v %v", d2, ok)
 	}
 
 	<-first.Done()
-	if at := time.Since(t0); at < 100*time.Millisecond || !errors.Is(first.Err(), context.DeadlineExceeded) {
+	if at := time.Since(t0); at < time.Second || !errors.Is(first.Err(), context.DeadlineExceeded) {
 		t.Fatalf("first call ended after %v with %v", at, first.Err())
 	}
-	if ended(second) {
+	if ended(second) && time.Now().Before(d2) {
 		t.Fatal("the second call ended with the first")
 	}
 	if !errors.Is(early.Err(), context.Canceled) {
 		t.Fatalf("a call ended by end: %v", early.Err())
 	}
 	<-child.Done()
-	if at := time.Since(t0); at < 150*time.Millisecond || !errors.Is(context.Cause(child), context.DeadlineExceeded) {
+	if at := time.Since(t0); at < 1500*time.Millisecond || !errors.Is(context.Cause(child), context.DeadlineExceeded) {
 		t.Fatalf("the second call's child ended after %v with cause %v", at, context.Cause(child))
 	}
 	s.end(first)

@@ -90,7 +90,7 @@ func (e *edge) post(t *testing.T, path, key string, hdr ...string) answer {
 }
 
 // TestSlowUpstream: an upstream slower than upstream_timeout runs once in
-// a 5 s retry loop. Its client gets 504 saying to retry with the same key;
+// a retry loop. Its client gets 504 saying to retry with the same key;
 // retries get 409 in_progress with Retry-After from the holder's lease,
 // then the recorded outcome. Today's main answers 504 and releases the key:
 // each retry ran the operation again.
@@ -99,7 +99,7 @@ func TestSlowUpstream(t *testing.T) {
 	var done atomic.Bool
 	e := newEdge(t, Options{Middleware: idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "/", AnswerWithin: 200 * time.Millisecond}}}},
 		func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(1500 * time.Millisecond)
+			time.Sleep(3 * time.Second) // retries come in progress for seconds, even on a loaded machine
 			done.Store(true)
 			w.WriteHeader(201)
 			io.WriteString(w, `{"charge":"ch_1"}`)
@@ -109,7 +109,8 @@ func TestSlowUpstream(t *testing.T) {
 		t.Fatalf("first: %d %s", first.status, first.body)
 	}
 	var inProgress, replays int
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	// Until the recorded outcome is replayed, within a generous bound.
+	for end := time.Now().Add(30 * time.Second); replays < 3 && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		a := e.post(t, "/charges", "slow")
 		switch {
 		case a.status == 409 && !done.Load():

@@ -98,7 +98,7 @@ func (t *Tracker) reserved(r store.Record) {
 	if t.inflight == nil {
 		t.inflight = map[trackID]TrackedKey{}
 	}
-	t.inflight[trackID{r.KeyHash, r.Token}] = TrackedKey{Scope: r.Scope, Key: r.Key, RequestID: r.RequestID, Since: r.CreatedAt}
+	t.inflight[trackID{r.KeyHash, r.Token}] = TrackedKey{Scope: r.Scope, Key: r.Key, RequestID: r.RequestID, Since: time.Now()}
 	// A new holder: whatever was known of an earlier failure is over.
 	delete(t.failed, r.Scope+"\x00"+r.KeyHash)
 }

@@ -14,5 +14,7 @@
 //	idem_store_operation_duration_seconds{operation,result}
 //
 // plus the Go runtime and process collectors. Route labels are the
-// configured patterns, so their number is bounded by the configuration.
+// configured patterns, so their number is bounded by the configuration;
+// pass them to New, which creates every series whose label values are
+// known at 0, so that increase() sees the first event of each.
 package metrics

@@ -32,8 +32,13 @@ type Metrics struct {
 }
 
 // New returns metrics registered in a new registry, with the Go and process
-// collectors.
-func New() *Metrics {
+// collectors. Every labelled series whose label values are known exists
+// from the start at 0, for each of routes (the configured patterns) where
+// the series is per route: Prometheus's increase() and rate() see a
+// series' first sample as its start, so a counter born at 1 on its first
+// event would show no increase, and an alert on the first outage or the
+// first unknown outcome would never fire.
+func New(routes ...string) *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idem", Name: name, Help: help}, labels)
 	}
@@ -59,7 +64,60 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.freed, m.storeOps,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.precreate(routes)
 	return m
+}
+
+// The label values each labelled series can take, besides routes.
+var (
+	// codes are what class returns.
+	codes = []string{"1xx", "2xx", "3xx", "4xx", "5xx", "other"}
+	// upstreamKinds are the kinds gateway.Options.OnUpstreamError reports.
+	upstreamKinds = []string{"unreachable", "timeout", "error"}
+	// operations are the store.Store methods timed decorates, results
+	// what result returns.
+	operations = []string{"reserve", "get", "renew", "complete", "release", "cleanup"}
+	results    = []string{"ok", "not_found", "lease_lost", "canceled", "error"}
+)
+
+// routeKinds are the kinds of answer a route gives itself: every kind but
+// those net/http's listener answers before any route is matched.
+func routeKinds() []idemhttp.Kind {
+	var out []idemhttp.Kind
+	for k := range idemhttp.DefaultStatus {
+		if k != idemhttp.KindHeadersTooLarge && k != idemhttp.KindMalformedRequest {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// precreate makes every known series exist at 0 (see New).
+func (m *Metrics) precreate(routes []string) {
+	for _, k := range upstreamKinds {
+		m.upstream.WithLabelValues(k)
+	}
+	for _, op := range operations {
+		for _, r := range results {
+			m.storeOps.WithLabelValues(op, r)
+		}
+	}
+	m.passes.WithLabelValues("") // requests no route covers
+	kinds := routeKinds()
+	for _, route := range routes {
+		for _, c := range codes {
+			m.executions.WithLabelValues(route, c)
+			m.replays.WithLabelValues(route, c)
+		}
+		for _, k := range kinds {
+			m.rejections.WithLabelValues(route, string(k))
+			if k.IsConflict() {
+				m.conflicts.WithLabelValues(route, string(k))
+			}
+		}
+		m.passes.WithLabelValues(route)
+		m.unprotected.WithLabelValues(route)
+	}
 }
 
 // ReservationFreed counts a reservation the engine freed after its answer

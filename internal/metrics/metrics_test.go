@@ -147,3 +147,82 @@ func TestStoreResults(t *testing.T) {
 		t.Error("no Unwrap")
 	}
 }
+
+// TestSeriesFromTheStart: every labelled series whose label values are
+// known exists at 0 before anything happened, for each configured route,
+// so that Prometheus's increase() counts the first event (a series born at
+// 1 shows no increase: the first unknown outcome or unprotected request
+// would not alert). After the first event the series reads 1.
+func TestSeriesFromTheStart(t *testing.T) {
+	t.Parallel()
+	routes := []string{"POST /charges", "/"}
+	m := New(routes...)
+	type series struct {
+		name   string
+		labels map[string]string
+	}
+	want := []series{
+		{"idem_upstream_errors_total", map[string]string{"kind": "unreachable"}},
+		{"idem_upstream_errors_total", map[string]string{"kind": "timeout"}},
+		{"idem_upstream_errors_total", map[string]string{"kind": "error"}},
+		{"idem_pass_throughs_total", map[string]string{"route": ""}},
+	}
+	for _, op := range []string{"reserve", "get", "renew", "complete", "release", "cleanup"} {
+		for _, r := range []string{"ok", "not_found", "lease_lost", "canceled", "error"} {
+			want = append(want, series{"idem_store_operation_duration_seconds", map[string]string{"operation": op, "result": r}})
+		}
+	}
+	for _, route := range routes {
+		for _, c := range []string{"1xx", "2xx", "3xx", "4xx", "5xx", "other"} {
+			want = append(want,
+				series{"idem_executions_total", map[string]string{"route": route, "code": c}},
+				series{"idem_replays_total", map[string]string{"route": route, "code": c}})
+		}
+		want = append(want,
+			series{"idem_unprotected_total", map[string]string{"route": route}},
+			series{"idem_pass_throughs_total", map[string]string{"route": route}})
+		for k := range idemhttp.DefaultStatus {
+			if k == idemhttp.KindHeadersTooLarge || k == idemhttp.KindMalformedRequest {
+				continue // answered by the listener, before any route
+			}
+			want = append(want, series{"idem_rejections_total", map[string]string{"route": route, "kind": string(k)}})
+			if k.IsConflict() {
+				want = append(want, series{"idem_conflicts_total", map[string]string{"route": route, "conflict_type": string(k)}})
+			}
+		}
+	}
+	for _, s := range want {
+		if got := value(t, m, s.name, s.labels); got != 0 {
+			t.Errorf("%s%v = %v at the start, want 0 (-1: absent)", s.name, s.labels, got)
+		}
+	}
+	// Nothing else: every series of idem's with labels is in the list.
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range fams {
+		if strings.HasPrefix(f.GetName(), "idem_") && len(f.GetMetric()[0].GetLabel()) > 0 {
+			n += len(f.GetMetric())
+		}
+	}
+	if n != len(want) {
+		t.Errorf("%d labelled series at the start, want %d", n, len(want))
+	}
+
+	// The first event moves a series from 0 to 1.
+	r := httptest.NewRequest("POST", "/charges", nil)
+	m.Observe(r, idemhttp.Event{Route: "POST /charges", Outcome: idemhttp.OutcomeRejected, Kind: idemhttp.KindOutcomeUnknown, Status: 409})
+	m.Observe(r, idemhttp.Event{Route: "POST /charges", Outcome: idemhttp.OutcomeUnprotected, Status: 201})
+	for _, s := range []series{
+		{"idem_rejections_total", map[string]string{"route": "POST /charges", "kind": "outcome_unknown"}},
+		{"idem_conflicts_total", map[string]string{"route": "POST /charges", "conflict_type": "outcome_unknown"}},
+		{"idem_unprotected_total", map[string]string{"route": "POST /charges"}},
+		{"idem_executions_total", map[string]string{"route": "POST /charges", "code": "2xx"}},
+	} {
+		if got := value(t, m, s.name, s.labels); got != 1 {
+			t.Errorf("%s%v = %v after the first event, want 1", s.name, s.labels, got)
+		}
+	}
+}

@@ -32,16 +32,14 @@ func BenchmarkPairs(b *testing.B) {
 		var seq atomic.Uint64
 		storePair := func() error {
 			i := seq.Add(1)
-			now := time.Now()
 			key := "k" + strconv.FormatUint(i, 10)
 			r := store.Record{
 				KeyHash: store.HashKey("bench", key), Scope: "bench", Key: key,
 				Fingerprint: "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
 				Binding:     "charge_customer", State: store.InProgress, Token: i, RequestID: "req_" + key,
-				CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute),
 			}
 			ctx := context.Background()
-			res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Now: now, TakeOverStale: true})
+			res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Lease: time.Minute, TTL: time.Hour, TakeOverStale: true})
 			if err != nil {
 				return err
 			}
@@ -50,7 +48,7 @@ func BenchmarkPairs(b *testing.B) {
 			}
 			return s.Complete(ctx, store.Completion{
 				Fence: store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: i},
-				State: store.Succeeded, Value: value, Now: now, ExpiresAt: now.Add(time.Hour),
+				State: store.Succeeded, Value: value, TTL: time.Hour,
 			})
 		}
 		rawPair := func() error {

@@ -19,21 +19,23 @@ const cleanupWorkers = 8
 // Cleanup implements store.Store, at a cost the interface does not ask for:
 // S3 has no index by expiry, so Cleanup lists every object under
 // idempotency/ (one LIST per 1,000 objects) and HEADs each one to read its
-// expiry from the object's metadata, live or not. Only objects that have
-// expired at now are then read in full (a GET, which decides) and deleted
-// with If-Match on the version read (a DELETE). The cost therefore grows
-// with all the records, not with the expired ones: on a large bucket, let
-// a lifecycle rule (LifecycleRule) delete records, set the engine's
-// CleanupInterval to -1, and run Cleanup rarely if at all.
+// TTL from the object's metadata, live or not. Expiry is judged on the
+// server's clock, by the HEAD's Date against the object's Last-Modified
+// plus its TTL. Only objects that have expired are then read in full (a
+// GET, whose Date and Last-Modified decide) and deleted with If-Match on
+// the version read (a DELETE). The cost therefore grows with all the
+// records, not with the expired ones: on a large bucket, let a lifecycle
+// rule (LifecycleRule) delete records, set the engine's CleanupInterval to
+// -1, and run Cleanup rarely if at all.
 //
 // An object that changes between the GET and the DELETE (a new reservation
 // of the expired key) is left alone and not counted.
-func (s *Store) Cleanup(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	const op = "cleanup"
 	if err := s.check(ctx, op); err != nil {
 		return 0, err
 	}
-	sw := sweep{s: s, now: now, limit: limit}
+	sw := sweep{s: s, limit: limit}
 	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
 		Bucket: &s.bucket,
 		Prefix: aws.String(s.prefix + Dir),
@@ -71,7 +73,6 @@ func (s *Store) isRecord(key string) bool {
 // sweep is one Cleanup: it deletes expired records, at most limit of them.
 type sweep struct {
 	s     *Store
-	now   time.Time
 	limit int
 
 	mu      sync.Mutex
@@ -146,8 +147,9 @@ func (w *sweep) run(ctx context.Context, keys []string) error {
 	return firstErr
 }
 
-// one deletes the record under key if it has expired at w.now.
+// one deletes the record under key if it has expired.
 func (w *sweep) one(ctx context.Context, key string) error {
+	const op = "cleanup"
 	s := w.s
 	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
 	if err != nil {
@@ -157,22 +159,28 @@ func (w *sweep) one(ctx context.Context, key string) error {
 		return err
 	}
 	// The metadata only spares the download of live records; an object
-	// without it (written by hand) is read in full.
-	if v, ok := head.Metadata[metaExpiresAt]; ok {
-		if at, err := time.Parse(time.RFC3339Nano, v); err == nil && w.now.Before(at) {
+	// without it (written by hand, or before durations were stored) is
+	// read in full.
+	if st, ok := fromMetadata(head.Metadata); ok && head.LastModified != nil {
+		date, err := serverTime(head.ResultMetadata, op, key)
+		if err != nil {
+			return err
+		}
+		if !st.expired(date, *head.LastModified) {
 			return nil
 		}
 	}
 	hash := strings.TrimSuffix(key[strings.LastIndexByte(key, '/')+1:], ".json")
-	r, _, etag, err := s.read(ctx, key, hash)
+	_, _, v, expired, err := s.readJudged(ctx, op, key, hash)
 	switch {
 	case errors.Is(err, errAbsent):
 		return nil
 	case err != nil:
 		return err
-	case !r.Expired(w.now):
+	case !expired:
 		return nil // rewritten since the HEAD
 	}
+	etag := v.etag
 	if !w.claim() {
 		return nil
 	}
@@ -182,6 +190,21 @@ func (w *sweep) one(ctx context.Context, key string) error {
 		return err
 	}
 	return nil
+}
+
+// fromMetadata returns what an object's metadata says of its expiry.
+func fromMetadata(meta map[string]string) (stored, bool) {
+	ttl, err := time.ParseDuration(meta[metaTTL])
+	if err != nil {
+		return stored{}, false
+	}
+	st := stored{ttl: ttl}
+	if v, ok := meta[metaTTLFrom]; ok {
+		if st.ttlFrom, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return stored{}, false
+		}
+	}
+	return st, true
 }
 
 // LifecycleRule returns a bucket lifecycle rule that lets S3 delete the

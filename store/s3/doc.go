@@ -65,13 +65,22 @@
 //	  "created_at": "2026-01-27T12:00:00Z",
 //	  "updated_at": "2026-01-27T12:00:00Z",
 //	  "expires_at": "2026-02-26T12:00:00Z",
-//	  "lease_until": "2026-01-27T12:01:00Z"
+//	  "lease_until": "2026-01-27T12:01:00Z",
+//	  "ttl": "720h0m0s",                      // the lifetime, from the write (see Clocks)
+//	  "ttl_from": "2026-01-27T12:00:00Z",     // renewals only: where the ttl counts from
+//	  "lease": "1m0s",                        // in_progress only: the holder's lease
+//	  "renewal": 2                            // in_progress only: renewals so far
 //	}
 //
-// The token is a string because JSON numbers are doubles to most readers.
-// expires_at is repeated in the object's metadata (x-amz-meta-idem-expires-at)
-// for Cleanup. The S3 task queue's two-phase status maps onto the states: creating is
-// in_progress, ready is succeeded.
+// The token is a string because JSON numbers are doubles to most readers;
+// durations are Go duration strings. The four times are for people to
+// read, on the server's clock as the writer estimated it (the Date of the
+// last answer it got, plus the time since); the store judges by ttl,
+// ttl_from and lease against the server's own answers (see Clocks). The
+// ttl (and ttl_from) are repeated in the object's metadata
+// (x-amz-meta-idem-ttl, -idem-ttl-from) for Cleanup, and expires_at as
+// before (x-amz-meta-idem-expires-at). The S3 task queue's two-phase status
+// maps onto the states: creating is in_progress, ready is succeeded.
 //
 // # Atomicity
 //
@@ -81,10 +90,11 @@
 //
 //   - Reserve is PutObject with If-None-Match: * (the S3 task queue's create). Of
 //     concurrent creators the server lets exactly one write. The others get
-//     412, GET the object and report it; if it is expired at the caller's
-//     Now, or stale and the request may take it over with the same
-//     fingerprint and binding, they replace it with If-Match: <the ETag they
-//     read>, which again only one of them can do; the others re-read.
+//     412, GET the object and report it; if it has expired, or is stale and
+//     the request may take it over with the same fingerprint and binding,
+//     they replace it with If-Match: <the ETag they read>, which again only
+//     one of them can do; the others re-read. Expired and stale are judged
+//     as Clocks says.
 //   - Renew and Complete GET the record, check that it is in_progress with
 //     the caller's token (else store.ErrLeaseLost), and PutObject the new
 //     version with If-Match on the ETag of what they checked. A 412 means it
@@ -136,20 +146,73 @@
 // run the operation once more: at-least-once in a corner, never a corrupt
 // record.
 //
-// GET returns the body and the ETag of one version on S3. versitygw reads
-// the ETag before it opens the file, so a read racing a write may pair an
-// older ETag with a newer body; the conditional write that follows then
-// fails and re-reads, which is the safe direction.
+// GET returns the body, the ETag and the Last-Modified of one version on
+// S3. versitygw looks up the Last-Modified, then the ETag, then opens the
+// file, so a read racing a write may pair an older Last-Modified or ETag
+// with a newer body. An older ETag only makes the conditional write that
+// follows fail and re-read; the lease watch names a version by its ETag and
+// its body together, so such a pair is a version of its own, seen once,
+// that never makes a record stale. An older Last-Modified makes a fresh
+// record look older, possibly expired, so a verdict of expired is
+// confirmed by a second read before the record is treated as absent or
+// replaced (one more GET, for expired records only).
+//
+// # Clocks
+//
+// Replicas' clocks disagree, and S3 has no clock a client could ask for
+// except as its answers carry it, so the store never compares one
+// machine's clock with another's (store/doc.go, "One clock for a lease"):
+//
+//   - Expiry is judged on the server's clock. A record lives ttl from the
+//     write that set it, whose time is the object's Last-Modified; a
+//     reader compares that with the Date header of the very answer that
+//     read the object (the SDK's clock-skew middleware parses it into the
+//     response metadata). Record.ReadAt is that Date, and ExpiresAt,
+//     UpdatedAt and CreatedAt are on the same clock. A renewal rewrites
+//     the object, and so moves its Last-Modified: it names, in ttl_from,
+//     the instant the reservation's ttl counts from (the Date of the
+//     answer to the reservation's write, or its Last-Modified when read),
+//     so that a lease never keeps a record past its lifetime.
+//   - Date and Last-Modified carry whole seconds, cut (or rounded) from
+//     the server's clock: a record is kept until the Date is a full second
+//     past its expiry. It is replayed at most about a second past its TTL
+//     (two with a TTL that is not whole seconds; a renewed reservation's
+//     ttl_from may add one more) and never treated as expired before it.
+//   - Leases are judged by observe and wait (store/internal/leasewatch): a
+//     would-be taker notes the ETag of an in_progress object the first
+//     time it reads it, on its own monotonic clock, and counts it stale
+//     only once it has itself watched that ETag unchanged for the holder's
+//     lease, which the object stores. Its takeover is a PutObject with
+//     If-Match on that ETag: a renewal landing in between wins. Every
+//     renewal writes new bytes (its count goes up), so its ETag (the MD5 of
+//     the body) is new and restarts every watcher's count. Record.LeaseLeft
+//     is what this client's watch says; LeaseUntil, for display, is a lease
+//     after the Date of the answer that first showed it that version. The
+//     engine's holder counts its lease from before it sent the write, so it
+//     gives the lease up before any watcher can judge it over: skew between
+//     replicas costs a delay at most, and a dead holder's key is taken over
+//     between one and two leases after the taker first looks.
+//
+// Objects written before durations were stored (no ttl) are read and
+// judged by the same rules, with durations taken from their times, which
+// one writer wrote on one clock: the TTL is expires_at - updated_at, from
+// the object's Last-Modified; the lease is lease_until - updated_at (longer
+// than the holder's for a record it renewed: a taker waits more, never
+// less), or a minute when that is not positive. The format version stays
+// 1: the new fields are optional, so processes still running the code from
+// before read the new objects while a deployment rolls (they judge them by
+// their own clocks, as they always did).
 //
 // # Expiry and cleanup
 //
-// Readers treat a record whose expires_at is not after their Now as absent,
-// whatever is still stored, and Reserve replaces an expired record with
-// If-Match (the S3 task queue: "treated as stale and can be overwritten with CAS").
+// Readers treat an expired record as absent, whatever is still stored, and
+// Reserve replaces an expired record with If-Match (the S3 task queue:
+// "treated as stale and can be overwritten with CAS").
 //
 // S3 has no index by expiry. Cleanup lists every object under idempotency/
-// (a LIST per 1,000), HEADs each one to read its expiry from the metadata,
-// GETs the expired ones to decide, and deletes them with If-Match: its cost
+// (a LIST per 1,000), HEADs each one to read its TTL from the metadata and
+// judge it by the HEAD's Date and Last-Modified, GETs the expired ones to
+// decide, and deletes them with If-Match: its cost
 // grows with all the records, live or not, unlike the store contract's other
 // stores. It is fine for small buckets and tests; for anything large, let S3
 // delete records by itself with a lifecycle rule on idempotency/ (the S3 task queue's

@@ -16,6 +16,8 @@ import (
 // dropped connection does), answer in the server's place, or run something
 // just before the request leaves.
 type faults struct {
+	next http.RoundTripper // where requests go; nil means transport
+
 	mu    sync.Mutex
 	rules []*rule // guarded by mu
 }
@@ -27,6 +29,7 @@ type rule struct {
 	before func(*http.Request)                // runs before the request is sent
 	answer func(*http.Request) *http.Response // answers instead of the server
 	lose   bool                               // sends the request, then reports a reset connection
+	modify func(*http.Response)               // changes the server's answer
 	hits   int                                // guarded by faults.mu
 }
 
@@ -57,9 +60,13 @@ func (f *faults) pick(req *http.Request) *rule {
 }
 
 func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
+	next := f.next
+	if next == nil {
+		next = transport
+	}
 	r := f.pick(req)
 	if r == nil {
-		return transport.RoundTrip(req)
+		return next.RoundTrip(req)
 	}
 	if r.before != nil {
 		r.before(req)
@@ -73,7 +80,10 @@ func (f *faults) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Request = req
 		return resp, nil
 	}
-	resp, err := transport.RoundTrip(req)
+	resp, err := next.RoundTrip(req)
+	if err == nil && r.modify != nil {
+		r.modify(resp)
+	}
 	if err != nil || !r.lose {
 		return resp, err
 	}
@@ -89,12 +99,15 @@ func (*connReset) Error() string { return "read tcp: connection reset by peer (i
 
 // faultClient returns a client of srv whose requests go through f, with
 // SDK retries that do not wait.
-func (srv *server) faultClient(f *faults) *s3.Client {
+func (srv *server) faultClient(f *faults, mods ...func(*s3.Options)) *s3.Client {
 	return srv.client(func(o *s3.Options) {
 		o.HTTPClient = &http.Client{Transport: f}
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 			so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 		})
+		for _, m := range mods {
+			m(o)
+		}
 	})
 }
 

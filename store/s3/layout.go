@@ -80,34 +80,111 @@ func validKeyHash(h string) bool {
 }
 
 // formatVersion is written into every object, so that a later format can
-// tell the objects of this one apart.
+// tell the objects of this one apart. The durations (ttl, lease) were
+// added to version 1 as optional fields rather than as a version 2, so
+// that processes still running the code from before can read the objects
+// of the new one while a deployment rolls (they judge them as before, by
+// their own clocks, from the times written for display).
 const formatVersion = 1
+
+// legacyLease is the lease assumed for an in_progress object written
+// before leases were stored whose lease_until is not after its
+// updated_at: the engine's default lease.
+const legacyLease = time.Minute
 
 // object is a record as stored: JSON close to the S3 task queue's example. The token
 // is a decimal string because JSON numbers are doubles to most readers and
-// cannot hold every uint64; the value is base64 (encoding/json's []byte).
+// cannot hold every uint64; the value is base64 (encoding/json's []byte);
+// durations are Go duration strings ("720h0m0s").
+//
+// The four times are for people and for processes of the version before
+// durations were stored: the writer's estimate of the server's clock when
+// it wrote (see serverClock). The store itself judges by ttl, ttl_from and
+// lease against the server's answers (see stored).
 type object struct {
-	Version    int       `json:"version"`
-	Key        string    `json:"key"`
-	KeyHash    string    `json:"key_hash"` // "sha256:" + hex, as in the S3 task queue
-	Scope      string    `json:"scope"`
-	State      string    `json:"state"`
-	Token      string    `json:"token"`
-	InputHash  string    `json:"input_hash"` // the fingerprint
-	Binding    string    `json:"binding,omitempty"`
-	Value      []byte    `json:"value,omitempty"`
-	RequestID  string    `json:"request_id,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	LeaseUntil time.Time `json:"lease_until"`
+	Version    int        `json:"version"`
+	Key        string     `json:"key"`
+	KeyHash    string     `json:"key_hash"` // "sha256:" + hex, as in the S3 task queue
+	Scope      string     `json:"scope"`
+	State      string     `json:"state"`
+	Token      string     `json:"token"`
+	InputHash  string     `json:"input_hash"` // the fingerprint
+	Binding    string     `json:"binding,omitempty"`
+	Value      []byte     `json:"value,omitempty"`
+	RequestID  string     `json:"request_id,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	ExpiresAt  time.Time  `json:"expires_at"`
+	LeaseUntil time.Time  `json:"lease_until"`
+	TTL        string     `json:"ttl,omitempty"`
+	TTLFrom    *time.Time `json:"ttl_from,omitempty"`
+	Lease      string     `json:"lease,omitempty"`
+	Renewal    uint64     `json:"renewal,omitempty"`
 }
 
 const keyHashPrefix = "sha256:"
 
-// encode returns the object body of r. The same record always encodes to
+// stored is a record as its object holds it: the record, with the times
+// written for display, and what the store judges it by.
+type stored struct {
+	rec store.Record
+	// ttl is how long the record lives from ttlFrom.
+	ttl time.Duration
+	// ttlFrom is the instant, on the server's clock, that ttl counts
+	// from; zero means from this version's Last-Modified (the write
+	// that set ttl). A renewal keeps the expiry of the reservation it
+	// renews by naming its start here.
+	ttlFrom time.Time
+	// lease is the holder's lease, for in_progress records: how long a
+	// would-be taker watches one version before it counts it stale.
+	lease time.Duration
+	// renewal counts the renewals of one reservation, so that each
+	// renewal writes different bytes and thus gets a new ETag (the ETag
+	// of a plain PUT is the MD5 of its body), which restarts every
+	// watcher's count.
+	renewal uint64
+	// legacy: written by the code from before durations were stored;
+	// ttl and lease were derived from its absolute times.
+	legacy bool
+}
+
+// expiresAt is when the record stops existing, on the server's clock,
+// for the version last modified at modified.
+func (st *stored) expiresAt(modified time.Time) time.Time {
+	base := st.ttlFrom
+	if base.IsZero() {
+		base = modified
+	}
+	return base.Add(st.ttl)
+}
+
+// base is the instant on the server's clock that the record's ttl counts
+// from, for the version last modified at modified.
+func (st *stored) base(modified time.Time) time.Time {
+	if st.ttlFrom.IsZero() {
+		return modified
+	}
+	return st.ttlFrom
+}
+
+// datePrecision is the resolution of the HTTP dates the expiry is judged
+// by: Date and Last-Modified carry whole seconds. Both cut the fraction
+// off (or round it), so a version written at 12:00:00.9 says 12:00:00 and
+// a Date of 12:00:30 may be read at 12:00:30.9: a record is kept until
+// the Date is a full second past its expiry, so that it is never treated
+// as expired before it, and at most about a second after.
+const datePrecision = time.Second
+
+// expired reports whether the version of st with Last-Modified modified
+// has expired at the server's Date date.
+func (st *stored) expired(date, modified time.Time) bool {
+	return !date.Before(st.expiresAt(modified).Add(datePrecision))
+}
+
+// encode returns the object body of st. The same record always encodes to
 // the same bytes, which lets a writer recognise its own earlier write.
-func encode(r *store.Record) ([]byte, error) {
+func encode(st *stored) ([]byte, error) {
+	r := &st.rec
 	o := object{
 		Version:    formatVersion,
 		Key:        r.Key,
@@ -123,6 +200,15 @@ func encode(r *store.Record) ([]byte, error) {
 		UpdatedAt:  r.UpdatedAt.UTC(),
 		ExpiresAt:  r.ExpiresAt.UTC(),
 		LeaseUntil: r.LeaseUntil.UTC(),
+		TTL:        st.ttl.String(),
+	}
+	if !st.ttlFrom.IsZero() {
+		from := st.ttlFrom.UTC()
+		o.TTLFrom = &from
+	}
+	if r.State == store.InProgress {
+		o.Lease = st.lease.String()
+		o.Renewal = st.renewal
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -134,40 +220,68 @@ func encode(r *store.Record) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decode parses an object body read under the name of keyHash.
-func decode(keyHash string, body []byte) (store.Record, error) {
+// decode parses an object body read under the name of keyHash. An object
+// written before durations were stored (no ttl) gets them from its times,
+// both written by one writer on one clock: the TTL is expires_at minus
+// updated_at, counted from the object's Last-Modified (the write that set
+// them: its creation, or its completion); the lease is lease_until minus
+// updated_at, which overstates it for a renewed record (the taker waits
+// longer, never shorter), or legacyLease when that is not positive.
+func decode(keyHash string, body []byte) (stored, error) {
 	var o object
 	if err := json.Unmarshal(body, &o); err != nil {
-		return store.Record{}, fmt.Errorf("s3store: record %s: %w", keyHash, err)
+		return stored{}, fmt.Errorf("s3store: record %s: %w", keyHash, err)
 	}
 	if o.Version != formatVersion {
-		return store.Record{}, fmt.Errorf("s3store: record %s: format version %d, want %d", keyHash, o.Version, formatVersion)
+		return stored{}, fmt.Errorf("s3store: record %s: format version %d, want %d", keyHash, o.Version, formatVersion)
 	}
 	if h := strings.TrimPrefix(o.KeyHash, keyHashPrefix); h != keyHash {
 		// A record copied or renamed by hand would answer for another key.
-		return store.Record{}, fmt.Errorf("s3store: record %s holds key hash %q", keyHash, o.KeyHash)
+		return stored{}, fmt.Errorf("s3store: record %s holds key hash %q", keyHash, o.KeyHash)
 	}
 	tok, err := strconv.ParseUint(o.Token, 10, 64)
 	if err != nil {
-		return store.Record{}, fmt.Errorf("s3store: record %s: token: %w", keyHash, err)
+		return stored{}, fmt.Errorf("s3store: record %s: token: %w", keyHash, err)
 	}
-	r := store.Record{
-		KeyHash:     keyHash,
-		Scope:       o.Scope,
-		Key:         o.Key,
-		Fingerprint: o.InputHash,
-		Binding:     o.Binding,
-		State:       store.State(o.State),
-		Token:       tok,
-		Value:       o.Value,
-		RequestID:   o.RequestID,
-		CreatedAt:   o.CreatedAt,
-		UpdatedAt:   o.UpdatedAt,
-		ExpiresAt:   o.ExpiresAt,
-		LeaseUntil:  o.LeaseUntil,
+	st := stored{
+		rec: store.Record{
+			KeyHash:     keyHash,
+			Scope:       o.Scope,
+			Key:         o.Key,
+			Fingerprint: o.InputHash,
+			Binding:     o.Binding,
+			State:       store.State(o.State),
+			Token:       tok,
+			Value:       o.Value,
+			RequestID:   o.RequestID,
+			CreatedAt:   o.CreatedAt,
+			UpdatedAt:   o.UpdatedAt,
+			ExpiresAt:   o.ExpiresAt,
+			LeaseUntil:  o.LeaseUntil,
+		},
+		renewal: o.Renewal,
 	}
-	if !r.State.Valid() {
-		return store.Record{}, fmt.Errorf("s3store: record %s: invalid state %q", keyHash, o.State)
+	if !st.rec.State.Valid() {
+		return stored{}, fmt.Errorf("s3store: record %s: invalid state %q", keyHash, o.State)
 	}
-	return r, nil
+	if o.TTL == "" {
+		st.legacy = true
+		st.ttl = o.ExpiresAt.Sub(o.UpdatedAt)
+		if st.lease = o.LeaseUntil.Sub(o.UpdatedAt); st.lease <= 0 {
+			st.lease = legacyLease
+		}
+		return st, nil
+	}
+	if st.ttl, err = time.ParseDuration(o.TTL); err != nil {
+		return stored{}, fmt.Errorf("s3store: record %s: ttl: %w", keyHash, err)
+	}
+	if o.TTLFrom != nil {
+		st.ttlFrom = *o.TTLFrom
+	}
+	if st.rec.State == store.InProgress {
+		if st.lease, err = time.ParseDuration(o.Lease); err != nil {
+			return stored{}, fmt.Errorf("s3store: record %s: lease: %w", keyHash, err)
+		}
+	}
+	return st, nil
 }

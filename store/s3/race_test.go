@@ -3,6 +3,7 @@ package s3store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -17,32 +18,51 @@ type raceConfig struct {
 	Endpoint, Key, Secret, Bucket, Prefix string
 }
 
+// raceKeys is how many keys are raced; the odd ones start as stale
+// records.
+const raceKeys = 12
+
 func raceKey(prefix string, k int) string { return prefix + "race-" + strconv.Itoa(k) }
 
-// raceRequest is racer (proc, g)'s reservation of key k, five minutes
-// after the stale records' reservation.
+// staleLease is the lease of the records the takeover race starts from:
+// every racer watches them for longer than that before the race.
+const staleLease = 200 * time.Millisecond
+
+// raceRequest is racer (proc, g)'s reservation of key k.
 func raceRequest(config string, proc, g, k int) store.ReserveRequest {
 	var c raceConfig
 	_ = json.Unmarshal([]byte(config), &c)
-	now := t0.Add(5 * time.Minute)
 	key := raceKey(c.Prefix, k)
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("race", key), Scope: "race", Key: key, Fingerprint: "fp", Binding: "b",
 			State: store.InProgress, Token: uint64(proc)<<32 | uint64(g)<<16 | uint64(k) + 1,
-			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute),
 		},
-		Now:           now,
-		TakeOverStale: true,
+		Lease: time.Minute, TTL: time.Hour, TakeOverStale: true,
 	}
+}
+
+// watchStale has s watch the stale records (the odd keys) for longer than
+// their lease, as a racer that polled them would have: a store without a
+// clock of its own takes a record over only after it has itself watched
+// it unchanged for a lease.
+func watchStale(ctx context.Context, s store.Store, config string) error {
+	for k := 1; k < raceKeys; k += 2 {
+		req := raceRequest(config, 0, 0, k)
+		if _, err := s.Get(ctx, req.Record.Scope, req.Record.KeyHash); err != nil {
+			return fmt.Errorf("watch key %d: %w", k, err)
+		}
+	}
+	time.Sleep(2 * staleLease)
+	return nil
 }
 
 // race: 3 processes besides the test's own, 8 goroutines each, 12 keys of
 // which the odd ones start as stale records (a takeover race).
 var race = storetest.ProcessRace{
-	Name: "S3", Procs: 3, Goroutines: 8, Keys: 12, Interval: 150 * time.Millisecond,
+	Name: "S3", Procs: 3, Goroutines: 8, Keys: raceKeys, Interval: 150 * time.Millisecond,
 	Request: raceRequest,
-	Open: func(_ context.Context, config string) (store.Store, func(), error) {
+	Open: func(ctx context.Context, config string) (store.Store, func(), error) {
 		var c raceConfig
 		if err := json.Unmarshal([]byte(config), &c); err != nil {
 			return nil, nil, err
@@ -50,6 +70,9 @@ var race = storetest.ProcessRace{
 		srv := &server{endpoint: c.Endpoint, key: c.Key, secret: c.Secret, bucket: c.Bucket}
 		s, err := s3store.New(srv.client(nil), s3store.Options{Bucket: c.Bucket, Prefix: c.Prefix})
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := watchStale(ctx, s, config); err != nil {
 			return nil, nil, err
 		}
 		return s, transport.CloseIdleConnections, nil
@@ -74,12 +97,14 @@ func TestMultiProcessRace(t *testing.T) {
 	srv := realServer(t)
 	s := newStore(t, srv, nil)
 	cfg, _ := json.Marshal(raceConfig{Endpoint: srv.endpoint, Key: srv.key, Secret: srv.secret, Bucket: srv.bucket, Prefix: s.Options().Prefix})
-	for k := 1; k < race.Keys; k += 2 { // the stale records
+	for k := 1; k < raceKeys; k += 2 { // the stale records
 		req := raceRequest(string(cfg), 99, 0, k)
-		req.Now = t0
-		req.Record.LeaseUntil = t0.Add(time.Minute)
-		req.Record.ExpiresAt = t0.Add(time.Hour)
+		req.Lease = staleLease
 		mustAcquire(t, s, req)
+	}
+	// This process races too, through s.
+	if err := watchStale(context.Background(), s, string(cfg)); err != nil {
+		t.Fatal(err)
 	}
 	race.Run(t, s, string(cfg))
 }

@@ -36,7 +36,9 @@ type taskQueue struct {
 	prefix string
 	store  *s3store.Store
 	eng    *idem.Engine
-	now    atomic.Pointer[time.Time] // the engine's clock
+	// now is the queue's clock, which dates its tasks; in these tests the
+	// server's (frozen) clock, so that the seed's 30 days pass at once.
+	now func() time.Time
 	// created counts the task objects written, to prove that a duplicate
 	// submit created nothing.
 	created atomic.Int32
@@ -48,19 +50,19 @@ type taskQueue struct {
 	afterTask func()
 }
 
-func newTaskQueue(t *testing.T, srv *server) *taskQueue {
+// newTaskQueue returns a queue whose server's clock stands at the seed's
+// created_at, 2026-01-27T12:00:00Z, until the test moves it (clock).
+func newTaskQueue(t *testing.T, srv *server) (*taskQueue, *frozenClock) {
 	t.Helper()
-	q := &taskQueue{client: srv.client(nil), bucket: srv.bucket}
+	clock := newFrozenClock(seedNow)
+	q := &taskQueue{client: srv.clockClient(clock, nil), bucket: srv.bucket, now: clock.Now}
 	q.store = newStore(t, srv, q.client)
 	q.prefix = q.store.Options().Prefix
-	q.setNow(time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)) // the seed's created_at
 	// The seed's 30-day retention; cleanup left to the lifecycle rule.
-	q.eng = idem.New(q.store, idem.Policy{TTL: 30 * 24 * time.Hour, CleanupInterval: -1},
-		idem.WithClock(func() time.Time { return *q.now.Load() }))
-	return q
+	// The engine's own clock only dates what it reports.
+	q.eng = idem.New(q.store, idem.Policy{TTL: 30 * 24 * time.Hour, CleanupInterval: -1}, idem.WithClock(clock.Now))
+	return q, clock
 }
-
-func (q *taskQueue) setNow(t time.Time) { q.now.Store(&t) }
 
 // submitted is what the idempotency operation returns and the record
 // keeps: the seed's task_id and task_key.
@@ -103,7 +105,7 @@ func (q *taskQueue) submit(ctx context.Context, taskType string, input any, key 
 			// the key whose record expired is replaced.
 			h, _ := idem.HoldFrom(ctx)
 			id := h.ID
-			now := *q.now.Load()
+			now := q.now()
 			taskKey := q.prefix + "tasks/" + id[:1] + "/" + id + ".json"
 			body, _ := json.Marshal(task{TaskID: id, TaskType: taskType, Input: input, ExpiresAt: now.Add(q.eng.Policy().TTL)})
 			// Tasks are created with If-None-Match too, as the seed says.
@@ -145,7 +147,7 @@ var chargeInput = map[string]any{"order_id": "ORD-123", "amount_cents": 4200, "c
 
 func TestSeed004SameKeySameTask(t *testing.T) {
 	t.Parallel()
-	q := newTaskQueue(t, realServer(t))
+	q, _ := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
 	id1, res1, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
 	if err != nil {
@@ -176,12 +178,12 @@ func TestSeed004SameKeySameTask(t *testing.T) {
 func TestSeed004ConcurrentSubmits(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	q := newTaskQueue(t, srv)
-	peerStore, err := s3store.New(srv.client(nil), q.store.Options())
+	q, clock := newTaskQueue(t, srv)
+	peerStore, err := s3store.New(srv.clockClient(clock, nil), q.store.Options())
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer := idem.New(peerStore, q.eng.Policy(), idem.WithClock(func() time.Time { return *q.now.Load() }))
+	peer := idem.New(peerStore, q.eng.Policy(), idem.WithClock(clock.Now))
 	ids := make([]string, 16)
 	var wg sync.WaitGroup
 	for i := range ids {
@@ -191,8 +193,7 @@ func TestSeed004ConcurrentSubmits(t *testing.T) {
 			// Half go through the other client, as another producer would.
 			qq := q
 			if i%2 == 1 {
-				qq = &taskQueue{client: q.client, bucket: q.bucket, prefix: q.prefix, store: peerStore, eng: peer}
-				qq.now.Store(q.now.Load())
+				qq = &taskQueue{client: q.client, bucket: q.bucket, prefix: q.prefix, store: peerStore, eng: peer, now: q.now}
 			}
 			id, _, err := qq.submit(context.Background(), "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
 			if errors.Is(err, idem.ErrInProgress) {
@@ -217,7 +218,7 @@ func TestSeed004ConcurrentSubmits(t *testing.T) {
 
 func TestSeed004InputHashConflict(t *testing.T) {
 	t.Parallel()
-	q := newTaskQueue(t, realServer(t))
+	q, _ := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
 	if _, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); err != nil {
 		t.Fatal(err)
@@ -239,7 +240,7 @@ func TestSeed004InputHashConflict(t *testing.T) {
 
 func TestSeed004Scopes(t *testing.T) {
 	t.Parallel()
-	q := newTaskQueue(t, realServer(t))
+	q, _ := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
 	const key = "charge-ORD-123"
 	submit := func(taskType string, opts submitOpts) string {
@@ -298,12 +299,12 @@ func sha256hex(s string) string {
 }
 
 // TestSeed004Record checks the object against the seed's example: its name
-// and its fields, with created_at 2026-01-27T12:00:00Z and expires_at 30
-// days later.
+// and its fields, with created_at 2026-01-27T12:00:00Z (the server's
+// clock when the record was made) and expires_at 30 days later.
 func TestSeed004Record(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	q := newTaskQueue(t, srv)
+	q, _ := newTaskQueue(t, srv)
 	ctx := context.Background()
 	id, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
 	if err != nil {
@@ -323,8 +324,10 @@ func TestSeed004Record(t *testing.T) {
 		InputHash  string    `json:"input_hash"`
 		Value      []byte    `json:"value"`
 		CreatedAt  time.Time `json:"created_at"`
+		UpdatedAt  time.Time `json:"updated_at"`
 		ExpiresAt  time.Time `json:"expires_at"`
 		LeaseUntil time.Time `json:"lease_until"`
+		TTL        string    `json:"ttl"`
 	}
 	if err := json.Unmarshal(body, &rec); err != nil {
 		t.Fatal(err)
@@ -341,12 +344,21 @@ func TestSeed004Record(t *testing.T) {
 		rec.InputHash != inputHash,
 		value.TaskID != id,
 		value.TaskKey != q.prefix+"tasks/"+id[:1]+"/"+id+".json",
-		!rec.CreatedAt.Equal(time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)),
-		!rec.ExpiresAt.Equal(time.Date(2026, 2, 26, 12, 0, 0, 0, time.UTC)):
+		rec.TTL != "720h0m0s",
+		!rec.CreatedAt.Equal(seedNow),
+		// Written for display from the writer's estimate of the server's
+		// clock at the completion, a moment after the creation.
+		rec.ExpiresAt.Sub(rec.UpdatedAt) != 30*24*time.Hour,
+		rec.UpdatedAt.Before(seedNow) || rec.UpdatedAt.After(seedNow.Add(time.Minute)):
 		t.Fatalf("record:\n%s", body)
 	}
-	if !bytes.Contains(body, []byte(`"created_at": "2026-01-27T12:00:00Z"`)) || !bytes.Contains(body, []byte(`"expires_at": "2026-02-26T12:00:00Z"`)) {
+	if !bytes.Contains(body, []byte(`"created_at": "2026-01-27T12:00:00Z"`)) || !bytes.Contains(body, []byte(`"expires_at": "2026-02-26T12:`)) {
 		t.Fatalf("times are not written as in the seed:\n%s", body)
+	}
+	// What the store reads back is on the server's clock, to the second.
+	r, err := q.store.Get(ctx, "charge_customer", store.HashKey("charge_customer", "charge-ORD-123"))
+	if err != nil || !r.CreatedAt.Equal(seedNow) || !r.ExpiresAt.Equal(time.Date(2026, 2, 26, 12, 0, 0, 0, time.UTC)) {
+		t.Fatalf("the record read back: %+v, %v", r, err)
 	}
 }
 
@@ -354,21 +366,30 @@ func TestSeed004Record(t *testing.T) {
 // treated as stale and can be overwritten with CAS." After 30 days the key
 // makes a new task (under the same name, the record's identity, which is
 // derived from the key), and of many producers doing so at once one writes.
+// The 30 days pass on the server's clock: a producer's own clock has no
+// say.
 func TestSeed004ExpiredOverwrite(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	q := newTaskQueue(t, srv)
+	q, clock := newTaskQueue(t, srv)
 	ctx := context.Background()
 	first, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.setNow(time.Date(2026, 2, 26, 11, 59, 59, 0, time.UTC))
-	if id, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); err != nil || id != first || !res.Replayed {
-		t.Fatalf("a second before expiry: %s, %+v, %v", id, res, err)
+	// Live to the last second of its 30 days, and through the second the
+	// server's Date cannot tell apart from it (Date has whole seconds).
+	for _, at := range []time.Time{
+		time.Date(2026, 2, 26, 11, 59, 59, 0, time.UTC),
+		time.Date(2026, 2, 26, 12, 0, 0, 0, time.UTC),
+	} {
+		clock.set(at)
+		if id, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); err != nil || id != first || !res.Replayed {
+			t.Fatalf("at %v: %s, %+v, %v", at, id, res, err)
+		}
 	}
 	// Expired but still present (no lifecycle rule has run).
-	q.setNow(time.Date(2026, 2, 26, 12, 0, 0, 0, time.UTC))
+	clock.set(time.Date(2026, 2, 26, 12, 0, 1, 0, time.UTC))
 	name := q.store.ObjectKey("charge_customer", store.HashKey("charge_customer", "charge-ORD-123"))
 	if _, err := q.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &q.bucket, Key: &name}); err != nil {
 		t.Fatalf("the expired record is gone: %v", err)
@@ -404,7 +425,7 @@ func TestSeed004ExpiredOverwrite(t *testing.T) {
 	var tk task
 	err = json.NewDecoder(out.Body).Decode(&tk)
 	out.Body.Close()
-	if err != nil || !tk.ExpiresAt.Equal(q.now.Load().Add(30*24*time.Hour)) {
+	if err != nil || !tk.ExpiresAt.Equal(q.now().Add(30*24*time.Hour)) {
 		t.Fatalf("the task after the key's reuse: %+v, %v; want a new one", tk, err)
 	}
 	for i, got := range ids {
@@ -412,8 +433,8 @@ func TestSeed004ExpiredOverwrite(t *testing.T) {
 			t.Errorf("producer %d got %s, want %s", i, got, id)
 		}
 	}
-	r, err := q.store.Get(ctx, "charge_customer", store.HashKey("charge_customer", "charge-ORD-123"), *q.now.Load())
-	if err != nil || !r.CreatedAt.Equal(*q.now.Load()) {
+	r, err := q.store.Get(ctx, "charge_customer", store.HashKey("charge_customer", "charge-ORD-123"))
+	if err != nil || !r.CreatedAt.Equal(q.now()) {
 		t.Fatalf("the overwritten record: %+v, %v", r, err)
 	}
 }
@@ -424,12 +445,16 @@ func TestSeed004ExpiredOverwrite(t *testing.T) {
 // retries are told it is in progress until its lease runs out, and then
 // one of them takes it over and creates the task. A failed task creation
 // releases the key, so that the next submit creates the task.
+//
+// S3 has no clock for leases: the retrying producer counts the crashed
+// submitter's lease itself, from when it first saw the record (its lease
+// watch, stepped here instead of slept).
 func TestSeed004TwoPhase(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	q := newTaskQueue(t, srv)
+	q, _ := newTaskQueue(t, srv)
+	watch := watched(q.store)
 	ctx := context.Background()
-	start := *q.now.Load()
 	inputHash, _ := idem.HashJSON(chargeInput)
 
 	// The crashed submitter: its record, as the engine writes it, and
@@ -438,19 +463,20 @@ func TestSeed004TwoPhase(t *testing.T) {
 		Record: store.Record{
 			KeyHash: store.HashKey("charge_customer", "charge-ORD-123"), Scope: "charge_customer", Key: "charge-ORD-123",
 			Fingerprint: inputHash, Binding: "charge_customer", State: store.InProgress, Token: 7,
-			CreatedAt: start, UpdatedAt: start, ExpiresAt: start.Add(30 * 24 * time.Hour),
-			LeaseUntil: start.Add(idem.DefaultLease),
 		},
-		Now: start,
+		Lease: idem.DefaultLease, TTL: 30 * 24 * time.Hour,
 	}
 	mustAcquire(t, q.store, crashed)
 
-	q.setNow(start.Add(30 * time.Second))
 	_, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
 	if !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("while creating: %v, want ErrInProgress", err)
 	}
-	q.setNow(start.Add(idem.DefaultLease + time.Second))
+	watch.step(idem.DefaultLease - time.Second)
+	if _, _, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{}); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("a second before the end of the lease: %v, want ErrInProgress", err)
+	}
+	watch.step(2 * time.Second)
 	id, res, err := q.submit(ctx, "charge_customer", chargeInput, "charge-ORD-123", submitOpts{})
 	if err != nil || !res.TookOver || res.Replayed {
 		t.Fatalf("after the lease: %s, %+v, %v; want a takeover", id, res, err)
@@ -459,7 +485,7 @@ func TestSeed004TwoPhase(t *testing.T) {
 		t.Fatalf("ready: %s, %+v, %v", again, res, err)
 	}
 	// The crashed submitter wakes up: fenced off.
-	if err := q.store.Complete(ctx, completion(crashed, "late", *q.now.Load())); !errors.Is(err, store.ErrLeaseLost) {
+	if err := q.store.Complete(ctx, completion(crashed, "late")); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("the crashed submitter's completion: %v", err)
 	}
 
@@ -469,7 +495,7 @@ func TestSeed004TwoPhase(t *testing.T) {
 	if _, _, err := q.submit(ctx, "charge_customer", chargeInput, "refund-ORD-123", submitOpts{}); err == nil {
 		t.Fatal("the failed creation succeeded")
 	}
-	if _, err := q.store.Get(ctx, "charge_customer", store.HashKey("charge_customer", "refund-ORD-123"), *q.now.Load()); !errors.Is(err, store.ErrNotFound) {
+	if _, err := q.store.Get(ctx, "charge_customer", store.HashKey("charge_customer", "refund-ORD-123")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("record after a failed creation: %v, want none", err)
 	}
 	if _, res, err := q.submit(ctx, "charge_customer", chargeInput, "refund-ORD-123", submitOpts{}); err != nil || res.Replayed {

@@ -18,35 +18,45 @@ import (
 
 	"github.com/idem-dev/idem/store"
 	s3store "github.com/idem-dev/idem/store/s3"
-	"github.com/idem-dev/idem/store/storetest"
 )
 
-var t0 = storetest.T0
+// seedNow is where the tests that pin times stop the server's clock
+// (frozenClock): the S3 task queue's created_at.
+var seedNow = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
 
 var keySeq atomic.Int64
 
-// request is a reservation of a fresh key in scope "test" at now: lease one
+// request is a reservation of a fresh key in scope "test": lease one
 // minute, TTL one hour.
-func request(now time.Time) store.ReserveRequest {
+func request() store.ReserveRequest {
 	key := fmt.Sprintf("key-%d", keySeq.Add(1))
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey("test", key), Scope: "test", Key: key,
 			Fingerprint: "sha256:fp", Binding: "POST /charges", State: store.InProgress,
 			Token: uint64(keySeq.Add(1)) << 8, RequestID: "req-" + key,
-			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(time.Minute),
 		},
-		Now:           now,
+		Lease:         time.Minute,
+		TTL:           time.Hour,
 		TakeOverStale: true,
 	}
+}
+
+// taker is another caller's reservation of req's key, with the same
+// fingerprint and binding: it may take a stale req over.
+func taker(req store.ReserveRequest) store.ReserveRequest {
+	tk := req
+	tk.Record.Token++
+	tk.Record.RequestID += "-taker"
+	return tk
 }
 
 func fenceOf(req store.ReserveRequest) store.Fence {
 	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
 }
 
-func completion(req store.ReserveRequest, value string, now time.Time) store.Completion {
-	return store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: []byte(value), Now: now, ExpiresAt: now.Add(time.Hour)}
+func completion(req store.ReserveRequest, value string) store.Completion {
+	return store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: []byte(value), TTL: time.Hour}
 }
 
 func reserve(t *testing.T, s store.Store, req store.ReserveRequest) store.Reservation {
@@ -65,13 +75,34 @@ func mustAcquire(t *testing.T, s store.Store, req store.ReserveRequest) {
 	}
 }
 
-func get(t *testing.T, s store.Store, req store.ReserveRequest, now time.Time) store.Record {
+func get(t *testing.T, s store.Store, req store.ReserveRequest) store.Record {
 	t.Helper()
-	r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash, now)
+	r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
 	return r
+}
+
+func wantGone(t *testing.T, s store.Store, req store.ReserveRequest) {
+	t.Helper()
+	if r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get: %+v, %v; want ErrNotFound", r, err)
+	}
+}
+
+// watchOver has s's lease watch pass a whole lease of req's record: s
+// reads it (the first sighting starts the count), then its stepped watch
+// clock moves a lease on.
+func watchOver(t *testing.T, s *s3store.Store, c *watchClock, req store.ReserveRequest) {
+	t.Helper()
+	if r := get(t, s, req); r.State != store.InProgress || r.Stale() {
+		t.Fatalf("before the watch: %+v", r)
+	}
+	c.step(req.Lease)
+	if r := get(t, s, req); !r.Stale() {
+		t.Fatalf("after a lease watched: lease left %v, want stale", r.LeaseLeft)
+	}
 }
 
 // rawObject reads an object as it is stored.
@@ -90,61 +121,95 @@ func rawObject(t *testing.T, srv *server, key string) (*s3.GetObjectOutput, []by
 }
 
 // TestObjectLayout checks the stored object itself: its name, its JSON
-// (the S3 task queue's field names), and the expiry metadata that Cleanup reads.
+// (the S3 task queue's field names, and the durations the store judges
+// by), and the metadata that Cleanup reads.
 func TestObjectLayout(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	s := newStore(t, srv, nil)
-	req := request(t0)
+	clock := newFrozenClock(seedNow)
+	s := clockStore(t, srv, clock)
+	req := request()
 	req.Record.Scope = "tenant 7/POST /v1/charges"
 	req.Record.KeyHash = store.HashKey(req.Record.Scope, req.Record.Key)
 	req.Record.Token = 18446744073709551557 // beyond a double's exact integers
 	mustAcquire(t, s, req)
-	if err := s.Complete(context.Background(), completion(req, "\x00\xff{}", t0.Add(time.Second))); err != nil {
-		t.Fatal(err)
-	}
 	key := s.ObjectKey(req.Record.Scope, req.Record.KeyHash)
 	want := s.Options().Prefix + "idempotency/tenant%207%2FPOST%20%2Fv1%2Fcharges/" + req.Record.KeyHash + ".json"
 	if key != want {
 		t.Fatalf("object key %q, want %q", key, want)
 	}
-	out, body := rawObject(t, srv, key)
+	_, body := rawObject(t, srv, key)
 	var o map[string]any
 	if err := json.Unmarshal(body, &o); err != nil {
 		t.Fatalf("object is not JSON: %v\n%s", err, body)
 	}
+	if o["lease"] != "1m0s" || o["ttl"] != "1h0m0s" || o["state"] != "in_progress" || o["ttl_from"] != nil {
+		t.Fatalf("the reservation's object:\n%s", body)
+	}
+
+	clock.add(time.Second)
+	if err := s.Complete(context.Background(), completion(req, "\x00\xff{}")); err != nil {
+		t.Fatal(err)
+	}
+	out, body := rawObject(t, srv, key)
+	o = nil
+	if err := json.Unmarshal(body, &o); err != nil {
+		t.Fatalf("object is not JSON: %v\n%s", err, body)
+	}
 	for field, v := range map[string]any{
-		"version":     1.0,
-		"key":         req.Record.Key,
-		"key_hash":    "sha256:" + req.Record.KeyHash,
-		"scope":       req.Record.Scope,
-		"state":       "succeeded",
-		"token":       "18446744073709551557",
-		"input_hash":  "sha256:fp",
-		"binding":     "POST /charges",
-		"value":       "AP97fQ==", // base64
-		"request_id":  req.Record.RequestID,
-		"created_at":  "2026-01-27T12:00:00Z",
-		"updated_at":  "2026-01-27T12:00:01Z",
-		"expires_at":  "2026-01-27T13:00:01Z",
-		"lease_until": "2026-01-27T12:01:00Z",
+		"version":    1.0,
+		"key":        req.Record.Key,
+		"key_hash":   "sha256:" + req.Record.KeyHash,
+		"scope":      req.Record.Scope,
+		"state":      "succeeded",
+		"token":      "18446744073709551557",
+		"input_hash": "sha256:fp",
+		"binding":    "POST /charges",
+		"value":      "AP97fQ==", // base64
+		"request_id": req.Record.RequestID,
+		// The server's Date when the reservation was written.
+		"created_at": "2026-01-27T12:00:00Z",
+		"ttl":        "1h0m0s",
 	} {
 		if o[field] != v {
 			t.Errorf("field %s = %#v, want %#v", field, o[field], v)
 		}
 	}
-	if len(o) != 14 {
-		t.Errorf("object has %d fields, want 14:\n%s", len(o), body)
+	// Times written for display: the writer's estimate of the server's
+	// clock, in whole seconds like the Date it comes from.
+	times := map[string]time.Time{}
+	for _, f := range []string{"created_at", "updated_at", "expires_at", "lease_until"} {
+		v, _ := o[f].(string)
+		at, err := time.Parse(time.RFC3339, v)
+		if err != nil || strings.Contains(v, ".") {
+			t.Errorf("field %s = %q, want an RFC 3339 time in whole seconds", f, v)
+		}
+		times[f] = at
 	}
-	if got := out.Metadata["idem-expires-at"]; got != "2026-01-27T13:00:01Z" {
-		t.Errorf("metadata idem-expires-at = %q", got)
+	if d := times["expires_at"].Sub(times["updated_at"]); d != time.Hour {
+		t.Errorf("expires_at - updated_at = %v, want the TTL", d)
+	}
+	if len(o) != 15 {
+		t.Errorf("object has %d fields, want 15:\n%s", len(o), body)
+	}
+	if got := out.Metadata["idem-ttl"]; got != "1h0m0s" {
+		t.Errorf("metadata idem-ttl = %q", got)
+	}
+	if got := out.Metadata["idem-expires-at"]; got != o["expires_at"] {
+		t.Errorf("metadata idem-expires-at = %q, expires_at %q", got, o["expires_at"])
 	}
 	if ct := aws.ToString(out.ContentType); ct != "application/json" {
 		t.Errorf("content type %q", ct)
 	}
-	r := get(t, s, req, t0)
+	r := get(t, s, req)
 	if r.Token != req.Record.Token || string(r.Value) != "\x00\xff{}" || r.Scope != req.Record.Scope {
 		t.Fatalf("read back %+v", r)
+	}
+	// The record's times are the server's: the completion's write, and
+	// the TTL from it.
+	if !r.CreatedAt.Equal(seedNow) || !r.UpdatedAt.Equal(seedNow.Add(time.Second)) ||
+		!r.ExpiresAt.Equal(seedNow.Add(time.Second+time.Hour)) || !r.ReadAt.Equal(seedNow.Add(time.Second)) {
+		t.Fatalf("times created %v, updated %v, expires %v, read %v", r.CreatedAt, r.UpdatedAt, r.ExpiresAt, r.ReadAt)
 	}
 }
 
@@ -201,9 +266,10 @@ func TestLostResponses(t *testing.T) {
 		t.Run(srv.name, func(t *testing.T) {
 			ctx := context.Background()
 			f, s := faultyStore(t, srv)
+			watch := watched(s)
 
 			create := f.add(&rule{match: ifNoneMatch, times: 1, lose: true})
-			req := request(t0)
+			req := request()
 			if res := reserve(t, s, req); !res.Acquired || res.TookOver {
 				t.Fatalf("create: %+v", res)
 			}
@@ -212,7 +278,7 @@ func TestLostResponses(t *testing.T) {
 			}
 
 			renew := f.add(&rule{match: ifMatch, times: 1, lose: true})
-			if err := s.Renew(ctx, fenceOf(req), t0.Add(2*time.Minute)); err != nil {
+			if err := s.Renew(ctx, fenceOf(req), 2*time.Minute); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
 			if f.hits(renew) != 1 {
@@ -220,25 +286,23 @@ func TestLostResponses(t *testing.T) {
 			}
 
 			complete := f.add(&rule{match: ifMatch, times: 1, lose: true})
-			if err := s.Complete(ctx, completion(req, "done", t0.Add(time.Second))); err != nil {
+			if err := s.Complete(ctx, completion(req, "done")); err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
 			if f.hits(complete) != 1 {
 				t.Fatal("the completion's answer was not lost")
 			}
-			if r := get(t, s, req, t0); r.State != store.Succeeded || string(r.Value) != "done" {
+			if r := get(t, s, req); r.State != store.Succeeded || string(r.Value) != "done" {
 				t.Fatalf("after Complete: %+v", r)
 			}
 
 			// A stale takeover whose answer is lost.
-			old := request(t0)
+			old := request()
 			mustAcquire(t, s, old)
-			taker := old
-			taker.Record.Token++
-			taker.Now = t0.Add(5 * time.Minute)
-			taker.Record.LeaseUntil = taker.Now.Add(time.Minute)
+			watchOver(t, s, watch, old)
+			tk := taker(old)
 			take := f.add(&rule{match: ifMatch, times: 1, lose: true})
-			if res := reserve(t, s, taker); !res.Acquired || !res.TookOver {
+			if res := reserve(t, s, tk); !res.Acquired || !res.TookOver {
 				t.Fatalf("takeover: %+v", res)
 			}
 			if f.hits(take) != 1 {
@@ -247,15 +311,13 @@ func TestLostResponses(t *testing.T) {
 
 			// A release whose answer is lost: the retry deletes nothing.
 			del := f.add(&rule{match: isDelete, times: 1, lose: true})
-			if err := s.Release(ctx, fenceOf(taker)); err != nil {
+			if err := s.Release(ctx, fenceOf(tk)); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			if f.hits(del) != 1 {
 				t.Fatal("the release's answer was not lost")
 			}
-			if _, err := s.Get(ctx, "test", old.Record.KeyHash, taker.Now); !errors.Is(err, store.ErrNotFound) {
-				t.Fatalf("after Release: %v", err)
-			}
+			wantGone(t, s, old)
 		})
 	}
 }
@@ -273,13 +335,13 @@ func TestConflictAnswers(t *testing.T) {
 	// The create meets a 412, but the object is not there when read: the
 	// other writer released it meanwhile. Create again.
 	f.add(&rule{match: ifNoneMatch, times: 1, answer: s3Error(412, "PreconditionFailed")})
-	req := request(t0)
+	req := request()
 	if res := reserve(t, s, req); !res.Acquired {
 		t.Fatalf("Reserve after a 412 on an absent key: %+v", res)
 	}
 	// The completion meets a 409: read, still ours, write again.
 	c409 := f.add(&rule{match: ifMatch, times: 1, answer: s3Error(409, "ConditionalRequestConflict")})
-	if err := s.Complete(ctx, completion(req, "v", t0)); err != nil {
+	if err := s.Complete(ctx, completion(req, "v")); err != nil {
 		t.Fatalf("Complete after a 409: %v", err)
 	}
 	if f.hits(c409) != 1 {
@@ -287,7 +349,7 @@ func TestConflictAnswers(t *testing.T) {
 	}
 	// A release whose delete went through but whose retry met 404, as AWS
 	// answers a conditional delete of a missing key.
-	rel := request(t0)
+	rel := request()
 	mustAcquire(t, s, rel)
 	f.add(&rule{match: isDelete, times: 1, lose: true})
 	f.add(&rule{match: isDelete, times: 1, answer: s3Error(404, "NoSuchKey")})
@@ -295,10 +357,10 @@ func TestConflictAnswers(t *testing.T) {
 		t.Fatalf("Release after a lost delete and a 404: %v", err)
 	}
 	// Other errors are errors, and leave the record as it was.
-	other := request(t0)
+	other := request()
 	mustAcquire(t, s, other)
 	f.add(&rule{match: ifMatch, times: 0, answer: s3Error(403, "AccessDenied")})
-	err := s.Complete(ctx, completion(other, "v", t0))
+	err := s.Complete(ctx, completion(other, "v"))
 	if err == nil || errors.Is(err, store.ErrLeaseLost) || !strings.Contains(err.Error(), "AccessDenied") {
 		t.Fatalf("Complete on a 403: %v", err)
 	}
@@ -315,9 +377,9 @@ func TestHolderMemory(t *testing.T) {
 
 	// From memory: Reserve then Complete is two PUTs, no GET.
 	gets := f.add(&rule{match: isGet})
-	req := request(t0)
+	req := request()
 	mustAcquire(t, a, req)
-	if err := a.Complete(ctx, completion(req, "v", t0)); err != nil {
+	if err := a.Complete(ctx, completion(req, "v")); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.hits(gets); n != 0 {
@@ -325,40 +387,41 @@ func TestHolderMemory(t *testing.T) {
 	}
 
 	// Another client renews the same holder's lease (the ETag changes);
-	// the holder's memory is stale, its write fails, it re-reads and
-	// completes.
-	req = request(t0)
+	// the holder's memory is stale, its write fails, it re-reads (one
+	// GET) and completes.
+	req = request()
 	mustAcquire(t, a, req)
-	if err := b.Renew(ctx, fenceOf(req), t0.Add(2*time.Minute)); err != nil {
+	if err := b.Renew(ctx, fenceOf(req), 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Complete(ctx, completion(req, "after renew", t0)); err != nil {
+	if err := a.Complete(ctx, completion(req, "after renew")); err != nil {
 		t.Fatalf("Complete with a stale memory: %v", err)
 	}
-	if r := get(t, b, req, t0); string(r.Value) != "after renew" || !r.LeaseUntil.Equal(t0.Add(2*time.Minute)) {
+	if n := f.hits(gets); n != 1 {
+		t.Fatalf("the completion over a stale memory sent %d GETs, want 1", n)
+	}
+	if r := get(t, b, req); string(r.Value) != "after renew" {
 		t.Fatalf("record %+v", r)
 	}
 
 	// Another client took the key over: the holder is fenced off.
-	req = request(t0)
+	req = request()
 	mustAcquire(t, a, req)
-	taker := req
-	taker.Record.Token++
-	taker.Now = t0.Add(2 * time.Minute)
-	taker.Record.LeaseUntil = taker.Now.Add(time.Minute)
-	if res := reserve(t, b, taker); !res.TookOver {
+	watchOver(t, b, watched(b), req)
+	tk := taker(req)
+	if res := reserve(t, b, tk); !res.TookOver {
 		t.Fatalf("takeover: %+v", res)
 	}
-	if err := a.Renew(ctx, fenceOf(req), t0.Add(3*time.Minute)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := a.Renew(ctx, fenceOf(req), 3*time.Minute); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Renew by the old holder: %v", err)
 	}
-	if err := a.Complete(ctx, completion(req, "stale", t0)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := a.Complete(ctx, completion(req, "stale")); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete by the old holder: %v", err)
 	}
-	if err := b.Complete(ctx, completion(taker, "fresh", taker.Now)); err != nil {
+	if err := b.Complete(ctx, completion(tk, "fresh")); err != nil {
 		t.Fatal(err)
 	}
-	if r := get(t, a, req, taker.Now); string(r.Value) != "fresh" {
+	if r := get(t, a, req); string(r.Value) != "fresh" {
 		t.Fatalf("value %q", r.Value)
 	}
 }
@@ -373,21 +436,19 @@ func TestReleaseFencedByServer(t *testing.T) {
 	srv := realServer(t)
 	ctx := context.Background()
 	f, a, b := peerStores(t, srv)
-	old := request(t0)
+	old := request()
 	mustAcquire(t, a, old)
-	taker := old
-	taker.Record.Token++
-	taker.Now = t0.Add(2 * time.Minute)
-	taker.Record.LeaseUntil = taker.Now.Add(time.Minute)
+	watchOver(t, b, watched(b), old)
+	tk := taker(old)
 	f.add(&rule{match: isDelete, times: 1, before: func(*http.Request) {
-		if res, err := b.Reserve(ctx, taker); err != nil || !res.TookOver {
+		if res, err := b.Reserve(ctx, tk); err != nil || !res.TookOver {
 			t.Errorf("takeover during the release: %+v, %v", res, err)
 		}
 	}})
 	if err := a.Release(ctx, fenceOf(old)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Release racing a takeover: %v, want ErrLeaseLost", err)
 	}
-	if r := get(t, b, taker, taker.Now); r.Token != taker.Record.Token || r.State != store.InProgress {
+	if r := get(t, b, tk); r.Token != tk.Record.Token || r.State != store.InProgress {
 		t.Fatalf("the new holder's record: %+v", r)
 	}
 }
@@ -399,45 +460,48 @@ func TestCleanupRace(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	f, a, b := peerStores(t, srv)
-	old := request(t0)
+	clock := newFrozenClock(seedNow)
+	f := &faults{}
+	a := newStore(t, srv, srv.clockClient(clock, f))
+	b, err := s3store.New(srv.clockClient(clock, nil), a.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := request()
 	mustAcquire(t, a, old)
-	later := t0.Add(3 * time.Hour)
-	fresh := old
-	fresh.Record.Token++
-	fresh.Now = later
-	fresh.Record.ExpiresAt = later.Add(time.Hour)
-	fresh.Record.LeaseUntil = later.Add(time.Minute)
+	clock.add(3 * time.Hour)
+	fresh := taker(old)
 	f.add(&rule{match: isDelete, times: 1, before: func(*http.Request) {
 		if res, err := b.Reserve(ctx, fresh); err != nil || !res.Acquired || res.TookOver {
 			t.Errorf("reserve of the expired key during cleanup: %+v, %v", res, err)
 		}
 	}})
-	n, err := a.Cleanup(ctx, later, 0)
+	n, err := a.Cleanup(ctx, 0)
 	if err != nil || n != 0 {
 		t.Fatalf("Cleanup: %d, %v; want 0 deleted", n, err)
 	}
-	if r := get(t, a, fresh, later); r.Token != fresh.Record.Token {
+	if r := get(t, a, fresh); r.Token != fresh.Record.Token {
 		t.Fatalf("the new reservation: %+v", r)
 	}
 }
 
 // TestCleanupLeavesOtherObjects: Cleanup deletes records only, and reads
-// in full a record whose expiry metadata is missing.
+// in full a record whose metadata is missing.
 func TestCleanupLeavesOtherObjects(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	ctx := context.Background()
-	c := srv.client(nil)
+	clock := newFrozenClock(seedNow)
+	c := srv.clockClient(clock, nil)
 	s := newStore(t, srv, c)
 	prefix := s.Options().Prefix
 
-	expired := request(t0)
+	expired := request()
 	mustAcquire(t, s, expired)
 	// The same record copied in by hand, without metadata.
 	key := s.ObjectKey(expired.Record.Scope, expired.Record.KeyHash)
 	_, body := rawObject(t, srv, key)
-	bare := request(t0)
+	bare := request()
 	bareKey := s.ObjectKey(bare.Record.Scope, bare.Record.KeyHash)
 	body = bytes.ReplaceAll(body, []byte(expired.Record.KeyHash), []byte(bare.Record.KeyHash))
 	put := func(k string, b []byte) {
@@ -456,7 +520,8 @@ func TestCleanupLeavesOtherObjects(t *testing.T) {
 	for _, k := range others {
 		put(k, body)
 	}
-	n, err := s.Cleanup(ctx, t0.Add(2*time.Hour), 0)
+	clock.add(2 * time.Hour)
+	n, err := s.Cleanup(ctx, 0)
 	if err != nil || n != 2 {
 		t.Fatalf("Cleanup: %d, %v; want 2", n, err)
 	}
@@ -479,7 +544,7 @@ func TestContextDeadlineInFlight(t *testing.T) {
 	f.add(&rule{match: isPut, before: func(r *http.Request) { <-r.Context().Done() }})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := s.Reserve(ctx, request(t0))
+	_, err := s.Reserve(ctx, request())
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Reserve past its deadline: %v", err)
 	}
@@ -492,15 +557,15 @@ func TestClosed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	req := request(t0)
+	req := request()
 	ctx := context.Background()
 	checks := map[string]error{}
 	_, checks["Reserve"] = s.Reserve(ctx, req)
-	_, checks["Get"] = s.Get(ctx, "test", req.Record.KeyHash, t0)
-	checks["Renew"] = s.Renew(ctx, fenceOf(req), t0)
-	checks["Complete"] = s.Complete(ctx, completion(req, "", t0))
+	_, checks["Get"] = s.Get(ctx, "test", req.Record.KeyHash)
+	checks["Renew"] = s.Renew(ctx, fenceOf(req), time.Minute)
+	checks["Complete"] = s.Complete(ctx, completion(req, ""))
 	checks["Release"] = s.Release(ctx, fenceOf(req))
-	_, checks["Cleanup"] = s.Cleanup(ctx, t0, 0)
+	_, checks["Cleanup"] = s.Cleanup(ctx, 0)
 	for op, err := range checks {
 		if !errors.Is(err, store.ErrClosed) {
 			t.Errorf("%s after Close: %v", op, err)
@@ -522,27 +587,40 @@ func TestInvalidInput(t *testing.T) {
 	}
 	s := newStore(t, srv, nil)
 	for _, h := range []string{"", "../../etc", strings.Repeat("A", 64), strings.Repeat("a", 63) + "/"} {
-		req := request(t0)
+		req := request()
 		req.Record.KeyHash = h
 		if _, err := s.Reserve(context.Background(), req); err == nil {
 			t.Errorf("Reserve with key hash %q succeeded", h)
 		}
 	}
-	req := request(t0)
+	req := request()
 	mustAcquire(t, s, req)
-	c := completion(req, "", t0)
+	c := completion(req, "")
 	c.State = store.InProgress
 	if err := s.Complete(context.Background(), c); err == nil {
 		t.Error("Complete to in_progress succeeded")
 	}
 	// A corrupt object is an error, not an absent record.
 	key := s.ObjectKey("test", req.Record.KeyHash)
-	if _, err := srv.client(nil).PutObject(context.Background(), &s3.PutObjectInput{Bucket: &srv.bucket, Key: &key, Body: strings.NewReader("{not json")}); err != nil {
-		t.Fatal(err)
+	for _, body := range []string{
+		"{not json",
+		strings.Replace(string(rawBody(t, srv, key)), `"ttl": "1h0m0s"`, `"ttl": "an hour"`, 1),
+		strings.Replace(string(rawBody(t, srv, key)), `"lease": "1m0s"`, `"lease": "soon"`, 1),
+	} {
+		if _, err := srv.client(nil).PutObject(context.Background(), &s3.PutObjectInput{Bucket: &srv.bucket, Key: &key, Body: strings.NewReader(body)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(context.Background(), "test", req.Record.KeyHash); err == nil || errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Get of a corrupt object: %v\n%s", err, body)
+		}
 	}
-	if _, err := s.Get(context.Background(), "test", req.Record.KeyHash, t0); err == nil || errors.Is(err, store.ErrNotFound) {
-		t.Errorf("Get of a corrupt object: %v", err)
-	}
+}
+
+// rawBody is rawObject's body.
+func rawBody(t *testing.T, srv *server, key string) []byte {
+	t.Helper()
+	_, b := rawObject(t, srv, key)
+	return b
 }
 
 func TestOptionsPrefix(t *testing.T) {
@@ -560,25 +638,48 @@ func TestOptionsPrefix(t *testing.T) {
 }
 
 // TestCleanupReadsOnlyExpired: Cleanup judges live records by a HEAD (the
-// expiry metadata) and downloads only the expired ones.
+// TTL in the metadata, the server's Date and Last-Modified) and downloads
+// only the expired ones (twice: an expired verdict is confirmed, see
+// TestTornReadNotExpired).
 func TestCleanupReadsOnlyExpired(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
-	f, s := faultyStore(t, srv)
+	clock := newFrozenClock(seedNow)
+	f := &faults{}
+	s := newStore(t, srv, srv.clockClient(clock, f))
+	var live []string
 	for i := range 6 {
-		req := request(t0)
+		req := request()
 		if i < 2 {
-			req.Record.ExpiresAt = t0.Add(time.Minute)
+			req.TTL = time.Minute
+		} else {
+			live = append(live, req.Record.KeyHash)
 		}
 		mustAcquire(t, s, req)
 	}
+	clock.add(30 * time.Minute)
 	gets := f.add(&rule{match: isGet})
-	n, err := s.Cleanup(context.Background(), t0.Add(30*time.Minute), 0)
+	liveGets := f.add(&rule{match: func(r *http.Request) bool {
+		for _, h := range live {
+			if isGet(r) && strings.Contains(r.URL.Path, h) {
+				return true
+			}
+		}
+		return false
+	}})
+	// The rules are tried in order: count live GETs first.
+	f.mu.Lock()
+	f.rules[len(f.rules)-2], f.rules[len(f.rules)-1] = liveGets, gets
+	f.mu.Unlock()
+	n, err := s.Cleanup(context.Background(), 0)
 	if err != nil || n != 2 {
 		t.Fatalf("Cleanup: %d, %v; want 2", n, err)
 	}
-	if g := f.hits(gets); g != 2 {
-		t.Fatalf("Cleanup sent %d GETs for 2 expired and 4 live records, want 2", g)
+	if g := f.hits(liveGets); g != 0 {
+		t.Fatalf("Cleanup downloaded live records %d times, want 0", g)
+	}
+	if g := f.hits(gets); g != 4 {
+		t.Fatalf("Cleanup sent %d GETs for 2 expired records, want 4", g)
 	}
 }
 

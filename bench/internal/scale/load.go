@@ -41,19 +41,20 @@ func (l *storeLoader) close() {
 }
 
 func (l *storeLoader) live(ctx context.Context, from, to int) error {
-	return l.each(ctx, from, to, func(i int, now time.Time) store.ReserveRequest {
-		return record(LiveKey(i), now, now.Add(24*time.Hour))
+	return l.each(ctx, from, to, func(i int) store.ReserveRequest {
+		return record(LiveKey(i), 24*time.Hour)
 	})
 }
 
 func (l *storeLoader) expired(ctx context.Context, n int) error {
 	b := l.batch.Add(1)
-	return l.each(ctx, 0, n, func(i int, now time.Time) store.ReserveRequest {
-		return record(fmt.Sprintf("expired-%d-%d", b, i), now, now.Add(-time.Minute))
+	// A millisecond to live: expired long before the loading ends.
+	return l.each(ctx, 0, n, func(i int) store.ReserveRequest {
+		return record(fmt.Sprintf("expired-%d-%d", b, i), time.Millisecond)
 	})
 }
 
-func (l *storeLoader) each(ctx context.Context, from, to int, req func(i int, now time.Time) store.ReserveRequest) error {
+func (l *storeLoader) each(ctx context.Context, from, to int, req func(i int) store.ReserveRequest) error {
 	const workers = 512
 	var (
 		next    atomic.Int64
@@ -71,7 +72,7 @@ func (l *storeLoader) each(ctx context.Context, from, to int, req func(i int, no
 				if i >= to || ctx.Err() != nil {
 					return
 				}
-				res, err := l.st.Reserve(ctx, req(i, time.Now()))
+				res, err := l.st.Reserve(ctx, req(i))
 				if err == nil && !res.Acquired {
 					err = fmt.Errorf("record %d exists already", i)
 				}

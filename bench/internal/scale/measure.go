@@ -27,16 +27,17 @@ const Scope = "scale"
 // with these keys so that OpReserveExisting can pick one at random.
 func LiveKey(i int) string { return fmt.Sprintf("live-%d", i) }
 
-// record returns the reservation of key, expiring at expires.
-func record(key string, now, expires time.Time) store.ReserveRequest {
+// record returns the reservation of key, living ttl on the store's clock
+// (its lease as long).
+func record(key string, ttl time.Duration) store.ReserveRequest {
 	return store.ReserveRequest{
 		Record: store.Record{
 			KeyHash: store.HashKey(Scope, key), Scope: Scope, Key: key,
 			Fingerprint: "fp", Binding: "POST /charges", State: store.InProgress,
 			Token: rand.Uint64() | 1, RequestID: "req-" + key,
-			CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, LeaseUntil: expires,
 		},
-		Now: now,
+		Lease: ttl,
+		TTL:   ttl,
 	}
 }
 
@@ -54,8 +55,7 @@ func measureReserve(ctx context.Context, st store.Store, op string, samples, liv
 		} else {
 			key = LiveKey(rand.IntN(live))
 		}
-		now := time.Now()
-		req := record(key, now, now.Add(24*time.Hour))
+		req := record(key, 24*time.Hour)
 		start := time.Now()
 		res, err := st.Reserve(ctx, req)
 		d := time.Since(start)

@@ -135,7 +135,7 @@ func measureCleanup(ctx context.Context, st store.Store, ld loader, name string,
 		return c, err
 	}
 	start := time.Now()
-	deleted, err := st.Cleanup(ctx, time.Now(), 0)
+	deleted, err := st.Cleanup(ctx, 0)
 	c.Seconds, c.Deleted = time.Since(start).Seconds(), deleted
 	if err != nil {
 		return c, err

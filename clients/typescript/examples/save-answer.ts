@@ -12,7 +12,7 @@
 //    remove entries from the list it iterates and sends each to its own
 //    endpoint (the sample's `endpoint` was undefined);
 //  - given up after 24 hours, the server's key TTL.
-import { IdemClient, IdemError, type IdemResponse, type Outbox, type PendingResult } from '../src/index.js'
+import { IdemClient, IdemError, type IdemResponse, type Outbox, type PendingResult } from '@idem-dev/client'
 
 export interface SavedAnswer {
   success: boolean
@@ -31,6 +31,7 @@ export function answersApp(options: { baseURL: string; userId: string; assessmen
   async function saveAnswer(stepId: string, questionId: string, answerValue: number, idempotencyKey?: string): Promise<IdemResponse> {
     try {
       return await client.request(endpoint, {
+        method: 'POST',
         key: idempotencyKey, // omitted: a new UUID for this tap
         headers: { 'X-User-ID': options.userId },
         body: { stepId, questionId, answerValue },

@@ -17,7 +17,7 @@ after(async () => { await s.close() })
 
 test('examples/save-answer.ts compiles and does what the app needs', async () => {
   const out = join(pkgRoot, '.examples')
-  execFileSync(join(pkgRoot, 'node_modules/.bin/tsc'), ['-p', pkgRoot, '--outDir', out, '--rootDir', join(pkgRoot, 'examples')], { stdio: 'inherit' })
+  execFileSync(join(pkgRoot, 'node_modules/.bin/tsc'), ['-p', join(pkgRoot, 'tsconfig.examples.json')], { stdio: 'inherit' })
   const { main } = await import(pathToFileURL(join(out, 'save-answer.js')).href)
   const origError = console.error
   console.error = () => {}

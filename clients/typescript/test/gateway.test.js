@@ -7,8 +7,8 @@ import assert from 'node:assert/strict'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { IdemClient, IdemError, MemoryOutbox } from '../src/index.js'
-import { FileOutbox } from '../src/file.js'
+import { IdemClient, IdemError, MemoryOutbox } from '@idem-dev/client'
+import { FileOutbox } from '@idem-dev/client/file'
 import { stack, mobileRoutes, fastBackoff } from './harness.js'
 
 const SAVE = '/api/funnels/stress/assessments/a1/answers/save'
@@ -43,7 +43,7 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
       const users = ['alice', 'bob', 'carol']
       const results = await pool(n, 10, async i => {
         const user = users[i % users.length]
-        const r = await client.request(SAVE, { headers: { 'x-user-id': user }, body: { n: i, questionId: `q${i}`, answerValue: i % 5 } })
+        const r = await client.request(SAVE, { method: 'POST', headers: { 'x-user-id': user }, body: { n: i, questionId: `q${i}`, answerValue: i % 5 } })
         return { i, user, r }
       })
       for (const { i, user, r } of results) {
@@ -67,11 +67,11 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
       try {
         const client = new IdemClient({ baseURL: s.proxy.url, backoff: fastBackoff })
         const slow = SAVE + '?delay=600'
-        const first = client.request(slow, { key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' } })
+        const first = client.request(slow, { method: 'POST', key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' } })
         while (s.upstream.count('dave', SAVE, JSON.stringify({ n: 'slow' })) === 0) await new Promise(r => setTimeout(r, 5))
         // Another device (its own outbox) sends the same key meanwhile.
         const other = new IdemClient({ baseURL: s.proxy.url, backoff: fastBackoff })
-        const err = await other.request(slow, { key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' }, maxAttempts: 1 })
+        const err = await other.request(slow, { method: 'POST', key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' }, maxAttempts: 1 })
           .then(() => null, e => e)
         assert.ok(err instanceof IdemError, `got ${err}`)
         assert.equal(err.code, 'in_progress')
@@ -80,13 +80,13 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
         assert.equal(err.key, 'slow-1')
         assert.ok(err.pending)
         // The same request, waiting this time, gets the first one's outcome.
-        const [a, b] = await Promise.all([first, other.request(slow, { key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' } })])
+        const [a, b] = await Promise.all([first, other.request(slow, { method: 'POST', key: 'slow-1', headers: { 'x-user-id': 'dave' }, body: { n: 'slow' } })])
         assert.equal(a.json().data.id, b.json().data.id)
         assert.ok(b.replayed)
 
-        const c = await client.request(SAVE, { key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c1' } })
+        const c = await client.request(SAVE, { method: 'POST', key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c1' } })
         assert.ok(c.ok)
-        const conflict = await client.request(SAVE, { key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c2' } }).then(() => null, e => e)
+        const conflict = await client.request(SAVE, { method: 'POST', key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c2' } }).then(() => null, e => e)
         assert.equal(conflict.code, 'conflict')
         assert.equal(conflict.kind, 'payload_mismatch')
         assert.equal(conflict.status, profile === 'mobile' || profile === 'workflow-admin' ? 409 : 422)
@@ -96,7 +96,7 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
         // The same key on another endpoint: a conflict where keys are bound
         // to their action (ietf, workflow-admin), a separate key where they
         // are scoped per endpoint (stripe, mobile).
-        const other2 = await client.request(SAVE.replace('answers/save', 'complete'), { key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c1' } }).then(r => r, e => e)
+        const other2 = await client.request(SAVE.replace('answers/save', 'complete'), { method: 'POST', key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c1' } }).then(r => r, e => e)
         if (profile === 'ietf' || profile === 'workflow-admin') {
           assert.equal(other2.code, 'conflict')
           assert.equal(other2.kind, 'key_reused')
@@ -105,7 +105,7 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
         }
 
         // The API's own 409 is a final answer, not idem's in_progress.
-        const own = await client.request(SAVE + '?status=409', { headers: { 'x-user-id': 'dave' }, body: { n: 'own409' } }).then(() => null, e => e)
+        const own = await client.request(SAVE + '?status=409', { method: 'POST', headers: { 'x-user-id': 'dave' }, body: { n: 'own409' } }).then(() => null, e => e)
         assert.equal(own.code, 'failed')
         assert.equal(own.status, 409)
         assert.equal(own.body.data.n, 'own409')
@@ -128,7 +128,7 @@ describe('retryPending', () => {
     s.proxy.mode = 'cut'
     const offline = new IdemClient({ baseURL: s.proxy.url, outbox: new FileOutbox(dir), backoff: fastBackoff })
     const errs = await Promise.all(Array.from({ length: 20 }, (_, i) =>
-      offline.request(SAVE, { headers: { 'x-user-id': 'erin' }, body: { n: i }, maxAttempts: 2 }).then(() => null, e => e)))
+      offline.request(SAVE, { method: 'POST', headers: { 'x-user-id': 'erin' }, body: { n: i }, maxAttempts: 2 }).then(() => null, e => e)))
     assert.ok(errs.every(e => e && e.code === 'gave_up' && e.pending), errs.map(e => e && e.code).join())
     assert.equal((await new FileOutbox(dir).list()).length, 20)
 

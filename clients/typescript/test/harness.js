@@ -159,7 +159,8 @@ const MIME = { '.js': 'text/javascript', '.html': 'text/html', '.json': 'applica
  * requests reach the gateway but lose their answer (the socket is closed
  * once the upstream answered), cut are cut in flight (half before they are
  * forwarded, half after, while the gateway works). 'normal' forwards all,
- * 'drop' loses every answer, 'cut' forwards nothing. GET /static/* serves
+ * 'drop' loses every answer, 'cut' forwards nothing; dropIf(req, body), when
+ * set, loses the answers it picks in any mode. GET /static/* serves
  * files of the package (for the browser test), never faulted.
  */
 export async function startProxy({ target, drop = 0.3, cut = 0.1, seed = Number(process.env.IDEM_FAULT_SEED || 1) }) {
@@ -184,7 +185,7 @@ export async function startProxy({ target, drop = 0.3, cut = 0.1, seed = Number(
     if (key) stats.perKey.set(key, (stats.perKey.get(key) || 0) + 1)
     const r = random()
     let isCut = p.mode === 'cut' || (p.mode === 'faulty' && r < cut)
-    const isDrop = !isCut && (p.mode === 'drop' || (p.mode === 'faulty' && r < cut + drop))
+    const isDrop = !isCut && (p.mode === 'drop' || (p.mode === 'faulty' && r < cut + drop) || (!!p.dropIf && p.dropIf(req, body)))
     if (isCut) stats.cut++
     if (isDrop) stats.dropped++
     if (isCut && (p.mode === 'cut' || random() < 0.5)) {

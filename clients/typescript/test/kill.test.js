@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { FileOutbox } from '../src/file.js'
+import { FileOutbox } from '@idem-dev/client/file'
 import { stack, mobileRoutes, pkgRoot } from './harness.js'
 
 const N = 20

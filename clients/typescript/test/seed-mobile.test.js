@@ -3,7 +3,7 @@
 // mobile profile: saveAnswer with the caller's key.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { IdemClient } from '../src/index.js'
+import { IdemClient } from '@idem-dev/client'
 import { stack, mobileRoutes } from './harness.js'
 
 let s, client
@@ -25,6 +25,7 @@ after(async () => { await s.close() })
 async function saveAnswer(stepId, questionId, value, idempotencyKey) {
   try {
     return await client.request(`/api/funnels/stress/assessments/${assessmentId}/answers/save`, {
+      method: 'POST',
       key: idempotencyKey,
       headers: { 'x-user-id': user },
       body: { stepId, questionId, answerValue: value },
@@ -60,7 +61,7 @@ test('Test Case 2: Conflict Detection', async () => {
   // And the client says so with a typed error, so that nobody "generates a
   // new key and retries": the first answer ran.
   const err = await client.request(`/api/funnels/stress/assessments/${assessmentId}/answers/save`, {
-    key: idempotencyKey, headers: { 'x-user-id': user }, body: { stepId, questionId, answerValue: 2 },
+    method: 'POST', key: idempotencyKey, headers: { 'x-user-id': user }, body: { stepId, questionId, answerValue: 2 },
   }).then(() => null, e => e)
   assert.equal(err.code, 'conflict')
   assert.equal(err.kind, 'payload_mismatch')

@@ -7,8 +7,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
   problemKind, classify, retryAfterMs, IdemClient, MemoryOutbox, LocalStorageOutbox, AsyncStorageOutbox, entryId,
-} from '../src/index.js'
-import { FileOutbox } from '../src/file.js'
+} from '@idem-dev/client'
+import { FileOutbox } from '@idem-dev/client/file'
 
 const json = (h = 'application/json') => new Headers({ 'content-type': h })
 
@@ -87,7 +87,7 @@ describe('request', () => {
     const f = fakeFetch([new TypeError('fetch failed'), { status: 503 }, { status: 429, headers: { 'retry-after': '0' } }, { status: 201, body: '{"ok":1}' }])
     const client = new IdemClient({ outbox, backoff: () => 1, baseURL: 'http://api.test',
       fetch: async (...a) => { storedFirst ||= (await outbox.list()).length === 1; return f(...a) } })
-    const r = await client.request('/charges', { body: { amount: 1000 } })
+    const r = await client.request('/charges', { method: 'POST', body: { amount: 1000 } })
     assert.ok(storedFirst)
     assert.equal(r.status, 201)
     assert.equal(f.calls.length, 4)
@@ -99,7 +99,7 @@ describe('request', () => {
   test('gives up after maxAttempts with the key, and the entry stays', async () => {
     const outbox = new MemoryOutbox()
     const client = new IdemClient({ outbox, backoff: () => 1, baseURL: 'http://api.test', fetch: fakeFetch([{ status: 502 }]) })
-    const err = await client.request('/x', { body: '{}', key: 'k1', maxAttempts: 3 }).then(() => null, e => e)
+    const err = await client.request('/x', { method: 'POST', body: '{}', key: 'k1', maxAttempts: 3 }).then(() => null, e => e)
     assert.equal(err.code, 'gave_up')
     assert.equal(err.key, 'k1')
     assert.equal(err.attempts, 3)
@@ -112,7 +112,7 @@ describe('request', () => {
       const outbox = new MemoryOutbox()
       const f = fakeFetch([{ status, body: '{"error":"bad"}' }])
       const client = new IdemClient({ outbox, baseURL: 'http://api.test', fetch: f })
-      const err = await client.request('/x', { body: '{}' }).then(() => null, e => e)
+      const err = await client.request('/x', { method: 'POST', body: '{}' }).then(() => null, e => e)
       assert.equal(err.code, 'failed')
       assert.equal(err.status, status)
       assert.equal(f.calls.length, 1)
@@ -125,7 +125,7 @@ describe('request', () => {
     const outbox = new MemoryOutbox()
     const client = new IdemClient({ outbox, baseURL: 'http://api.test', fetch: f, now: () => now })
     const stale = new IdemClient({ outbox, baseURL: 'http://api.test', fetch: fakeFetch([new TypeError('offline')]), now: () => now, backoff: () => 1 })
-    await stale.request('/x', { body: '{}', maxAttempts: 1 }).catch(() => {})
+    await stale.request('/x', { method: 'POST', body: '{}', maxAttempts: 1 }).catch(() => {})
     now = 24 * 3600 * 1000 + 1
     const [r] = await client.retryPending()
     assert.equal(r.status, 'expired')
@@ -135,7 +135,7 @@ describe('request', () => {
   test('credentials stay out of the outbox; authorize puts them back', async () => {
     const outbox = new MemoryOutbox()
     const down = new IdemClient({ outbox, baseURL: 'http://api.test', fetch: fakeFetch([new TypeError('offline')]) })
-    await down.request('/x', { body: '{}', headers: { authorization: 'Bearer secret', 'x-user-id': 'u1' }, maxAttempts: 1 }).catch(() => {})
+    await down.request('/x', { method: 'POST', body: '{}', headers: { authorization: 'Bearer secret', 'x-user-id': 'u1' }, maxAttempts: 1 }).catch(() => {})
     const [e] = await outbox.list()
     assert.ok(!JSON.stringify(e).includes('secret'))
     assert.ok(e.scope.length === 32)
@@ -150,14 +150,14 @@ describe('request', () => {
     const client = new IdemClient({ outbox, baseURL: 'http://api.test', fetch: fakeFetch([new TypeError('offline')]) })
     for (const user of ['a', 'b']) {
       for (const path of ['/save', '/complete']) {
-        await client.request(path, { key: 'k', body: '{}', headers: { 'x-user-id': user }, maxAttempts: 1 }).catch(() => {})
+        await client.request(path, { method: 'POST', key: 'k', body: '{}', headers: { 'x-user-id': user }, maxAttempts: 1 }).catch(() => {})
       }
     }
     assert.equal((await outbox.list()).length, 4)
   })
   test('a body the outbox cannot store is refused before anything is sent', async () => {
     const client = new IdemClient({ baseURL: 'http://api.test', fetch: fakeFetch([{ status: 200 }]) })
-    await assert.rejects(client.request('/x', { body: new Uint8Array([1]) }), TypeError)
+    await assert.rejects(client.request('/x', { method: 'POST', body: new Map([['a', 1]]) }), TypeError)
   })
 })
 

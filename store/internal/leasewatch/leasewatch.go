@@ -11,6 +11,14 @@
 // off is taken over no sooner than a lease after the taker first saw its
 // last renewal, and a dead holder no later than a lease after the taker
 // first looked (two, counting the look that starts the watch).
+//
+// Versions must never come back: a record written anew must get a version
+// it never had (a renewal count that only grows, an ETag of bytes never
+// written before). Then a version seen at two moments was the record's
+// version all along between them, and the watch of one version may go on
+// while others are seen: a client whose calls are in flight together may
+// read an older version after a newer one, and that late read continues
+// the older version's count instead of starting it again.
 package leasewatch
 
 import (
@@ -18,9 +26,9 @@ import (
 	"time"
 )
 
-// Watcher remembers, per key, the version of the in_progress record last
-// seen and since when. Its zero value is ready to use and reads
-// time.Now's monotonic clock.
+// Watcher remembers, per key, the versions of the in_progress record seen
+// last and since when. Its zero value is ready to use and reads time.Now's
+// monotonic clock.
 type Watcher struct {
 	// Mono returns a monotonic reading; nil means the time elapsed since the
 	// Watcher's first use, on the monotonic clock. Tests set it to step
@@ -28,16 +36,22 @@ type Watcher struct {
 	Mono func() time.Duration
 
 	mu    sync.Mutex
-	seen  map[string]sighting // guarded by mu
-	start time.Time           // guarded by mu; set on first use
-	adds  int                 // guarded by mu; sightings added since the last prune
+	seen  map[string][]sighting // guarded by mu; per key, oldest first, at most keepVersions
+	start time.Time             // guarded by mu; set on first use
+	adds  int                   // guarded by mu; sightings added since the last prune
 }
 
 type sighting struct {
 	version string
 	since   time.Duration // monotonic reading when version was first seen
 	lease   time.Duration
+	at      time.Time // the caller's reading of its store's clock then (Watch)
 }
+
+// keepVersions is how many versions of one key are remembered: enough for
+// the reads of one client's concurrent calls to arrive out of order around
+// a write or two.
+const keepVersions = 4
 
 // pruneEvery is how many new sightings pass between two sweeps of those no
 // longer needed, so that keys never looked at again do not stay forever.
@@ -59,24 +73,42 @@ func (w *Watcher) mono() time.Duration {
 // watch and gets the whole lease. Zero or less means the lease is over and
 // a takeover conditional on version may be tried.
 func (w *Watcher) Left(key, version string, lease time.Duration) time.Duration {
+	left, _ := w.Watch(key, version, lease, time.Time{})
+	return left
+}
+
+// Watch is Left that also returns when the watch of version began, as
+// at said on the first sighting: the caller's reading of its store's
+// clock (an S3 server's Date), so that the end of the lease it reports
+// for display, since + lease, stays the same from one read to the next
+// while the version does. Later calls' at are ignored.
+func (w *Watcher) Watch(key, version string, lease time.Duration, at time.Time) (left time.Duration, since time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.mono()
-	if s, ok := w.seen[key]; ok && s.version == version {
-		return s.since + s.lease - now
+	vs := w.seen[key]
+	for _, s := range vs {
+		if s.version == version {
+			return s.since + s.lease - now, s.at
+		}
 	}
 	if w.seen == nil {
-		w.seen = make(map[string]sighting)
+		w.seen = make(map[string][]sighting)
 	}
-	w.seen[key] = sighting{version: version, since: now, lease: lease}
+	if len(vs) >= keepVersions {
+		vs = append(vs[:0:0], vs[len(vs)-keepVersions+1:]...)
+	}
+	w.seen[key] = append(vs, sighting{version: version, since: now, lease: lease, at: at})
 	if w.adds++; w.adds >= pruneEvery {
 		w.prune(now)
 	}
-	return lease
+	return lease, at
 }
 
-// Forget drops what was seen of key: the record ended, was taken over by
-// this client, or is gone.
+// Forget drops what was seen of key: the record is gone for good. A call
+// still judging a version it read before should not run concurrently, or
+// its late read starts that version's watch again (a delay, never an early
+// takeover).
 func (w *Watcher) Forget(key string) {
 	w.mu.Lock()
 	delete(w.seen, key)
@@ -95,9 +127,17 @@ func (w *Watcher) Len() int {
 // delays a takeover by one lease. w.mu is held.
 func (w *Watcher) prune(now time.Duration) {
 	w.adds = 0
-	for k, s := range w.seen {
-		if now-s.since > 2*s.lease {
+	for k, vs := range w.seen {
+		kept := vs[:0]
+		for _, s := range vs {
+			if now-s.since <= 2*s.lease {
+				kept = append(kept, s)
+			}
+		}
+		if len(kept) == 0 {
 			delete(w.seen, k)
+		} else {
+			w.seen[k] = kept
 		}
 	}
 }

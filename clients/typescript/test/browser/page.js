@@ -1,7 +1,7 @@
 // The mobile app's saveAnswer flow in a browser page: each answer gets a key
 // and goes to IndexedDB before it is sent; on start-up and when the network
 // returns the page sends what is pending.
-import { IdemClient, IndexedDBOutbox } from '/static/src/index.js'
+import { IdemClient, IndexedDBOutbox } from '/static/dist/index.js'
 
 const outbox = new IndexedDBOutbox()
 // attempts records every request this tab sends, by key.
@@ -45,7 +45,7 @@ function show(r) {
 
 window.saveAnswer = (questionId, value) => {
   render(questionId, 'pending', 'saving…')
-  client.request(SAVE, { headers: { 'x-user-id': 'browser-user' }, body: { stepId: 's1', questionId, answerValue: value } })
+  client.request(SAVE, { method: 'POST', headers: { 'x-user-id': 'browser-user' }, body: { stepId: 's1', questionId, answerValue: value } })
     .then(r => render(questionId, 'sent', `saved as record ${r.json().data.id}`), e => render(questionId, 'pending', e.code))
 }
 

@@ -1,0 +1,240 @@
+package s3store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+	s3store "github.com/idem-dev/idem/store/s3"
+)
+
+// skewLease is the lease of the clock-skew tests: short enough to pass
+// several within a test, long enough for a renewal every third of it on a
+// loaded machine.
+const skewLease = time.Second
+
+// skewKeys is how many keys each skew runs at once.
+const skewKeys = 16
+
+// clockSkews are the offsets, in leases, of the second replica's clock
+// from the first's: equal, half a lease, and the 2 and 10 leases at which
+// every key once ran twice, in both directions.
+var clockSkews = []float64{0, 0.5, -0.5, 2, -2, 10, -10}
+
+func skewedClock(leases float64) func() time.Time {
+	d := time.Duration(leases * float64(skewLease))
+	return func() time.Time { return time.Now().Add(d) }
+}
+
+// skewStores returns two clients of one prefix on the real server, each
+// with a connection pool of its own, as two replicas would have.
+func skewStores(t *testing.T) (a, b *s3store.Store) {
+	t.Helper()
+	srv := realServer(t)
+	a = newStore(t, srv, nil)
+	b, err := s3store.New(srv.peerClient(), a.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// TestEngineClockSkew: two replicas, each an engine over its own S3
+// client, whose clocks are 0 to 10 leases apart in both directions. For
+// each of skewKeys keys at once, one replica holds the key and works 2.5
+// leases, renewing as the engine does; the other retries every quarter
+// lease until it gets the outcome. No live holder may be taken over: the
+// S3 store never compares the replicas' clocks (leases by observe and
+// wait, expiry by the server's Date).
+//
+// A holder whose renewals do not get through in time (a loaded machine)
+// gives its lease up by its own count, and its work's context is
+// canceled, before any other replica can judge the lease over; the key
+// may then run again. That is counted apart. What must never happen is a
+// second run starting while the first one's context is still live.
+//
+// It runs alone (not in parallel with the package's other tests), so
+// that the holders' renewals are not starved by the rest.
+func TestEngineClockSkew(t *testing.T) {
+	a, b := skewStores(t)
+	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
+	twice := map[float64]int{}
+	for _, skew := range clockSkews {
+		t.Run(fmt.Sprintf("%+g_leases", skew), func(t *testing.T) {
+			holder := idem.New(a, p, idem.WithClock(skewedClock(0)))
+			retrier := idem.New(b, p, idem.WithClock(skewedClock(skew)))
+			defer holder.Close()
+			defer retrier.Close()
+			var (
+				wg        sync.WaitGroup
+				ranTwice  atomic.Int32 // a live holder taken over
+				reran     atomic.Int32 // run again after the holder gave up
+				conflicts atomic.Int32
+				gaveUp    atomic.Int32
+			)
+			for k := range skewKeys {
+				wg.Go(func() {
+					call := idem.Call{Scope: "skew", Key: fmt.Sprintf("%s-%d-%d", t.Name(), k, keySeq.Add(1)), Fingerprint: "fp"}
+					var (
+						mu       sync.Mutex
+						runs     int
+						first    context.Context // the first run's context
+						takeover bool            // a run started while the first's context was live
+						gave     bool            // the holder gave its lease up
+					)
+					started := make(chan struct{})
+					work := func(ctx context.Context) ([]byte, error) {
+						mu.Lock()
+						if runs++; runs == 1 {
+							first = ctx
+							close(started)
+						} else if first.Err() == nil {
+							takeover = true
+						}
+						mu.Unlock()
+						select {
+						case <-time.After(skewLease * 5 / 2):
+							return []byte("done"), nil
+						case <-ctx.Done():
+							return nil, context.Cause(ctx)
+						}
+					}
+					// Judged however the key ends: a holder whose key was
+					// taken over returns an error.
+					defer func() {
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case takeover:
+							ranTwice.Add(1)
+							t.Errorf("key %d: a second run started while the holder's was live", k)
+						case runs > 1 && gave:
+							reran.Add(1)
+						case runs > 1:
+							ranTwice.Add(1)
+							t.Errorf("key %d: the work ran %d times", k, runs)
+						}
+					}()
+					held := make(chan error, 1)
+					go func() {
+						_, err := holder.Do(context.Background(), call, work)
+						held <- err
+					}()
+					<-started
+					replayed, seen := false, 0
+					for holderDone := false; !holderDone || !replayed; {
+						select {
+						case err := <-held:
+							if errors.Is(err, idem.ErrLeaseLost) {
+								// Its renewals did not get through in time,
+								// and it gave its lease up by its own count.
+								gaveUp.Add(1)
+								mu.Lock()
+								gave = true
+								mu.Unlock()
+								return
+							}
+							if err != nil {
+								t.Errorf("key %d: the holder: %v", k, err)
+								return
+							}
+							holderDone = true
+						case <-time.After(skewLease / 4):
+						}
+						res, err := retrier.Do(context.Background(), call, work)
+						switch {
+						case errors.Is(err, idem.ErrInProgress):
+							seen++
+						case err != nil:
+							t.Errorf("key %d: a retry: %v", k, err)
+							return
+						case res.Replayed && string(res.Value) == "done":
+							replayed = true
+						}
+					}
+					conflicts.Add(int32(seen))
+					if seen == 0 {
+						t.Errorf("key %d: no retry saw the key in progress", k)
+					}
+				})
+			}
+			wg.Wait()
+			twice[skew] = int(ranTwice.Load())
+			t.Logf("retrier %+g leases off: %d of %d keys ran twice (a live holder taken over); %d retries answered in progress; "+
+				"%d holders gave their lease up (renewals too slow), %d of their keys ran again after",
+				skew, ranTwice.Load(), skewKeys, conflicts.Load(), gaveUp.Load(), reran.Load())
+		})
+	}
+	t.Logf("keys run twice per skew in leases (of %d each): %v", skewKeys, twice)
+}
+
+// TestEngineDeadHolderSkew: a holder reserves skewKeys keys and dies (it
+// never renews); the other replica, whose clock is 0 to 10 leases off,
+// retries each every quarter lease. It takes each key over no sooner than
+// a lease after the reservation, and within two.
+func TestEngineDeadHolderSkew(t *testing.T) {
+	a, b := skewStores(t)
+	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
+	for _, skew := range clockSkews {
+		t.Run(fmt.Sprintf("%+g_leases", skew), func(t *testing.T) {
+			retrier := idem.New(b, p, idem.WithClock(skewedClock(skew)))
+			defer retrier.Close()
+			var (
+				wg         sync.WaitGroup
+				mu         sync.Mutex
+				fast, slow time.Duration
+			)
+			for k := range skewKeys {
+				wg.Go(func() {
+					call := idem.Call{Scope: "skew", Key: fmt.Sprintf("%s-%d-%d", t.Name(), k, keySeq.Add(1)), Fingerprint: "fp"}
+					dead := store.ReserveRequest{
+						Record: store.Record{KeyHash: store.HashKey(call.Scope, call.Key), Scope: call.Scope, Key: call.Key,
+							Fingerprint: call.Fingerprint, State: store.InProgress, Token: uint64(keySeq.Add(1)) << 8, RequestID: "dead"},
+						Lease: skewLease, TTL: time.Hour,
+					}
+					sent := time.Now()
+					if res, err := a.Reserve(context.Background(), dead); err != nil || !res.Acquired {
+						t.Errorf("key %d: the dead holder's reservation: %+v, %v", k, res, err)
+						return
+					}
+					for {
+						res, err := retrier.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
+						took := time.Since(sent)
+						if errors.Is(err, idem.ErrInProgress) {
+							if took > 30*skewLease {
+								t.Errorf("key %d: the dead holder's key still held after %v", k, took)
+								return
+							}
+							time.Sleep(skewLease / 4)
+							continue
+						}
+						switch {
+						case err != nil || !res.TookOver:
+							t.Errorf("key %d: %+v, %v; want a takeover", k, res, err)
+						case took < skewLease:
+							t.Errorf("key %d: taken over %v after the reservation, before its lease of %v", k, took, skewLease)
+						case took > 2*skewLease:
+							t.Errorf("key %d: taken over %v after the reservation, more than two leases", k, took)
+						}
+						mu.Lock()
+						if fast == 0 || took < fast {
+							fast = took
+						}
+						slow = max(slow, took)
+						mu.Unlock()
+						return
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("retrier %+g leases off: %d dead holders' keys taken over %v to %v after their reservation (lease %v)",
+				skew, skewKeys, fast.Round(time.Millisecond), slow.Round(time.Millisecond), skewLease)
+		})
+	}
+}
