@@ -64,6 +64,13 @@ type Harness struct {
 	// expiry on (the HTTP Date of an S3 server: a second); 0 means a
 	// millisecond. Lifetimes the suite waits out are made longer than it.
 	Resolution time.Duration
+
+	// UnconditionalDeletes declares that the backend ignores conditions
+	// on deletes (gofakes3 ignores If-Match on DeleteObject), so that a
+	// Release racing a takeover may delete the new holder's record. The
+	// Linearizable case then releases only failed records, which nothing
+	// else changes.
+	UnconditionalDeletes bool
 }
 
 // The suite judges time as the stores do, on their own clocks: it sends
@@ -123,6 +130,7 @@ func Run(t *testing.T, h Harness) {
 		{"EngineOutcomeUnknown", testOutcomeUnknown},
 		{"EngineClockSkew", testClockSkew},
 		{"EngineDeadHolderSkew", testDeadHolderSkew},
+		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

@@ -1,0 +1,287 @@
+package history
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/idem-dev/idem/store"
+)
+
+// kind names a store operation.
+type kind string
+
+const (
+	opReserve  kind = "reserve"
+	opGet      kind = "get"
+	opRenew    kind = "renew"
+	opComplete kind = "complete"
+	opRelease  kind = "release"
+)
+
+// never is the return time of an operation whose outcome is unknown and
+// that may take effect at any time after its call.
+const never = math.MaxInt64
+
+// input is an operation as its client sent it, with the times it was
+// called and returned (nanoseconds on the history's clock; Return is
+// never when its outcome is unknown). The model needs the times for the
+// lease rule: a lease cannot be over before it has run.
+type input struct {
+	Kind  kind   `json:"kind"`
+	Key   string `json:"key"`
+	Slot  int    `json:"slot"` // the workload's slot and generation Key is of
+	Gen   int64  `json:"gen"`
+	Token uint64 `json:"token"`
+	// Match is what a takeover must find equal in the stale record: its
+	// fingerprint and binding. Ident is everything the reservation wrote
+	// that a read must give back (Match, request ID, key, scope, key hash).
+	Match    string      `json:"match,omitempty"`
+	Ident    string      `json:"ident,omitempty"`
+	TakeOver bool        `json:"takeover,omitempty"`
+	Lease    int64       `json:"lease,omitempty"` // Reserve's and Renew's, in ns
+	State    store.State `json:"state,omitempty"` // Complete's
+	Value    string      `json:"value,omitempty"` // Complete's
+	Call     int64       `json:"call"`
+	Return   int64       `json:"return"`
+}
+
+// outcome is how a call ended: its answer, or "unknown" for any error
+// that does not say whether it took effect.
+type outcome string
+
+const (
+	outOK        outcome = "ok"
+	outLeaseLost outcome = "lease_lost"
+	outNotFound  outcome = "not_found"
+	outUnknown   outcome = "unknown" // any other error: maybe applied
+)
+
+// view is what a read (Get, a refused Reserve's Existing) reported of a
+// record.
+type view struct {
+	State store.State `json:"state"`
+	Token uint64      `json:"token"`
+	Ident string      `json:"ident"`
+	Value string      `json:"value,omitempty"`
+	Stale bool        `json:"stale,omitempty"`
+}
+
+// output is an operation's answer.
+type output struct {
+	Outcome  outcome `json:"outcome"`
+	Acquired bool    `json:"acquired,omitempty"`
+	TookOver bool    `json:"took_over,omitempty"`
+	Record   *view   `json:"record,omitempty"` // Get's record, a refused Reserve's Existing
+	Err      string  `json:"err,omitempty"`    // for the visualization
+}
+
+// record is the model's state of one key. The zero value is an absent key.
+type record struct {
+	Present bool
+	State   store.State
+	Token   uint64
+	Match   string
+	Ident   string
+	Value   string
+	// LeaseFrom is the earliest instant the lease can end: the call time of
+	// the operation that last set it plus its duration. The store's clock
+	// reads no earlier than the call when it sets the lease, and a clock
+	// runs no faster than ours.
+	LeaseFrom int64
+}
+
+func (r record) holds(token uint64) bool {
+	return r.Present && r.State == store.InProgress && r.Token == token
+}
+
+// shows reports whether v reports r, and whether a stale report is
+// possible by the time ret: a lease is never judged over before it ran.
+func (r record) shows(v *view, ret int64, slack int64) bool {
+	if v == nil || !r.Present || v.State != r.State || v.Token != r.Token || v.Ident != r.Ident || v.Value != r.Value {
+		return false
+	}
+	return !v.Stale || r.State == store.InProgress && canEnd(r.LeaseFrom, ret, slack)
+}
+
+// canEnd reports whether a lease that ends no earlier than from can be
+// judged over by an operation that returned at ret.
+func canEnd(from, ret, slack int64) bool { return ret == never || ret >= from-slack }
+
+// step returns the states a key in state s can be in after op in with
+// answer out: none when the answer is impossible. An answer that is
+// unknown allows every outcome, including none at all.
+func step(s record, in input, out output, slack int64) []record {
+	unknown := out.Outcome == outUnknown
+	switch in.Kind {
+	case opGet:
+		switch {
+		case unknown,
+			out.Outcome == outNotFound && !s.Present,
+			out.Outcome == outOK && s.shows(out.Record, in.Return, slack):
+			return []record{s}
+		}
+		return nil
+
+	case opReserve:
+		mine := record{Present: true, State: store.InProgress, Token: in.Token,
+			Match: in.Match, Ident: in.Ident, LeaseFrom: in.Call + in.Lease}
+		takeover := s.Present && s.State == store.InProgress && in.TakeOver && s.Match == in.Match &&
+			canEnd(s.LeaseFrom, in.Return, slack)
+		switch {
+		case unknown:
+			if !s.Present || takeover {
+				return []record{s, mine}
+			}
+			return []record{s}
+		case out.Outcome != outOK:
+			return nil
+		case out.Acquired && !s.Present && !out.TookOver,
+			out.Acquired && takeover && out.TookOver:
+			return []record{mine}
+		case !out.Acquired && s.shows(out.Record, in.Return, slack):
+			return []record{s}
+		}
+		return nil
+
+	case opRenew:
+		renewed := s
+		renewed.LeaseFrom = in.Call + in.Lease
+		switch {
+		case unknown && s.holds(in.Token):
+			return []record{s, renewed}
+		case unknown:
+			return []record{s}
+		case out.Outcome == outOK && s.holds(in.Token):
+			return []record{renewed}
+		case out.Outcome == outLeaseLost && !s.holds(in.Token):
+			return []record{s}
+		}
+		return nil
+
+	case opComplete:
+		done := s
+		done.State, done.Value, done.LeaseFrom = in.State, in.Value, 0
+		switch {
+		case unknown && s.holds(in.Token):
+			return []record{s, done}
+		case unknown:
+			return []record{s}
+		case out.Outcome == outOK && s.holds(in.Token):
+			return []record{done}
+		case out.Outcome == outOK && s.Present && s.Token == in.Token && s.State == in.State && s.Value == in.Value:
+			// The same completion again, by the holder whose first
+			// reply was lost: a store may recognise it (S3 does) and
+			// answer it as it answered the first.
+			return []record{s}
+		case out.Outcome == outLeaseLost && !s.holds(in.Token):
+			return []record{s}
+		}
+		return nil
+
+	case opRelease:
+		// The in_progress or failed record of the token; never a
+		// succeeded one.
+		releasable := s.Present && s.Token == in.Token && s.State != store.Succeeded
+		switch {
+		case unknown && releasable:
+			return []record{s, {}}
+		case unknown:
+			return []record{s}
+		case out.Outcome == outOK && releasable:
+			return []record{{}}
+		case out.Outcome == outLeaseLost && !releasable:
+			return []record{s}
+		}
+		return nil
+	}
+	return nil
+}
+
+// model is the state machine of store/doc.go for porcupine, one key per
+// partition. slack is how much earlier than our clock says a store's clock
+// may judge a lease over: the rounding of the times it keeps.
+func model(slack time.Duration) porcupine.Model {
+	sl := int64(slack)
+	nm := porcupine.NondeterministicModel{
+		Partition: partition,
+		Init:      func() []any { return []any{record{}} },
+		Step: func(state, in, out any) []any {
+			next := step(state.(record), in.(input), out.(output), sl)
+			states := make([]any, len(next))
+			for i, r := range next {
+				states[i] = r
+			}
+			return states
+		},
+		Hash: func(state any) uint64 {
+			r := state.(record)
+			h := fnv.New64a()
+			fmt.Fprint(h, r.Present, r.State, r.Token, r.Value, r.LeaseFrom)
+			return h.Sum64()
+		},
+		DescribeOperation: describe,
+		DescribeState: func(state any) string {
+			r := state.(record)
+			if !r.Present {
+				return "absent"
+			}
+			return fmt.Sprintf("%s(%x) %q lease from %v", r.State, r.Token, r.Value, time.Duration(r.LeaseFrom))
+		},
+	}
+	return nm.ToModel()
+}
+
+// partition splits a history by key: keys are independent, and each
+// partition is checked on its own.
+func partition(ops []porcupine.Operation) [][]porcupine.Operation {
+	byKey := map[string]int{}
+	var parts [][]porcupine.Operation
+	for _, op := range ops {
+		k := op.Input.(input).Key
+		i, ok := byKey[k]
+		if !ok {
+			i = len(parts)
+			byKey[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], op)
+	}
+	return parts
+}
+
+func describe(in, out any) string {
+	i, o := in.(input), out.(output)
+	var call string
+	switch i.Kind {
+	case opReserve:
+		call = fmt.Sprintf("reserve(%x, takeover %v, lease %v)", i.Token, i.TakeOver, time.Duration(i.Lease))
+	case opGet:
+		call = "get()"
+	case opRenew:
+		call = fmt.Sprintf("renew(%x, %v)", i.Token, time.Duration(i.Lease))
+	case opComplete:
+		call = fmt.Sprintf("complete(%x, %s, %q)", i.Token, i.State, i.Value)
+	case opRelease:
+		call = fmt.Sprintf("release(%x)", i.Token)
+	}
+	res := string(o.Outcome)
+	switch {
+	case o.Outcome == outUnknown:
+		res += " (" + o.Err + ")"
+	case o.Acquired && o.TookOver:
+		res = "took over"
+	case o.Acquired:
+		res = "acquired"
+	}
+	if v := o.Record; v != nil {
+		res += fmt.Sprintf(" %s(%x) %q", v.State, v.Token, v.Value)
+		if v.Stale {
+			res += " stale"
+		}
+	}
+	return call + " -> " + res
+}
