@@ -58,6 +58,14 @@ type Result struct {
 	// RequestID and CreatedAt are those of the first call.
 	RequestID string
 	CreatedAt time.Time
+	// ExpiresAt, for a replay (and the stored failure of a
+	// ConflictPreviousFailure or ConflictOutcomeUnknown), is when the key's
+	// record expires: until then every call with the key gets this outcome
+	// back; after it, the key is free and a call with it runs again.
+	ExpiresAt time.Time
+	// Waited is true when the call found the key held by a running call
+	// and waited for it to end (Policy.Wait), whatever it got then.
+	Waited bool
 	// TookOver is true when this call ran the operation after taking the key
 	// over from a holder whose lease ran out (OnStaleRetry).
 	TookOver bool
@@ -257,7 +265,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	}
 	var w waiter
 	defer w.stop()
-	woken := false
+	woken, waited := false, false
 	var handed *store.Record // the outcome handed over by a holder in this process
 	backoff := e.pollStart
 	for {
@@ -320,20 +328,20 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		case ex.Fingerprint != c.Fingerprint:
 			return Result{}, &ConflictError{Type: ConflictPayloadMismatch, Scope: c.Scope, Key: key, Record: ex}
 		case ex.State == store.Succeeded:
-			return replay(ex), nil
+			return replay(ex, waited), nil
 		case ex.State == store.Failed:
 			if failure, ok := OutcomeUnknown(ex); ok {
 				ex.Value = failure
-				return replay(ex), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: key, Record: ex}
+				return replay(ex, waited), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: key, Record: ex}
 			}
-			return replay(ex), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: key, Record: ex}
+			return replay(ex, waited), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: key, Record: ex}
 		}
 		// In progress. A stale record reaches here only under
 		// OnStaleConflict; waiting for it is pointless.
 		stale := ex.Stale(now)
 		left := time.Until(waitUntil)
 		if waitUntil.IsZero() || stale || left <= 0 {
-			return Result{}, &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: key, Record: ex, Stale: stale}
+			return Result{Waited: waited}, &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: key, Record: ex, Stale: stale}
 		}
 		if !w.subscribed() {
 			// Subscribe, then read the record again: a holder that ended
@@ -350,6 +358,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		if w.remote != nil {
 			backoff = e.pollCap
 		}
+		waited = true
 		d := min(backoff+rand.N(backoff/2+1), left)
 		t := time.NewTimer(d)
 		select {
@@ -439,8 +448,9 @@ func (w *waiter) stop() {
 	*w = waiter{}
 }
 
-func replay(r store.Record) Result {
-	return Result{Value: r.Value, Replayed: true, State: r.State, RequestID: r.RequestID, CreatedAt: r.CreatedAt}
+func replay(r store.Record, waited bool) Result {
+	return Result{Value: r.Value, Replayed: true, State: r.State, RequestID: r.RequestID, CreatedAt: r.CreatedAt,
+		ExpiresAt: r.ExpiresAt, Waited: waited}
 }
 
 func stateOf(err error) State {
