@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // KeyMode says whether a route demands a key.
@@ -90,6 +93,16 @@ type Options struct {
 	// Observe, when set, is called once per request that reached the
 	// middleware with what it did.
 	Observe func(r *http.Request, e Event)
+	// TracerProvider makes the span of each keyed request (see the
+	// package documentation's Tracing). nil means the global provider,
+	// otel.GetTracerProvider(), which records nothing until a program
+	// sets one; while the provider records nothing the middleware starts
+	// no span at all.
+	TracerProvider trace.TracerProvider
+	// Propagators read the caller's trace context (W3C traceparent) from
+	// a keyed request whose context carries no span yet. nil means the
+	// global ones, otel.GetTextMapPropagator().
+	Propagators propagation.TextMapPropagator
 }
 
 // DefaultKeepHeaders are the response headers a replay repeats. Set-Cookie,
