@@ -64,7 +64,7 @@ func newTracedServer(t *testing.T) *tracedServer {
 		server:  &server{t: t, counts: map[string]int{}},
 		rec:     rec,
 		release: make(chan struct{}), stop: make(chan struct{}), started: make(chan struct{}, 2),
-		held:    &inProgressSeen{Store: memory.New(), waiting: make(chan struct{})},
+		held: &inProgressSeen{Store: memory.New(), waiting: make(chan struct{})},
 	}
 	eng := idem.New(s.held, idem.Policy{CleanupInterval: -1}, quietOpt)
 	t.Cleanup(func() { eng.Close() })
