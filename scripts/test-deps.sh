@@ -47,6 +47,9 @@ apt_need npm npm
 ./scripts/admin-ui-deps.sh
 # clients/typescript: node_modules (npm ci) and chromium for its browser test.
 ./scripts/ts-deps.sh
+# cmd/idem: the tracing test's OTLP receiver, Jaeger, built once into the
+# cache from internal/tools/jaeger (several minutes the first time).
+./scripts/jaeger.sh install >/dev/null
 # trigger/temporal: the Temporal dev server, built once into the cache
 # (about 4 minutes the first time) and started when it is not running.
 ./scripts/temporal.sh start
