@@ -45,6 +45,10 @@ type probed struct {
 	tp     trace.TracerProvider
 	tracer trace.Tracer
 	on     bool
+	// comparable: tp's type can be compared with ==, which then never
+	// panics whatever the other operand (a provider of a type that
+	// cannot is probed again on each request).
+	comparable bool
 }
 
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator, hash func([]byte) string) *tracing {
@@ -67,7 +71,8 @@ var probeParent = trace.NewSpanContext(trace.SpanContextConfig{
 func probe(tp trace.TracerProvider) *probed {
 	tr := tp.Tracer(tracerName)
 	_, s := tr.Start(trace.ContextWithSpanContext(context.Background(), probeParent), "idem.probe")
-	return &probed{tp: tp, tracer: tr, on: s.SpanContext().SpanID() != probeParent.SpanID()}
+	return &probed{tp: tp, tracer: tr, on: s.SpanContext().SpanID() != probeParent.SpanID(),
+		comparable: reflect.TypeOf(tp).Comparable()}
 }
 
 // active returns the tracer of the provider in use, or nil when it records
@@ -77,7 +82,7 @@ func (t *tracing) active() trace.Tracer {
 	p := t.explicit
 	if p == nil {
 		tp := otel.GetTracerProvider()
-		if p = t.global.Load(); p == nil || !sameProvider(p.tp, tp) {
+		if p = t.global.Load(); p == nil || !p.comparable || p.tp != tp {
 			p = probe(tp)
 			t.global.Store(p)
 		}
@@ -86,15 +91,6 @@ func (t *tracing) active() trace.Tracer {
 		return nil
 	}
 	return p.tracer
-}
-
-// sameProvider compares providers without panicking on a provider type
-// that is not comparable (which is then probed on each request).
-func sameProvider(a, b trace.TracerProvider) bool {
-	if reflect.TypeOf(a) != reflect.TypeOf(b) || !reflect.TypeOf(a).Comparable() {
-		return false
-	}
-	return a == b
 }
 
 // spanOf is the span of one keyed request, and what its attributes are

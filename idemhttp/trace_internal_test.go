@@ -55,3 +55,15 @@ func TestTracingOnlyWithARecordingProvider(t *testing.T) {
 		t.Fatalf("probing exported %d spans", n)
 	}
 }
+
+// BenchmarkTracingOff is what tracing off adds to a keyed request: finding
+// that the global provider, never set, records nothing.
+func BenchmarkTracingOff(b *testing.B) {
+	t := newTracing(nil, nil, HashCredential)
+	b.ReportAllocs()
+	for b.Loop() {
+		if t.active() != nil {
+			b.Fatal("tracing on")
+		}
+	}
+}

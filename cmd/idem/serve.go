@@ -209,12 +209,13 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	if err != nil {
 		return nil, err
 	}
+	engStore := st // the admin API's reads are not traced
 	if tp := s.tracing.TracerProvider; tp != nil {
-		st = tracing.WrapStore(st, tp)
+		engStore = tracing.WrapStore(st, tp)
 	}
 	met := metrics.New()
 	tracker := &gateway.Tracker{}
-	s.eng = idem.New(tracker.Wrap(met.WrapStore(st)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed))
+	s.eng = idem.New(tracker.Wrap(met.WrapStore(engStore)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
