@@ -420,3 +420,26 @@ func TestTracingJaeger(t *testing.T) {
 		}
 	}
 }
+
+// A tracing setting the gateway cannot use stops it at start, naming the
+// variable, before it listens.
+func TestTracingConfigRefused(t *testing.T) {
+	t.Parallel()
+	for _, env := range [][]string{
+		{"OTEL_TRACES_EXPORTER=zipkin"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER=traceidratio", "OTEL_TRACES_SAMPLER_ARG=2"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, idemBin, "serve", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0",
+			"--admin-listen", "off", "--store", "memory:")
+		cmd.Env = append(childEnv(), env...)
+		testkit.DieWithParent(cmd)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		name, _, _ := strings.Cut(env[len(env)-1], "=")
+		if err == nil || !strings.Contains(string(out), name) || strings.Contains(string(out), "listening") {
+			t.Errorf("%q: exit %v, output:\n%s\nwant a refusal naming %s before listening", env, err, out, name)
+		}
+	}
+}
