@@ -177,7 +177,7 @@ func TestWrapStoreSpans(t *testing.T) {
 		got := ""
 		for _, kv := range sp.Attributes() {
 			if string(kv.Key) == w.attr {
-				got = kv.Value.Emit()
+				got = kv.Value.String()
 			}
 		}
 		if got != w.value {
