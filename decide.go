@@ -26,13 +26,13 @@ func decide(c Call, ex store.Record) (res Result, err error, ended bool) {
 	case ex.Fingerprint != c.Fingerprint:
 		return Result{}, &ConflictError{Type: ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: ex}, true
 	case ex.State == store.Succeeded:
-		return replay(ex), nil, true
+		return replay(ex, false), nil, true
 	case ex.State == store.Failed:
 		if failure, ok := OutcomeUnknown(ex); ok {
 			ex.Value = failure
-			return replay(ex), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: ex}, true
+			return replay(ex, false), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: ex}, true
 		}
-		return replay(ex), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: ex}, true
+		return replay(ex, false), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: ex}, true
 	}
 	return Result{}, nil, false
 }

@@ -58,6 +58,14 @@ type Result struct {
 	// RequestID and CreatedAt are those of the first call.
 	RequestID string
 	CreatedAt time.Time
+	// ExpiresAt, for a replay (and the stored failure of a
+	// ConflictPreviousFailure or ConflictOutcomeUnknown), is when the key's
+	// record expires: until then every call with the key gets this outcome
+	// back; after it, the key is free and a call with it runs again.
+	ExpiresAt time.Time
+	// Waited is true when the call found the key held by a running call
+	// and waited for it to end (Policy.Wait), whatever it got then.
+	Waited bool
 	// TookOver is true when this call ran the operation after taking the key
 	// over from a holder whose lease ran out (OnStaleRetry).
 	TookOver bool
@@ -270,7 +278,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	}
 	var w waiter
 	defer w.stop()
-	woken := false
+	woken, waited := false, false
 	var handed *store.Record // the outcome handed over by a holder in this process
 	backoff := e.pollStart
 	for {
@@ -340,13 +348,14 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			return e.run(ctx, req.Record, sent, res.TookOver, fn)
 		}
 		if res, err, ended := decide(c, ex); ended {
+			res.Waited = waited
 			return res, err
 		}
 		// In progress. A stale record reaches here only under
 		// OnStaleConflict; waiting for it is pointless.
 		left := time.Until(waitUntil)
 		if waitUntil.IsZero() || ex.Stale() || left <= 0 {
-			return Result{}, inProgress(c, ex)
+			return Result{Waited: waited}, inProgress(c, ex)
 		}
 		if !w.subscribed() {
 			// Subscribe, then read the record again: a holder that ended
@@ -363,6 +372,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		if w.remote != nil {
 			backoff = e.pollCap
 		}
+		waited = true
 		d := min(backoff+rand.N(backoff/2+1), left)
 		t := time.NewTimer(d)
 		select {
@@ -452,8 +462,9 @@ func (w *waiter) stop() {
 	*w = waiter{}
 }
 
-func replay(r store.Record) Result {
-	return Result{Value: r.Value, Replayed: true, State: r.State, RequestID: r.RequestID, CreatedAt: r.CreatedAt}
+func replay(r store.Record, waited bool) Result {
+	return Result{Value: r.Value, Replayed: true, State: r.State, RequestID: r.RequestID, CreatedAt: r.CreatedAt,
+		ExpiresAt: r.ExpiresAt, Waited: waited}
 }
 
 func stateOf(err error) State {

@@ -27,6 +27,17 @@
 //     key".
 //   - ErrGaveUp: no answer after the last attempt; Error.MayHaveRun says
 //     whether it can have reached the server.
+//   - ErrKeyExpired (which matches ErrExpired): the server forgets the key
+//     before another attempt could reach it. Sent again after that, the
+//     request would run as new, a second time if the first ran, so the
+//     transport stops and the request leaves the outbox.
+//
+// Servers say until when they keep a key (the Idempotency-Key-Expires
+// header of replays and conflicts, or key_expires_at in a problem body):
+// KeyExpires reads it from a response, Error.KeyExpires from the last
+// answer, and the outbox keeps it with a pending request (Pending.KeyExpires)
+// so that SendPending drops the request unsent once it passed. Times are on
+// this client's clock: the server's Date header says how far off it is.
 //
 // The outbox keeps one entry per scope (the user: DefaultScope), method,
 // URL and key, since servers scope keys per user and endpoint. Credentials

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Errors the transport returns, matchable with errors.Is. Each comes wrapped
@@ -27,6 +28,12 @@ var (
 	ErrOffline = errors.New("idemclient: server unreachable")
 	// ErrExpired: SendPending dropped a request older than MaxAge unsent.
 	ErrExpired = errors.New("idemclient: pending request expired")
+	// ErrKeyExpired: the server forgets the request's key before another
+	// attempt could reach it (Error.KeyExpires, as the server told it), so
+	// the transport stopped: sent again, the request would run as new,
+	// a second time if the first ran. It matches ErrExpired too; the
+	// request leaves the outbox.
+	ErrKeyExpired = fmt.Errorf("%w: the server no longer keeps its idempotency key", ErrExpired)
 )
 
 // Error is the transport's answer when a request has no final response. It
@@ -47,6 +54,10 @@ type Error struct {
 	// Kind is the problem the server named (in_progress, payload_mismatch,
 	// key_reused, previous_failure, response_not_stored, ...), or "".
 	Kind string
+	// KeyExpires is when the server forgets the key, on this client's
+	// clock (see KeyExpires), as the last answer that told it said; zero
+	// when none did.
+	KeyExpires time.Time
 	// Status, Header and Body are the last answer's, when there was one
 	// (Body up to 64 KiB).
 	Status int

@@ -28,6 +28,10 @@ type Pending struct {
 	Body   []byte      `json:"body,omitempty"`
 	// Created is when the request was first stored.
 	Created time.Time `json:"timestamp"`
+	// KeyExpires, when set, is when the server forgets the key, on this
+	// client's clock, as its last answer told (see KeyExpires):
+	// SendPending drops the request unsent after it (ErrKeyExpired).
+	KeyExpires time.Time `json:"key_expires_at,omitzero"`
 
 	// file is the name List read p from: entries written by older versions
 	// are named by their key alone, and must be removed under that name.
@@ -148,7 +152,8 @@ func syncDir(dir string) error {
 // Result is what SendPending did with one pending request: its outcome
 // (Response, its body in memory; close it all the same) or why it has none
 // (Err, an *Error or ErrExpired; the request stays pending unless it
-// expired or was refused with ErrConflict).
+// expired, its key expired (ErrKeyExpired) or it was refused with
+// ErrConflict).
 type Result struct {
 	Pending  Pending
 	Response *http.Response

@@ -202,7 +202,7 @@ func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending, fro
 	if max <= 0 {
 		max = 4
 	}
-	e := &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: fromOutbox}
+	e := &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: fromOutbox, KeyExpires: p.KeyExpires}
 	for attempt := 1; ; attempt++ {
 		e.Attempts = attempt
 		req, err := p.request(ctx, orig)
@@ -244,6 +244,22 @@ func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending, fro
 				res.Body = io.NopCloser(bytes.NewReader(body))
 			}
 			v, kind := classify(res, body)
+			if exp, ok := keyExpires(res.Header, body, t.now()); ok && v != final {
+				e.KeyExpires = exp
+				if v != conflict && t.Outbox != nil && !exp.Equal(p.KeyExpires) {
+					// Still pending: SendPending must know it too,
+					// after a restart.
+					old := p
+					p.KeyExpires, p.file = exp, "" // Put writes under the ID
+					err := t.Outbox.Put(t.stored(p))
+					if err == nil && old.file != "" && old.file != p.ID()+".json" {
+						err = t.Outbox.Remove(old) // an entry of the old layout, named by its key
+					}
+					if err != nil {
+						return nil, errors.Join(e, err)
+					}
+				}
+			}
 			switch v {
 			case final:
 				return res, t.done(p)
@@ -263,11 +279,19 @@ func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending, fro
 			e.Status, e.Header, e.Body, e.Kind = res.StatusCode, res.Header, body, kind
 			wait = retryAfter(res.Header.Get("Retry-After"))
 		}
-		if attempt >= max {
+		if attempt >= max && !t.keyGone(e.KeyExpires, 0) {
 			return nil, e
 		}
-		if wait <= 0 {
+		if wait <= 0 && attempt < max {
 			wait = t.backoff(attempt)
+		}
+		if t.keyGone(e.KeyExpires, wait) {
+			// The next attempt would reach a server that forgot the key.
+			e.Err = errors.Join(ErrKeyExpired, e.Err)
+			if err := t.done(p); err != nil {
+				return nil, errors.Join(e, err)
+			}
+			return nil, e
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -384,6 +408,13 @@ func (t *Transport) SendPending(ctx context.Context) ([]Result, error) {
 	sem := make(chan struct{}, n)
 	for i, p := range pending {
 		results[i].Pending = p
+		if t.keyGone(p.KeyExpires, 0) {
+			results[i].Err = &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: true, KeyExpires: p.KeyExpires, Err: ErrKeyExpired}
+			if err := t.Outbox.Remove(p); err != nil {
+				results[i].Err = errors.Join(results[i].Err, err)
+			}
+			continue
+		}
 		if t.now().Sub(p.Created) > maxAge {
 			results[i].Err = ErrExpired
 			if err := t.Outbox.Remove(p); err != nil {

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -8,6 +9,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
@@ -24,7 +29,21 @@ import (
 // expire after their TTL. A store that only grew would measure the garbage
 // collector scanning every record kept so far, a cost that depends on how
 // long the benchmark ran rather than on the request.
-func BenchmarkMiddleware(b *testing.B) {
+func BenchmarkMiddleware(b *testing.B) { benchMiddleware(b, nil) }
+
+// BenchmarkMiddlewareTraced is BenchmarkMiddleware with tracing on: every
+// keyed request's span sampled, batched and handed to an exporter that
+// drops it. BenchmarkMiddleware itself runs with tracing off (the global
+// provider, never set), which is what it costs an application that does
+// not trace.
+func BenchmarkMiddlewareTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { tp.Shutdown(context.Background()) })
+	benchMiddleware(b, tp)
+}
+
+func benchMiddleware(b *testing.B, tp trace.TracerProvider) {
 	const body = `{"amount":1000,"currency":"eur","customer":"cus_123"}`
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -34,7 +53,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	newMW := func(b *testing.B, p idem.Policy) http.Handler {
 		eng := idem.New(memory.New(), p)
 		b.Cleanup(func() { eng.Close() })
-		return idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet})(handler)
+		return idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet, TracerProvider: tp})(handler)
 	}
 	serve := func(b *testing.B, h http.Handler, key func(i int64) string) {
 		b.ReportAllocs()

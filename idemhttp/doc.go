@@ -37,7 +37,13 @@
 //     headers) with Idempotent-Replayed: true and Original-Request-Id;
 //   - answers conflicts (409 in progress, 422 payload mismatch or key
 //     reused) and store failures (503 with Retry-After) with RFC 9457
-//     problem+json bodies carrying idempotency_key and conflict_type.
+//     problem+json bodies carrying idempotency_key and conflict_type;
+//   - says until when a key is kept on every replay and every answer about
+//     an existing record: the Idempotency-Key-Expires header (an HTTP-date)
+//     and, in problem+json, key_expires_at (RFC 3339, UTC), both the
+//     record's expiry truncated to the second. After it a retry with the
+//     key would run as new, so clients stop retrying it then
+//     (docs/problems.md#key_expires_at).
 //
 // net/http answers a few requests itself before any handler runs (431 for
 // headers past MaxHeaderBytes, 400 for a request that is not HTTP/1.1), in
@@ -52,6 +58,30 @@
 // Responses larger than MaxResponseBytes, event streams and hijacked
 // connections pass through as they are written and are recorded without a
 // body: a retry gets 409 response_not_stored, never a second execution.
+//
+// # Tracing
+//
+// With a tracer provider that records (Options.TracerProvider, else the
+// global one once a program sets it), each keyed request gets a span named
+// "idem " and its route pattern ("idem POST /charges"): a child of the
+// span in the request's context, or else of the caller's trace context in
+// its headers (Options.Propagators; W3C traceparent). The handler's request
+// carries the span, so that the handler's own spans (an instrumented call
+// of its upstream) are its children. Its attributes:
+//
+//	http.route, http.request.method, http.response.status_code
+//	idem.outcome     executed, replayed, unprotected, or the kind of idem's
+//	                 own answer (in_progress, payload_mismatch, key_reused,
+//	                 previous_failure, outcome_unknown, ...)
+//	idem.waited      the request waited for a running holder (Policy.Wait)
+//	idem.took_over   it ran after taking the key over from a dead holder
+//	idem.scope_hash  hashes of the scope, and of scope and key, keyed like
+//	idem.key_hash    the tenant hash (Options.CredentialMAC): the raw key
+//	                 and scope appear in no attribute
+//
+// Requests without a key get no span. While the provider records nothing
+// (the global provider before it is set, a no-op one) the middleware
+// starts no span at all: tracing off costs one comparison per request.
 //
 // # Cost
 //
@@ -72,11 +102,13 @@
 // allocations do not move and are the figure to trust.
 //
 // A first execution costs 21 allocations more than the bare handler, a
-// replay 8: attempts (the capture, its header map and body buffer,
-// the engine's operation) are pooled, and nothing of them is reachable once
-// their response is sent; the handler's request is copied only when it
-// runs; a replay is written from the stored bytes, its headers cut from one
-// string; fingerprints and key hashes are hashed on the stack, the hex
-// string their only allocation; the store writes that end a call make no
-// timer unless the store asks for Done.
+// replay 8, and one more for its Idempotency-Key-Expires date (the table
+// above was measured before it): attempts (the capture, its header map and
+// body buffer, the engine's operation) are pooled, and nothing of them is
+// reachable once their response is sent; the handler's request is copied
+// only when it runs; a replay is written from the stored bytes, its headers
+// cut from one string; fingerprints and key hashes are hashed on the stack,
+// the hex string their only allocation; the store writes that end a call
+// make no timer unless the store asks for Done. Tracing off adds no
+// allocation (docs/bench/TRACING.md).
 package idemhttp

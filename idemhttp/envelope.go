@@ -16,7 +16,10 @@ type Text struct {
 // envelope many JSON APIs use instead of problem+json:
 //
 //	{"success":false,"error":{"code":"DUPLICATE_OPERATION","message":"...",
-//	 "details":{"idempotencyKey":"...","conflictType":"payload_mismatch"}}}
+//	 "details":{"idempotencyKey":"...","conflictType":"payload_mismatch",
+//	 "keyExpiresAt":"2025-06-02T09:30:00Z"}}}
+//
+// The Idempotency-Key-Expires header is set as in every shape.
 //
 // texts gives each kind its code and message; a kind missing from it gets
 // its name in capitals as the code and the problem's title as the message.
@@ -39,6 +42,9 @@ func Envelope(texts map[Kind]Text) func(w http.ResponseWriter, p *Problem) {
 		}
 		if p.RequestID != "" {
 			details["requestId"] = p.RequestID
+		}
+		if !p.KeyExpires.IsZero() {
+			details["keyExpiresAt"] = rfc3339(p.KeyExpires)
 		}
 		body := map[string]any{
 			"success": false,

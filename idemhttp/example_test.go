@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
@@ -40,9 +41,13 @@ func charges() http.Handler {
 }
 
 // The middleware with its defaults: every POST, PUT, PATCH and DELETE with
-// an Idempotency-Key runs once; retries get the first response back.
+// an Idempotency-Key runs once; retries get the first response back. An
+// answer about an existing key says until when the key is kept
+// (key_expires_at, and the Idempotency-Key-Expires header): a day after
+// its first request ended, by default. (The engine's clock is fixed here
+// so that the output is.)
 func Example() {
-	eng := idem.New(memory.New(), idem.Policy{})
+	eng := idem.New(memory.New(), idem.Policy{}, idem.WithClock(exampleClock))
 	defer eng.Close()
 	h := idemhttp.Middleware(eng, idemhttp.Options{})(charges())
 
@@ -52,8 +57,11 @@ func Example() {
 	// Output:
 	// 201 false {"charge":"ch_1"}
 	// 201 true {"charge":"ch_1"}
-	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"order-42","conflict_type":"payload_mismatch"}
+	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"order-42","conflict_type":"payload_mismatch","key_expires_at":"2025-06-02T09:30:00Z"}
 }
+
+// exampleClock is the engine's clock in the examples.
+func exampleClock() time.Time { return time.Date(2025, 6, 1, 9, 30, 0, 0, time.UTC) }
 
 // A route overrides one decision, its scope, with a function field: keys
 // are shared by everyone in an organization (X-Org-ID, set by the
@@ -85,7 +93,7 @@ func ExampleRoute_scope() {
 // fields (a client-side timestamp) still replays; one that changes the
 // answer is a conflict.
 func ExampleFingerprintFields() {
-	eng := idem.New(memory.New(), idem.Policy{})
+	eng := idem.New(memory.New(), idem.Policy{}, idem.WithClock(exampleClock))
 	defer eng.Close()
 	h := idemhttp.Middleware(eng, idemhttp.Options{
 		Routes: []idemhttp.Route{{
@@ -100,7 +108,7 @@ func ExampleFingerprintFields() {
 	// Output:
 	// 201 false {"charge":"ch_1"}
 	// 201 true {"charge":"ch_1"}
-	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"a1","conflict_type":"payload_mismatch"}
+	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"a1","conflict_type":"payload_mismatch","key_expires_at":"2025-06-02T09:30:00Z"}
 }
 
 // A server whose own answers to requests it cannot read (a header block

@@ -11,6 +11,15 @@ import (
 // "The Idempotency-Key HTTP Header Field", and Stripe).
 const HeaderName = "Idempotency-Key"
 
+// ExpiresHeader is the response header that tells a client until when the
+// server keeps its key: set on replays and on every answer about an
+// existing record (409 in_progress, outcome_unknown, previous_failure,
+// response_not_stored; 422 payload_mismatch, key_reused), as an HTTP-date
+// (IMF-fixdate). Until then a retry with the key gets the key's outcome
+// (or the same conflict); after it the key is forgotten, and a retry would
+// run the operation again, so a client stops retrying it then.
+const ExpiresHeader = "Idempotency-Key-Expires"
+
 // Errors of ParseKey; both are answered with 400.
 var (
 	ErrMultipleKeys = errors.New("idemhttp: more than one Idempotency-Key field")

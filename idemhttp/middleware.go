@@ -53,6 +53,7 @@ type middleware struct {
 	observe     func(*http.Request, Event)
 	catchAll    bool // one route, pattern "/": matching needs no ServeMux
 	exact       []exactRoute
+	trace       *tracing
 }
 
 // Compile checks opts and compiles its routes.
@@ -70,6 +71,11 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 		reqIDHeader: opts.RequestIDHeader, log: opts.Logger, observe: opts.Observe,
 	}
 	m.withDefaults(opts.CredentialMAC)
+	mac := opts.CredentialMAC
+	if mac == nil {
+		mac = HashCredential
+	}
+	m.trace = newTracing(opts.TracerProvider, opts.Propagators, mac)
 	def := opts.Profile
 	if def == nil {
 		def = IETF()
@@ -153,8 +159,18 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	ev := Event{Route: rt.Pattern}
-	defer func() { m.report(r, ev) }()
+	var sp spanOf // traces nothing unless tracing is on and r is keyed
+	if len(r.Header[HeaderName]) > 0 {
+		if tr := m.trace.active(); tr != nil {
+			r, sp = m.trace.start(tr, r, rt)
+		}
+	}
+	defer func() {
+		m.report(r, ev)
+		sp.end(&ev)
+	}()
 	c, body, p := m.newCall(w, r, rt)
+	sp.call(m.trace, c)
 	switch {
 	case p != nil:
 		m.reject(w, rt, p, &ev)
@@ -165,6 +181,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	a, pooled := m.execute(next, w, r, body, rt, c)
+	sp.res = a.res
 	switch {
 	case a.detached:
 		m.reject(w, rt, &Problem{Kind: KindUpstreamTimeout, Key: c.Key, RetryAfter: time.Second,

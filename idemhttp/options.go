@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // KeyMode says whether a route demands a key.
@@ -56,9 +59,10 @@ type Options struct {
 	// A TenantFunc that reports no tenant makes a keyed request a 401.
 	Tenant TenantFunc
 	// CredentialMAC keys the hash of credentials of the default tenant (nil
-	// Tenant) and of TenantFromHeadersMAC. nil means SHA-256 with a domain
-	// prefix; the gateway passes the HMAC of its secret, so that a dump of
-	// the store does not let anyone test guessed credentials.
+	// Tenant) and of TenantFromHeadersMAC, and the scope and key hashes in
+	// trace spans. nil means SHA-256 with a domain prefix; the gateway
+	// passes the HMAC of its secret, so that a dump of the store (or a
+	// trace) does not let anyone test guessed credentials or keys.
 	CredentialMAC func(b []byte) string
 	// MaxRequestBytes bounds the body read before reserving a key; a larger
 	// body gets 413. 0 means 10 MiB.
@@ -90,6 +94,16 @@ type Options struct {
 	// Observe, when set, is called once per request that reached the
 	// middleware with what it did.
 	Observe func(r *http.Request, e Event)
+	// TracerProvider makes the span of each keyed request (see the
+	// package documentation's Tracing). nil means the global provider,
+	// otel.GetTracerProvider(), which records nothing until a program
+	// sets one; while the provider records nothing the middleware starts
+	// no span at all.
+	TracerProvider trace.TracerProvider
+	// Propagators read the caller's trace context (W3C traceparent) from
+	// a keyed request whose context carries no span yet. nil means the
+	// global ones, otel.GetTextMapPropagator().
+	Propagators propagation.TextMapPropagator
 }
 
 // DefaultKeepHeaders are the response headers a replay repeats. Set-Cookie,

@@ -92,6 +92,10 @@ type Problem struct {
 	RequestID string
 	// RetryAfter, when positive, is sent as a Retry-After header.
 	RetryAfter time.Duration
+	// KeyExpires, when set, is when the record the answer is about
+	// expires (the conflicts): sent as the Idempotency-Key-Expires header
+	// (ExpiresHeader) and, in problem+json, the key_expires_at member.
+	KeyExpires time.Time
 }
 
 // PreviousFailure is the first response to a key that failed.
@@ -124,6 +128,7 @@ type problemJSON struct {
 	ConflictType    Kind             `json:"conflict_type,omitempty"`
 	PreviousFailure *PreviousFailure `json:"previous_failure,omitempty"`
 	RequestID       string           `json:"request_id,omitempty"`
+	KeyExpiresAt    string           `json:"key_expires_at,omitempty"`
 }
 
 // routeKey is the context key of the route a request matched.
@@ -150,8 +155,8 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 }
 
 // WriteProblemJSON writes p as application/problem+json (RFC 9457) with the
-// members type, title, status, detail, idempotency_key, conflict_type
-// and request_id.
+// members type, title, status, detail, idempotency_key, conflict_type,
+// request_id and key_expires_at (RFC 3339, UTC).
 func WriteProblemJSON(w http.ResponseWriter, p *Problem) {
 	body := problemJSON{
 		Type:            ProblemTypeBase + string(p.Kind),
@@ -162,11 +167,29 @@ func WriteProblemJSON(w http.ResponseWriter, p *Problem) {
 		PreviousFailure: p.Previous,
 		RequestID:       p.RequestID,
 	}
+	if !p.KeyExpires.IsZero() {
+		body.KeyExpiresAt = rfc3339(p.KeyExpires)
+	}
 	if p.Kind.IsConflict() {
 		body.ConflictType = p.Kind
 	}
 	writeJSON(w, p, "application/problem+json", body)
 }
+
+// setExpires sets the Idempotency-Key-Expires header to t, unless t is zero.
+func setExpires(h http.Header, t time.Time) {
+	if !t.IsZero() {
+		h[ExpiresHeader] = []string{httpDate(t)}
+	}
+}
+
+// httpDate formats t as an HTTP-date (IMF-fixdate). Both formats of the
+// expiry drop the fraction of a second, so that neither says later than
+// the record really expires.
+func httpDate(t time.Time) string { return t.UTC().Format(http.TimeFormat) }
+
+// rfc3339 formats t in RFC 3339, in UTC, to the second.
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func writeJSON(w http.ResponseWriter, p *Problem, contentType string, body any) {
 	b, err := json.Marshal(body)
@@ -180,6 +203,7 @@ func writeJSON(w http.ResponseWriter, p *Problem, contentType string, body any) 
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((p.RetryAfter+time.Second-1)/time.Second)))
 	}
+	setExpires(h, p.KeyExpires)
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(b)
 }

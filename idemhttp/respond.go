@@ -87,11 +87,11 @@ func (m *middleware) unrecorded(w http.ResponseWriter, rt *route, c idem.Call, a
 	case rec.Fingerprint != c.Fingerprint:
 		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	case rec.State == store.Succeeded:
-		m.replay(w, nil, rt, c.Key, idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID}, ev)
+		m.replay(w, nil, rt, c.Key, idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID, ExpiresAt: rec.ExpiresAt}, ev)
 	case isUnknown(rec):
 		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	default:
-		res := idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID}
+		res := idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID, ExpiresAt: rec.ExpiresAt}
 		m.conflict(w, rt, c.Key, res, &idem.ConflictError{Type: idem.ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
 	}
 }
@@ -127,9 +127,10 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, rt *route, c
 	}
 }
 
-// conflict answers an existing record that keeps the call from running.
+// conflict answers an existing record that keeps the call from running,
+// saying until when the record is kept.
 func (m *middleware) conflict(w http.ResponseWriter, rt *route, key string, res idem.Result, ce *idem.ConflictError, ev *Event) {
-	p := &Problem{Key: key}
+	p := &Problem{Key: key, KeyExpires: ce.Record.ExpiresAt}
 	switch ce.Type {
 	case idem.ConflictPreviousFailure:
 		if rt.eng.Policy().OnFailure == idem.OnFailureCache {
@@ -170,13 +171,13 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, rt *route, k
 			m.log.Error("idem: stored response unreadable", "key", key, "err", err)
 			detail = "the stored response cannot be read"
 		}
-		m.reject(w, rt, &Problem{Kind: KindResponseNotStored, Key: key, Detail: detail}, ev)
+		m.reject(w, rt, &Problem{Kind: KindResponseNotStored, Key: key, Detail: detail, KeyExpires: res.ExpiresAt}, ev)
 		return
 	}
 	prof := rt.profile
 	var extra headerValues
 	status, _, body, _ := decodeInto(res.Value, h, &extra)
-	extra.grow(4) // when the response stored no header
+	extra.grow(5) // when the response stored no header
 	if prof.BodyFlag != "" {
 		if b, ok := withFlag(body, prof.BodyFlag, true); ok {
 			body = b
@@ -190,6 +191,9 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, rt *route, k
 	}
 	if prof.CachedHeader != "" {
 		extra.set(h, prof.CachedHeader, "true")
+	}
+	if !res.ExpiresAt.IsZero() {
+		extra.set(h, ExpiresHeader, httpDate(res.ExpiresAt))
 	}
 	extra.set(h, "Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)

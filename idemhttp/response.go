@@ -121,7 +121,7 @@ func decodeInto(b []byte, h http.Header, hv *headerValues) (status int, notStore
 	if hv == nil {
 		hv = &headerValues{}
 	}
-	hv.grow(count + 4)
+	hv.grow(count + 5) // and the replay's own headers (see replay)
 	off = 0
 	for range count {
 		ks, ke, _ := field()

@@ -158,6 +158,9 @@ func compileRoute(eng *idem.Engine, rt Route, def *Profile) (*route, error) {
 		if p.Status == 0 {
 			p.Status = prof.status(p.Kind)
 		}
+		// In every shape, a profile's own writer's too: clients read the
+		// expiry from the header whatever the body looks like.
+		setExpires(w.Header(), p.KeyExpires)
 		write(w, p)
 	}
 	return r, nil

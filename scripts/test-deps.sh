@@ -50,6 +50,9 @@ apt_need npm npm
 # store/dynamodb: dynalite (npm) in the cache, started on 127.0.0.1:8000
 # unless a server already answers there.
 ./scripts/dynalite.sh start
+# cmd/idem: the tracing test's OTLP receiver, Jaeger, built once into the
+# cache from internal/tools/jaeger (several minutes the first time).
+./scripts/jaeger.sh install >/dev/null
 # trigger/temporal: the Temporal CLI, built once into the cache (about 4
 # minutes the first time). `make test` starts its dev server around the
 # module's tests and stops it after (scripts/temporal.sh run).

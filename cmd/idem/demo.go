@@ -71,7 +71,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := startServer(ctx, cfg, log)
+	s, err := startServer(ctx, cfg, log, c.m.Getenv)
 	if err != nil {
 		return fmt.Errorf("%w (choose other addresses with --listen and --admin-listen)", err)
 	}

@@ -41,6 +41,21 @@
 // timeout) problem+json; when the upstream could not even be reached, the
 // key is released so the retry runs.
 //
+// # Traces
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) set, the
+// gateway sends OpenTelemetry traces over OTLP/HTTP: a server span per
+// request under the caller's traceparent, for a keyed request a span of
+// idem's (route, outcome, whether it waited, scope and key as keyed hashes
+// only) with the store operations and the upstream call as its children,
+// and the trace context carried on to the upstream in traceparent. The
+// standard variables choose the rest (OTEL_SERVICE_NAME, default idem;
+// OTEL_TRACES_SAMPLER; OTEL_PROPAGATORS; the exporter's headers and TLS);
+// a value the gateway cannot use is refused at start. Without an exporter
+// configured, or with OTEL_TRACES_EXPORTER=none, tracing is off and costs
+// nothing. The last spans are sent at shutdown. See package
+// internal/tracing.
+//
 // # Admin listener
 //
 // admin_listen (default 127.0.0.1:9090; "off" disables it) serves
@@ -61,6 +76,6 @@
 // On SIGINT or SIGTERM /readyz turns 503 at once; the gateway keeps serving
 // for drain_delay (0 by default) so that a load balancer notices, then stops
 // accepting, lets in-flight requests finish and record their outcomes (up to
-// shutdown_timeout, 30 s), and closes the store. A second signal exits at
-// once.
+// shutdown_timeout, 30 s), closes the store and sends the spans not sent
+// yet. A second signal exits at once.
 package main

@@ -49,12 +49,12 @@ func TestMain(m *testing.M) {
 }
 
 // childEnv is the environment of the processes the tests start: none of
-// the operator's IDEM_* settings, and no 1 s sleep at exit under the race
-// detector.
+// the operator's IDEM_* and OTEL_* settings (a test that traces sets its
+// own), and no 1 s sleep at exit under the race detector.
 func childEnv() []string {
 	env := []string{"GORACE=atexit_sleep_ms=0"}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "IDEM_") && !strings.HasPrefix(kv, "GORACE=") {
+		if !strings.HasPrefix(kv, "IDEM_") && !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "GORACE=") {
 			env = append(env, kv)
 		}
 	}
@@ -76,9 +76,15 @@ type proc struct {
 // start runs idem with args. onLine sees every line of stdout and stderr.
 func start(t *testing.T, name string, onLine func(string), args ...string) *proc {
 	t.Helper()
+	return startEnv(t, name, nil, onLine, args...)
+}
+
+// startEnv is start with env added to the child's environment.
+func startEnv(t *testing.T, name string, env []string, onLine func(string), args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(idemBin, args...)
-	p.cmd.Env = childEnv()
+	p.cmd.Env = append(childEnv(), env...)
 	testkit.DieWithParent(p.cmd)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -207,6 +213,13 @@ type gw struct {
 // /readyz answers 200.
 func startGateway(t *testing.T, upstream, dir, yaml string, extra ...string) *gw {
 	t.Helper()
+	return startGatewayEnv(t, nil, upstream, dir, yaml, extra...)
+}
+
+// startGatewayEnv is startGateway with env added to the gateway's
+// environment.
+func startGatewayEnv(t *testing.T, env []string, upstream, dir, yaml string, extra ...string) *gw {
+	t.Helper()
 	args := []string{"serve", "--upstream", upstream, "--listen", "127.0.0.1:0",
 		"--admin-listen", "127.0.0.1:0", "--log-format", "json"}
 	if dir != "" {
@@ -222,7 +235,7 @@ func startGateway(t *testing.T, upstream, dir, yaml string, extra ...string) *gw
 	args = append(args, extra...)
 	type addrs struct{ addr, admin string }
 	ready := make(chan addrs, 1)
-	p := start(t, "idem serve", func(line string) {
+	p := startEnv(t, "idem serve", env, func(line string) {
 		var m struct {
 			Msg       string `json:"msg"`
 			Addr      string `json:"addr"`

@@ -15,12 +15,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/internal/gateway"
 	"github.com/idem-dev/idem/internal/metrics"
+	"github.com/idem-dev/idem/internal/tracing"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 )
@@ -44,7 +47,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		// first calls per second on 2 cores. GOGC overrides it.
 		debug.SetGCPercent(400)
 	}
-	s, err := startServer(ctx, cfg, log)
+	s, err := startServer(ctx, cfg, log, c.m.Getenv)
 	if err != nil {
 		return err
 	}
@@ -135,6 +138,7 @@ type server struct {
 	draining atomic.Bool
 	errc     chan error
 	fresh    freshConns
+	tracing  *tracing.Setup
 }
 
 // freshConns tracks connections on which no request has arrived yet.
@@ -172,8 +176,9 @@ func (f *freshConns) closeOlder(age time.Duration) {
 }
 
 // startServer opens the store, builds the handlers and starts listening.
-// The listeners are open when it returns.
-func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *server, err error) {
+// The listeners are open when it returns. getenv reads the OTEL_* variables
+// that configure tracing.
+func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string) (_ *server, err error) {
 	built, err := cfg.Build()
 	if err != nil {
 		return nil, err
@@ -193,6 +198,9 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			s.closeAll()
 		}
 	}()
+	if s.tracing, err = startTracing(ctx, getenv, log); err != nil {
+		return nil, err
+	}
 	s.opened, err = dsn.Open(ctx, cfg.Store, dsn.Options{Logger: log, Migrate: cfg.MigrateEnabled()})
 	if err != nil {
 		return nil, err
@@ -201,9 +209,13 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if err != nil {
 		return nil, err
 	}
+	engStore := st // the admin API's reads are not traced
+	if tp := s.tracing.TracerProvider; tp != nil {
+		engStore = tracing.WrapStore(st, tp)
+	}
 	met := metrics.New(built.Patterns()...) // every route's series exists from the start
 	tracker := &gateway.Tracker{}
-	s.eng = idem.New(tracker.Wrap(met.WrapStore(st)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed))
+	s.eng = idem.New(tracker.Wrap(met.WrapStore(engStore)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -214,6 +226,8 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		UpstreamDeadline: time.Duration(cfg.UpstreamDeadline),
 		Logger:           log,
 		OnUpstreamError:  met.UpstreamError,
+		TracerProvider:   s.tracing.TracerProvider,
+		Propagators:      s.tracing.Propagators,
 	})
 	if err != nil {
 		return nil, err
@@ -337,6 +351,29 @@ func (s *server) closeAll() {
 		}
 		s.opened = nil
 	}
+	// Last: the spans of the requests that just finished are sent now.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Shutdown(ctx); err != nil {
+		s.log.Warn("idem: sending the last spans", "err", err)
+	}
+}
+
+// startTracing sets tracing up from the OTEL_* variables; see package
+// internal/tracing. Its own errors (a collector that cannot be reached)
+// are logged, never fatal.
+func startTracing(ctx context.Context, getenv func(string) string, log *slog.Logger) (*tracing.Setup, error) {
+	t, err := tracing.FromEnv(ctx, getenv, version())
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	if t.TracerProvider == nil {
+		log.Debug("idem: tracing off (set OTEL_EXPORTER_OTLP_ENDPOINT to send traces)")
+		return t, nil
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("idem: tracing", "err", err) }))
+	log.Info("idem: tracing", "endpoint", t.Endpoint, "service", t.Service, "sampler", t.Sampler)
+	return t, nil
 }
 
 // sealStore wraps the opened store with the configured secret, or says at

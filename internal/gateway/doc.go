@@ -25,5 +25,10 @@
 //     makes ReverseProxy panic with http.ErrAbortHandler, which the
 //     middleware records the same way);
 //   - at shutdown, cuts off the upstream calls still running past
-//     shutdown_timeout (Abort), so their keys end as outcome unknown.
+//     shutdown_timeout (Abort), so their keys end as outcome unknown;
+//   - given a tracer provider (Options.TracerProvider), traces every
+//     request (otelhttp's server span, the middleware's span of a keyed
+//     call, otelhttp's client span around the upstream call) and carries
+//     the trace context to the upstream; without one it makes no span and
+//     passes the caller's traceparent on as it came.
 package gateway

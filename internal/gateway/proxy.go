@@ -13,6 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
 )
@@ -35,6 +40,16 @@ type Options struct {
 	// OnUpstreamError, when set, is told of every failed upstream call:
 	// "unreachable" (nothing was sent), "timeout" or "error".
 	OnUpstreamError func(kind string)
+	// TracerProvider, when set, traces every request: a server span
+	// (otelhttp) under the caller's trace context, the middleware's span
+	// of a keyed call under it, and a client span around the upstream call
+	// whose context travels to the upstream in traceparent. nil means no
+	// tracing: the proxy makes no span and passes the caller's traceparent
+	// on as it came.
+	TracerProvider trace.TracerProvider
+	// Propagators read the caller's trace context and write it to the
+	// upstream; nil means W3C trace context and baggage.
+	Propagators propagation.TextMapPropagator
 }
 
 // Proxy is the gateway's main handler.
@@ -80,6 +95,15 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.Transport == nil {
 		opts.Transport = NewTransport(opts.UpstreamDeadline)
+	}
+	tp, prop := opts.TracerProvider, opts.Propagators
+	if tp != nil {
+		if prop == nil {
+			prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+		}
+		opts.Transport = otelhttp.NewTransport(opts.Transport, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(prop),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "upstream " + r.Method }))
+		opts.Middleware.TracerProvider, opts.Middleware.Propagators = tp, prop
 	}
 	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger}
 	p.calls = newCalls(opts.UpstreamDeadline)
@@ -140,6 +164,10 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.routes = routes
 	p.handler = routes.Wrap(p.bounded(rp))
+	if tp != nil {
+		p.handler = otelhttp.NewHandler(p.handler, "idem", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(prop),
+			otelhttp.WithMeterProvider(noop.NewMeterProvider()))
+	}
 	return p, nil
 }
 
