@@ -47,7 +47,7 @@ func charges() http.Handler {
 // its first request ended, by default. (The engine's clock is fixed here
 // so that the output is.)
 func Example() {
-	eng := idem.New(memory.New(), idem.Policy{}, idem.WithClock(exampleClock))
+	eng := idem.New(memory.New(memory.WithClock(exampleClock)), idem.Policy{}, idem.WithClock(exampleClock))
 	defer eng.Close()
 	h := idemhttp.Middleware(eng, idemhttp.Options{})(charges())
 
@@ -93,7 +93,7 @@ func ExampleRoute_scope() {
 // fields (a client-side timestamp) still replays; one that changes the
 // answer is a conflict.
 func ExampleFingerprintFields() {
-	eng := idem.New(memory.New(), idem.Policy{}, idem.WithClock(exampleClock))
+	eng := idem.New(memory.New(memory.WithClock(exampleClock)), idem.Policy{}, idem.WithClock(exampleClock))
 	defer eng.Close()
 	h := idemhttp.Middleware(eng, idemhttp.Options{
 		Routes: []idemhttp.Route{{

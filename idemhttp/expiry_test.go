@@ -28,8 +28,9 @@ type expiryServer struct {
 
 func newExpiryServer(t *testing.T) *expiryServer {
 	t.Helper()
+	clock := testkit.NewClock()
 	s := &expiryServer{
-		server:  &server{t: t, clock: testkit.NewClock(), store: memory.New(), counts: map[string]int{}},
+		server:  &server{t: t, clock: clock, store: memory.New(memory.WithClock(clock.Now)), counts: map[string]int{}},
 		release: make(chan struct{}), started: make(chan struct{}, 1),
 	}
 	s.eng = idem.New(s.store, idem.Policy{CleanupInterval: -1}, idem.WithClock(s.clock.Now), quietOpt)
