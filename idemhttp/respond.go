@@ -71,34 +71,35 @@ func commit(w http.ResponseWriter, cap *capture, prof *Profile) {
 // The held response is never sent: the client gets what a retry gets.
 func (m *middleware) unrecorded(w http.ResponseWriter, rt *route, c idem.Call, a *attempt, ev *Event) {
 	m.log.Error("idem: outcome not recorded; answering what a retry gets", "key", c.Key, "scope", c.Scope,
-		"request_id", c.RequestID, "err", a.err)
+		"request_id", c.RequestID, "kept", a.res.Kept, "err", a.err)
 	notRecorded := &Problem{Kind: KindOutcomeNotRecorded, Key: c.Key, RequestID: c.RequestID, RetryAfter: time.Second,
 		Detail: "the call may have run, but its outcome could not be recorded; retry with the same Idempotency-Key"}
+	if a.res.Kept {
+		notRecorded.Detail = "the call ran, but the idempotency store would not take its outcome yet: " +
+			"this server keeps it, records it as soon as the store accepts, and answers retries of this key from it. " +
+			"Retry with the same Idempotency-Key: the call is not run again while this server runs"
+	}
+	if !errors.Is(a.err, idem.ErrLeaseLost) {
+		// The store failed: the key is still this call's, and a retry
+		// gets its outcome once recorded (or kept), never a second run.
+		m.reject(w, rt, notRecorded, ev)
+		return
+	}
+	// Another call has the key now: answer what a retry gets, decided as
+	// Do decides it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(context.Background()), 5*time.Second)
 	defer cancel()
-	rec, err := rt.eng.Lookup(ctx, c.Scope, c.Key)
+	res, err := rt.eng.Peek(ctx, c)
+	var ce *idem.ConflictError
 	switch {
-	case err != nil || (a.token != 0 && rec.Token == a.token):
-		m.reject(w, rt, notRecorded, ev)
-	case rec.State == store.InProgress:
-		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictInProgress, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
-	case rec.Binding != c.Binding:
-		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictKeyReused, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
-	case rec.Fingerprint != c.Fingerprint:
-		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
-	case rec.State == store.Succeeded:
-		m.replay(w, nil, rt, c.Key, idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID, ExpiresAt: rec.ExpiresAt}, ev)
-	case isUnknown(rec):
-		m.conflict(w, rt, c.Key, idem.Result{}, &idem.ConflictError{Type: idem.ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
+	case err == nil:
+		m.replay(w, nil, rt, c.Key, res, ev)
+	case errors.As(err, &ce):
+		m.conflict(w, rt, c.Key, res, ce, ev)
 	default:
-		res := idem.Result{Value: rec.Value, Replayed: true, State: rec.State, RequestID: rec.RequestID, ExpiresAt: rec.ExpiresAt}
-		m.conflict(w, rt, c.Key, res, &idem.ConflictError{Type: idem.ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: rec}, ev)
+		// Released since, or the store does not answer.
+		m.reject(w, rt, notRecorded, ev)
 	}
-}
-
-func isUnknown(rec store.Record) bool {
-	_, ok := idem.OutcomeUnknown(rec)
-	return ok
 }
 
 // answer answers a request whose handler did not run for it: a replay, a
@@ -113,6 +114,13 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, rt *route, c
 	case errors.As(err, &ce):
 		m.log.Info("idem: conflict", "key", c.Key, "scope", c.Scope, "conflict_type", ce.Type)
 		m.conflict(w, rt, c.Key, res, ce, ev)
+	case errors.Is(err, store.ErrNoSpace):
+		// 503 rather than WebDAV's 507: clients and their retry policies
+		// know to come back after a 503 with Retry-After.
+		m.log.Error("idem: store full", "key", c.Key, "err", err)
+		m.reject(w, rt, &Problem{Kind: KindStoreUnavailable, Key: c.Key, RetryAfter: 5 * time.Second,
+			Detail: "the idempotency store has no space left to record new calls; nothing was executed. " +
+				"Outcomes already recorded are still replayed; retry later"}, ev)
 	case errors.Is(err, idem.ErrStoreUnavailable):
 		m.log.Error("idem: store unavailable", "key", c.Key, "err", err)
 		m.reject(w, rt, &Problem{Kind: KindStoreUnavailable, Key: c.Key, RetryAfter: time.Second,
