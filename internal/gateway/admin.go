@@ -104,7 +104,7 @@ const healthScope, healthKey = "idem:healthz", "probe"
 // Admin returns the admin listener's handler:
 //
 //	GET  /healthz                 liveness: the process serves (200)
-//	GET  /readyz                  readiness: not draining, store and upstream reachable;
+//	GET  /readyz                  readiness: not draining, store reachable and writable, upstream reachable;
 //	                              ?upstream=report reports the upstream without gating on it
 //	GET  /metrics                 Prometheus
 //	GET  /                        the admin page (token)
@@ -211,6 +211,12 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		a.o.Logger.Warn("idem: readiness: the store does not answer", "err", err)
 		res["store"], status = err.Error(), http.StatusServiceUnavailable
+	} else if werr := writable(ctx, a.o.Store); werr != nil {
+		// A full disk: replays of recorded outcomes still work, new calls
+		// do not. Not ready, so that traffic goes to replicas that can
+		// take them; /healthz stays 200, since a restart frees no space.
+		a.o.Logger.Warn("idem: readiness: the store cannot write", "err", werr)
+		res["store"], status = "not writable: "+werr.Error(), http.StatusServiceUnavailable
 	} else {
 		res["store"] = "ok"
 		res["store_latency"] = time.Since(start).String()
@@ -233,6 +239,23 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 		res["status"] = "unavailable"
 	}
 	writeJSON(w, status, res)
+}
+
+// writable reports why s cannot take new writes, for the stores that can
+// tell (the embedded ones, on a full disk), looking through the wrappers
+// the gateway puts around its store; nil when it can, or cannot tell.
+func writable(ctx context.Context, s store.Store) error {
+	for s != nil {
+		if w, ok := s.(interface{ Writable(context.Context) error }); ok {
+			return w.Writable(ctx)
+		}
+		u, ok := s.(interface{ Unwrap() store.Store })
+		if !ok {
+			return nil
+		}
+		s = u.Unwrap()
+	}
+	return nil
 }
 
 // keyParams reads scope (or method, path and tenant, when the routes can

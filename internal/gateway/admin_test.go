@@ -397,3 +397,27 @@ func TestAdminScopeFromRoute(t *testing.T) {
 		t.Errorf("uncovered path = %d %s", code, body)
 	}
 }
+
+// unwritable is a store whose disk is full: reads work, writes do not.
+type unwritable struct{ store.Store }
+
+func (unwritable) Writable(context.Context) error { return store.ErrNoSpace }
+
+// TestReadyzStoreNotWritable: a store that cannot write (an embedded store
+// on a full disk) makes the gateway not ready, saying why, through the
+// wrappers the gateway puts around it; liveness stays up.
+func TestReadyzStoreNotWritable(t *testing.T) {
+	t.Parallel()
+	tr := &Tracker{}
+	h := Admin(AdminOptions{Store: tr.Wrap(unwritable{memory.New()}), HealthTimeout: time.Second})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "not writable") {
+		t.Fatalf("/readyz on a full store: %d %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/healthz on a full store: %d", rec.Code)
+	}
+}
