@@ -56,7 +56,8 @@ start() {
 		return
 	fi
 	mkdir -p "$RUN"
-	setsid "$BIN" --host 127.0.0.1 --port "$PORT" \
+	# The guard keeps a request aborted by its client from ending the server.
+	setsid node --require "$(cd "$(dirname "$0")" && pwd)/dynalite-guard.cjs" "$DIR/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$PORT" \
 		--createTableMs 0 --deleteTableMs 0 --updateTableMs 0 >"$RUN/log" 2>&1 </dev/null &
 	echo $! >"$RUN/pid"
 	for _ in $(seq 100); do

@@ -254,7 +254,13 @@ func partition(ops []porcupine.Operation) [][]porcupine.Operation {
 }
 
 func describe(in, out any) string {
-	i, o := in.(input), out.(output)
+	// porcupine's drawing also asks about the states between operations,
+	// which have no input or output.
+	i, iok := in.(input)
+	o, ook := out.(output)
+	if !iok || !ook {
+		return ""
+	}
 	var call string
 	switch i.Kind {
 	case opReserve:
