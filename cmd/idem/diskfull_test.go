@@ -422,6 +422,10 @@ func (s *diskState) orphans(g *gw, keys []string, when string) (rerun int, kinds
 			rerun++
 			s.rerun[key] = true
 			s.acked[key] = r.Body
+		case n == 1 && k == "replayed":
+			// Its outcome was written before the gateway went: it is
+			// acknowledged now, and must replay as it does here.
+			s.acked[key] = r.Body
 		case n == 1 && k != "acked":
 		default:
 			t.Errorf("%s: key kept by a gone gateway: %v after %d runs upstream", when, r, n)
