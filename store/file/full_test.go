@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/tmpdisk"
 	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/internal/tmpdisk"
 )
 
 // The full-disk tests run the store on a tmpfs of 12 MiB (the size of the

@@ -1,6 +1,7 @@
 // Package tmpdisk gives tests a small disk to fill: a tmpfs of a chosen
 // size, mounted for one test. The embedded stores' full-disk tests run on
-// it.
+// it, and so does the gateway's (cmd/idem), which is why it lives here
+// rather than under store/.
 package tmpdisk
 
 import (
