@@ -248,3 +248,22 @@ func TestModel(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownAfterEveryReturn: an operation whose outcome is unknown and
+// that began after every other had returned is placed after its call, not
+// before it: such a history is linearizable.
+func TestUnknownAfterEveryReturn(t *testing.T) {
+	h := &History{}
+	key := "k"
+	h.ops = append(h.ops,
+		porcupine.Operation{ClientId: 0, Call: 0, Return: 10,
+			Input:  input{Key: key, Kind: opReserve, Token: 1, Match: "m", Ident: "i", Call: 0, Return: 10, Lease: 1000},
+			Output: output{Outcome: outOK, Acquired: true}},
+		porcupine.Operation{ClientId: 1, Call: 20, Return: never,
+			Input:  input{Key: key, Kind: opGet, Call: 20, Return: never},
+			Output: output{Outcome: outUnknown}},
+	)
+	if res, _ := h.Check(0); res != porcupine.Ok {
+		t.Fatalf("check: %v, want Ok", res)
+	}
+}

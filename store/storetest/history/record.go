@@ -130,10 +130,13 @@ func keyPrefix() string { return fmt.Sprintf("h%08x", rand.Uint32()) }
 // porcupine.Visualize.
 func (h *History) Check(timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
 	// An operation that may take effect at any time returns just after
-	// the last one that did return: any effect it has later is seen by
-	// nobody, and the drawing keeps its scale.
+	// the last one that did return (and after every call): any effect it
+	// has later is seen by nobody, and the drawing keeps its scale.
+	// After every call too: an operation that began after every other had
+	// returned must not be made to return before it began.
 	var last int64
 	for _, op := range h.ops {
+		last = max(last, op.Call)
 		if op.Return != never {
 			last = max(last, op.Return)
 		}
