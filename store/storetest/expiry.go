@@ -87,9 +87,11 @@ func testCleanup(t *testing.T, h Harness) {
 		}
 	}
 	// Nothing has expired yet, unless writing the records took longer
-	// than their lifetime (a loaded machine): then the check says nothing.
-	if n, err := s.Cleanup(ctx, 0); err != nil || (n != 0 && !h.NativeExpiry && time.Since(setup) < ttl/2) {
-		t.Fatalf("Cleanup before anything expired: %d, %v", n, err)
+	// than their lifetime (a loaded machine): then the early Cleanup may
+	// remove some, and the two together must remove them all.
+	early, err := s.Cleanup(ctx, 0)
+	if err != nil || (early != 0 && !h.NativeExpiry && time.Since(setup) < ttl/2) {
+		t.Fatalf("Cleanup before anything expired: %d, %v", early, err)
 	}
 	for _, r := range expired {
 		waitGone(t, s, r, ttl)
@@ -98,8 +100,8 @@ func testCleanup(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !h.NativeExpiry && n != len(expired) {
-		t.Fatalf("Cleanup removed %d, want %d", n, len(expired))
+	if !h.NativeExpiry && early+n != len(expired) {
+		t.Fatalf("Cleanup removed %d (and %d before), want %d", n, early, len(expired))
 	}
 	for _, r := range live {
 		mustGet(t, s, r)
