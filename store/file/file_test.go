@@ -19,7 +19,6 @@ import (
 
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/internal/expiry"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -80,46 +79,78 @@ func TestConformanceSmallSegments(t *testing.T) {
 	})
 }
 
-// indexKeys lists what the in-memory index is keyed by.
+// indexKeys lists what the in-memory index is keyed by: the first 16
+// bytes of each key hash (the stripe's number and the entry's tag), each
+// completed with the rest of the hash from the frame the entry points to,
+// which is what the tag stands for.
 func indexKeys(s *Store) []string {
 	var keys []string
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		for _, e := range st.entries {
-			keys = append(keys, e.rec.KeyHash())
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state == stateFree {
+				continue
+			}
+			var head [bodyHeader]byte
+			if _, err := s.log.segment(e.seg).f.ReadAt(head[:], int64(e.off)+frameHeader); err != nil {
+				panic(err)
+			}
+			keys = append(keys, fmt.Sprintf("%02x%x%x", i, e.tag, head[9+16:41]))
 		}
 		st.mu.Unlock()
 	}
 	return keys
 }
 
-// checkIndex verifies that every record has an expiry item at its
-// ExpiresAt, and that each segment's
+// checkIndex verifies that every record has an expiry item in its
+// ExpiresAt's second, that its frame on disk is its key's and agrees with
+// the index, that the table finds every slot, and that each segment's
 // live bytes are the frames the index points to. It returns the records.
 func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	t.Helper()
 	records := map[string]*store.Record{}
-	live := map[*segment]int64{}
-	items := map[expiry.Item[keyID]]bool{}
-	for _, it := range s.exp.Items() {
-		items[it] = true
-	}
+	live := map[uint32]int64{}
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		for id, e := range st.entries {
-			r, err := s.record(&e, s.clock.Now())
+		n := 0
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state == stateFree {
+				continue
+			}
+			n++
+			if got, ok := st.find(e.tag); !ok || got != slot {
+				t.Fatalf("stripe %d: slot %d is not found by its tag (%d %v)", i, slot, got, ok)
+			}
+			var id keyID
+			id[0] = byte(i)
+			copy(id[1:], e.tag[:])
+			// The frame holds the whole key hash: the tag's rest is read
+			// from it.
+			seg := s.log.segment(e.seg)
+			var head [bodyHeader]byte
+			if _, err := seg.f.ReadAt(head[:], int64(e.off)+frameHeader); err != nil {
+				t.Fatal(err)
+			}
+			copy(id[:], head[9:41])
+			r, err := s.record(&id, e, s.clock.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
+			if nanos(r.ExpiresAt) != e.exp || stateOf(r.State) != e.state {
+				t.Fatalf("record %s: the index says %d %d, the frame %v %s", r.KeyHash, e.exp, e.state, r.ExpiresAt, r.State)
+			}
 			records[r.KeyHash] = &r
 			live[e.seg] += int64(e.size)
-			it := expiry.ItemOf(e.rec.ExpiresAt(), id)
-			if !items[it] {
-				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, e.rec.ExpiresAt())
+			if !s.exp.has(expSec(e.exp), ref(i, slot)) {
+				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, r.ExpiresAt)
 			}
-			delete(items, it)
+		}
+		if n != st.used {
+			t.Fatalf("stripe %d counts %d entries, holds %d", i, st.used, n)
 		}
 		st.mu.Unlock()
 	}
@@ -127,8 +158,8 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	// costs Cleanup one visit, once its time comes.
 	s.log.mu.Lock()
 	for _, seg := range s.log.segs {
-		if got := seg.live.Load(); got != live[seg] {
-			t.Fatalf("segment %d counts %d live bytes, the index points to %d", seg.id, got, live[seg])
+		if got := seg.live.Load(); got != live[uint32(seg.id)] {
+			t.Fatalf("segment %d counts %d live bytes, the index points to %d", seg.id, got, live[uint32(seg.id)])
 		}
 	}
 	s.log.mu.Unlock()
@@ -376,7 +407,9 @@ func TestTornTail(t *testing.T) {
 			}
 		}
 		path := s.log.active.path
-		bFrame := int64(s.stripes[stripeOf(mustID(t, b.Record.KeyHash))].entries[mustID(t, b.Record.KeyHash)].size)
+		bid := mustID(t, b.Record.KeyHash)
+		_, be := lookup(&s.stripes[stripeOf(bid)], &bid)
+		bFrame := int64(be.size)
 		// The log's end, not the file's: the file is allocated ahead.
 		end := s.log.active.size
 		s.Close()
@@ -813,10 +846,10 @@ func TestZeroFilled(t *testing.T) {
 	}
 }
 
-// TestEntryFitsAMapSlot: Go's maps keep values of at most 128 bytes in
-// their own slots; a larger entry would be allocated, one per record.
-func TestEntryFitsAMapSlot(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n > 128 {
+// TestEntrySize: the index's memory is its entries; the package doc's
+// bytes per key count on 48 bytes and no pointer.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 48 {
 		t.Fatalf("entry is %d bytes", n)
 	}
 }

@@ -134,6 +134,9 @@ type log struct {
 	mu      sync.Mutex
 	active  *segment            // guarded by mu
 	segs    map[uint64]*segment // every segment not yet dropped; guarded by mu
+	// byID holds segs for readers that must not wait on mu (index entries
+	// name their segment by id).
+	byID sync.Map
 	nextID  uint64              // guarded by mu
 	buf     []byte              // frames appended, not yet written; guarded by mu
 	spare   []byte              // the buffer of the previous sync, reused; guarded by mu
@@ -482,8 +485,23 @@ func (l *log) newSegment() *segment {
 	n := int64(len(segmentMagic))
 	seg := &segment{id: id, path: filepath.Join(l.dir, segmentName(id)), size: n, synced: n, written: n}
 	seg.ready.Store(n)
-	l.segs[id] = seg
+	l.addSeg(seg)
 	return seg
+}
+
+// addSeg adds seg to the log's segments; mu is held, or recovery runs.
+func (l *log) addSeg(seg *segment) {
+	l.segs[seg.id] = seg
+	l.byID.Store(uint32(seg.id), seg)
+}
+
+// segment returns the segment whose id is id, nil if it was dropped.
+func (l *log) segment(id uint32) *segment {
+	v, ok := l.byID.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*segment)
 }
 
 // create creates seg's file with its header; the running sync calls it
@@ -537,6 +555,7 @@ func (l *log) sizes() (total, live int64) {
 func (l *log) drop(seg *segment) error {
 	l.mu.Lock()
 	delete(l.segs, seg.id)
+	l.byID.Delete(uint32(seg.id))
 	f := seg.f
 	l.mu.Unlock()
 	if f == nil {
