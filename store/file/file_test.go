@@ -79,7 +79,7 @@ func TestConformanceSmallSegments(t *testing.T) {
 	})
 }
 
-// indexKeys lists what the in-memory index is keyed by: the first 16
+// indexKeys lists what the in-memory index is keyed by: the first 12
 // bytes of each key hash (the stripe's number and the entry's tag), each
 // completed with the rest of the hash from the frame the entry points to,
 // which is what the tag stands for.
@@ -97,7 +97,7 @@ func indexKeys(s *Store) []string {
 			if _, err := s.log.segment(e.seg).f.ReadAt(head[:], int64(e.off)+frameHeader); err != nil {
 				panic(err)
 			}
-			keys = append(keys, fmt.Sprintf("%02x%x%x", i, e.tag, head[9+16:41]))
+			keys = append(keys, fmt.Sprintf("%02x%x%x", i, e.tag, head[9+12:41]))
 		}
 		st.mu.Unlock()
 	}
@@ -847,9 +847,9 @@ func TestZeroFilled(t *testing.T) {
 }
 
 // TestEntrySize: the index's memory is its entries; the package doc's
-// bytes per key count on 48 bytes and no pointer.
+// bytes per key count on 40 bytes and no pointer.
 func TestEntrySize(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n != 48 {
+	if n := unsafe.Sizeof(entry{}); n != 40 {
 		t.Fatalf("entry is %d bytes", n)
 	}
 }

@@ -14,17 +14,18 @@ import (
 // without reading the disk (does the key exist, has it expired, is its
 // lease over) and where its latest frame lies. Everything else (scope,
 // key, fingerprint, token, the value) stays in the frame and is read back
-// with one pread. 48 bytes, no pointers: the garbage collector never
-// scans the index, and ten million keys fit in half a gigabyte.
+// with one pread. 40 bytes, no pointers: the garbage collector never
+// scans the index, and ten million keys fit in 400 MB.
 type entry struct {
-	// tag is bytes 1-15 of the key hash; byte 0 chose the stripe. 128 bits
-	// of a SHA-256 name the key: every read checks the whole hash in the
-	// frame all the same.
-	tag   [15]byte
-	state uint8 // stateFree, or a store.State's index in states
-	exp   int64 // ExpiresAt in Unix nanoseconds (see nanos)
-	lease int64 // LeaseUntil in Unix nanoseconds
-	seg   uint32
+	// tag is bytes 1-11 of the key hash; byte 0 chose the stripe. Two
+	// live keys share 96 bits of their SHA-256 with a chance of about
+	// 1e-15 among ten million; every read checks the whole hash in the
+	// frame all the same, and fails rather than answer for another key.
+	tag   [11]byte
+	state uint8  // stateFree, or a store.State's index in states
+	seg   uint32 // the segment's id
+	exp   int64  // ExpiresAt in Unix nanoseconds (see nanos)
+	lease int64  // LeaseUntil in Unix nanoseconds
 	off   uint32 // the frame's offset in its segment
 	size  uint32 // the frame's length
 }
@@ -84,8 +85,8 @@ func (e *entry) expired(now int64) bool { return now >= e.exp }
 
 func (e *entry) stale(now int64) bool { return e.state == 1 && now >= e.lease }
 
-func tagOf(id *keyID) (t [15]byte) {
-	copy(t[:], id[1:16])
+func tagOf(id *keyID) (t [11]byte) {
+	copy(t[:], id[1:12])
 	return t
 }
 
@@ -122,10 +123,10 @@ func stripeOf(id keyID) int { return int(id[0]) } // key hashes are uniform
 
 func (st *stripe) at(slot uint32) *entry { return &st.chunks[slot/chunkLen][slot%chunkLen] }
 
-func home(tag *[15]byte, mask int) int { return int(binary.LittleEndian.Uint64(tag[:8])) & mask }
+func home(tag *[11]byte, mask int) int { return int(binary.LittleEndian.Uint64(tag[:8])) & mask }
 
 // find returns tag's slot.
-func (st *stripe) find(tag [15]byte) (uint32, bool) {
+func (st *stripe) find(tag [11]byte) (uint32, bool) {
 	if len(st.table) == 0 {
 		return 0, false
 	}

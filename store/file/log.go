@@ -131,19 +131,19 @@ type log struct {
 	dir        string
 	maxSegment int64
 
-	mu      sync.Mutex
-	active  *segment            // guarded by mu
-	segs    map[uint64]*segment // every segment not yet dropped; guarded by mu
+	mu     sync.Mutex
+	active *segment            // guarded by mu
+	segs   map[uint64]*segment // every segment not yet dropped; guarded by mu
 	// byID holds segs for readers that must not wait on mu (index entries
 	// name their segment by id).
-	byID sync.Map
-	nextID  uint64              // guarded by mu
-	buf     []byte              // frames appended, not yet written; guarded by mu
-	spare   []byte              // the buffer of the previous sync, reused; guarded by mu
-	cur     *batch              // the batch frames are appended to; guarded by mu
-	run     *batch              // the batch being synced, nil when none; guarded by mu
-	frames  int                 // frames appended since the last sync began; guarded by mu
-	grouped bool                // the last sync covered more than one frame; guarded by mu
+	byID    sync.Map
+	nextID  uint64 // guarded by mu
+	buf     []byte // frames appended, not yet written; guarded by mu
+	spare   []byte // the buffer of the previous sync, reused; guarded by mu
+	cur     *batch // the batch frames are appended to; guarded by mu
+	run     *batch // the batch being synced, nil when none; guarded by mu
+	frames  int    // frames appended since the last sync began; guarded by mu
+	grouped bool   // the last sync covered more than one frame; guarded by mu
 
 	syncs atomic.Uint64 // fdatasyncs done, for tests
 

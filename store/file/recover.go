@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
 )
 
 // recover rebuilds the index by replaying every segment, oldest first:
