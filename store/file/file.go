@@ -2,6 +2,8 @@ package file
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"fmt"
 	"io"
@@ -62,6 +64,11 @@ type Store struct {
 	// opened is the store's clock when Open began: recovery holds a
 	// record left in progress to at most its lease from then.
 	opened time.Time
+
+	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
+	// first segment the last one written or read needs replayed.
+	snapMu    sync.Mutex
+	snapFirst atomic.Uint64
 
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
@@ -251,6 +258,12 @@ func (s *Store) read(id *keyID, e *entry) (store.Record, error) {
 	if _, err := seg.f.ReadAt(buf, int64(e.off)); err != nil {
 		return store.Record{}, fmt.Errorf("read %s at %d: %w", segmentName(seg.id), e.off, err)
 	}
+	// The frame's checksum is checked again: a snapshot spares Open the
+	// read of sealed segments, so damage there is found here, and fails
+	// the call rather than answer with it.
+	if crc32.Checksum(buf[frameHeader:], castagnoli) != binary.BigEndian.Uint32(buf[4:]) {
+		return store.Record{}, fmt.Errorf("%w: %s at %d: checksum mismatch", ErrCorrupt, segmentName(seg.id), e.off)
+	}
 	fr, err := decodeBody(buf[frameHeader:])
 	if err != nil {
 		return store.Record{}, fmt.Errorf("%s at %d: %w", segmentName(seg.id), e.off, err)
@@ -432,6 +445,10 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.hub.WakeAll() // waiters poll, and find the store closed
+	// The next Open reads the index from here, not from the whole log.
+	if err := s.snapshot(); err != nil {
+		s.logger.Warn("file: no index snapshot at close; the next open replays the log", "err", err)
+	}
 	err := s.log.close()
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr

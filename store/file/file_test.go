@@ -465,7 +465,9 @@ func mustID(t testing.TB, h string) keyID {
 }
 
 // TestCorruptMiddle damages a frame that is not the log's tail: that is not
-// a torn write, and the open must fail rather than skip records.
+// a torn write, and the open must fail rather than skip records. (Without
+// the index snapshot: with it, Open does not read sealed segments; see
+// TestCorruptSealedLiveFrame.)
 func TestCorruptMiddle(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -483,11 +485,61 @@ func TestCorruptMiddle(t *testing.T) {
 	}
 	first := filepath.Join(dir, segmentName(1))
 	s.Close()
+	if err := os.Remove(filepath.Join(dir, snapshotFile)); err != nil {
+		t.Fatal(err)
+	}
 	data, _ := os.ReadFile(first)
 	data[len(segmentMagic)+frameHeader+20] ^= 0xff
 	os.WriteFile(first, data, 0o600)
 	if _, err := Open(dir, quiet); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("open with a damaged first segment: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestCorruptSealedLiveFrame damages the live frame of a key in a segment
+// that the index snapshot covers: Open does not read it, and a read of
+// the key fails with ErrCorrupt rather than answer with damaged data.
+func TestCorruptSealedLiveFrame(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []store.ReserveRequest
+	for i := range 20 {
+		req := reserveReq(fmt.Sprint(i), time.Hour)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		complete(t, s, req, strings.Repeat("v", 100), time.Hour)
+		reqs = append(reqs, req)
+	}
+	id := mustID(t, reqs[0].Record.KeyHash)
+	_, e := lookup(&s.stripes[stripeOf(id)], &id)
+	path := s.log.segment(e.seg).path
+	if e.seg == uint32(s.log.active.id) {
+		t.Fatal("key 0's frame is in the active segment")
+	}
+	s.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[int(e.off)+int(e.size)-3] ^= 0xff // in the stored value
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir)
+	if s.snapFirst.Load() == 0 {
+		t.Fatal("the store did not open from its snapshot")
+	}
+	if _, err := s.Get(ctx, "", reqs[0].Record.KeyHash); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get of the damaged record: %v, want ErrCorrupt", err)
+	}
+	if r, err := s.Get(ctx, "", reqs[1].Record.KeyHash); err != nil || string(r.Value) != strings.Repeat("v", 100) {
+		t.Fatalf("Get of another record: %+v %v", r, err)
 	}
 }
 

@@ -176,6 +176,13 @@ func (st *stripe) place(slot uint32) {
 	st.table[i] = slot + 1
 }
 
+// reserve sizes the table for n entries.
+func (st *stripe) reserve(n int) {
+	for n*4 > len(st.table)*3 {
+		st.grow()
+	}
+}
+
 func (st *stripe) grow() {
 	old := st.table
 	st.table = make([]uint32, max(16, 2*len(old)))

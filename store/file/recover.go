@@ -38,6 +38,17 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
+	// The snapshot covers the segments before first; replay reads the
+	// rest.
+	first := s.loadSnapshot(ids)
+	var last *segment
+	s.log.nextID = max(s.log.nextID, first)
+	if len(ids) > 0 {
+		s.log.nextID = max(s.log.nextID, ids[len(ids)-1]+1)
+	}
+	for len(ids) > 0 && ids[0] < first {
+		ids = ids[1:]
+	}
 	// Only the tail of the log may be torn: the last segment that holds
 	// more than its header (a crash while rotating leaves a new, empty
 	// segment after a torn one).
@@ -52,9 +63,7 @@ func (s *Store) recover() error {
 		}
 		tail--
 	}
-	var last *segment
 	for i, id := range ids {
-		s.log.nextID = id + 1
 		seg, err := s.replay(id, i >= tail)
 		if err != nil {
 			return err
@@ -84,9 +93,9 @@ func (s *Store) settle() {
 		st := &s.stripes[i]
 		for slot := range st.slots {
 			e := st.at(slot)
-			switch e.state {
-			case stateFree:
-			case stateDeleted:
+			switch {
+			case e.state == stateFree:
+			case e.state == stateDeleted || s.log.segment(e.seg) == nil:
 				st.remove(slot)
 			default:
 				s.log.segment(e.seg).live.Add(int64(e.size))
@@ -130,7 +139,12 @@ func (s *Store) apply(m *meta, seg uint32, off, size int) {
 		st.seqs[slot] = m.seq
 		return
 	}
-	if m.seq > st.seqs[slot] {
+	if int(slot) >= len(st.seqs) || m.seq > st.seqs[slot] {
+		// A slot past seqs was loaded from the snapshot: every frame
+		// replayed is newer.
+		for int(slot) >= len(st.seqs) {
+			st.seqs = append(st.seqs, 0)
+		}
 		*st.at(slot) = e
 		st.seqs[slot] = m.seq
 	}
