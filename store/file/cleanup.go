@@ -31,7 +31,32 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.reclaim(ctx); err != nil {
 		return n, fmt.Errorf("file: cleanup: %w", err)
 	}
+	if s.snapshotDue() {
+		if err := s.snapshot(); err != nil {
+			s.logger.Warn("file: index snapshot failed; the last one stands", "err", err)
+		}
+	}
 	return n, nil
+}
+
+// snapshotDue reports whether the log written since the last snapshot
+// began is worth a new one: at least two segments, and more bytes than
+// the snapshot would take, so that a restart reads less. A log that
+// cannot write takes none.
+func (s *Store) snapshotDue() bool {
+	if s.log.unwritable.Load() != nil || s.log.broken.Load() != nil {
+		return false
+	}
+	first := s.snapFirst.Load()
+	s.log.mu.Lock()
+	var tail int64
+	for id, sg := range s.log.segs {
+		if id >= first {
+			tail += sg.size
+		}
+	}
+	s.log.mu.Unlock()
+	return tail >= 2*s.log.maxSegment && tail >= int64(s.count())*snapEntry
 }
 
 // sweep removes the records expired at now, at most limit of them (all

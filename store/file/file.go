@@ -3,9 +3,9 @@ package file
 import (
 	"context"
 	"encoding/binary"
-	"hash/crc32"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"

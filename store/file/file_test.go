@@ -37,6 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(reserveChild(os.Getenv("IDEM_FILE_TEST_DIR")))
 	case "fill":
 		os.Exit(fullChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
+	case "snap":
+		os.Exit(snapChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
 		os.Exit(2)

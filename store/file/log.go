@@ -424,6 +424,10 @@ func (l *log) fillAhead(seg *segment) {
 		return
 	}
 	f := &fill{seg: seg, from: max(ready, seg.written+zeroGap)}
+	if f.from >= l.maxSegment {
+		// The log moves to a new segment before its frames get there.
+		return
+	}
 	l.fill = f
 	l.fills.Add(1)
 	go func() {

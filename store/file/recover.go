@@ -109,7 +109,10 @@ func (s *Store) settle() {
 func (s *Store) count() int {
 	n := 0
 	for i := range s.stripes {
-		n += s.stripes[i].used
+		st := &s.stripes[i]
+		st.mu.Lock()
+		n += st.used
+		st.mu.Unlock()
 	}
 	return n
 }
