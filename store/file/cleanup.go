@@ -17,6 +17,9 @@ import (
 // head of the log) when it is mostly dead or the log has grown past twice
 // its live data. While the log cannot write (a full disk), it drops the
 // segments no record lives in, which frees room, and compacts none.
+// Once the log written since the last index snapshot is larger than a
+// snapshot, it writes one (its cost grows with the live records, and it
+// comes once per that much log).
 func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("file: cleanup: %w", err)

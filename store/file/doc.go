@@ -97,19 +97,46 @@
 // Removing only the oldest segment means a delete entry never outlives an
 // older entry of its key, so a released key never comes back.
 //
-// Memory: each live record's metadata stays in memory, packed (about 550
-// to 640 bytes a key with the gateway's fingerprints and scopes, its index
-// entry and expiry items included, measured on the heap with 100,000 and
-// 40,000 reserved and completed keys, as the maps' fill varies); stored
-// responses do not. Ten million live keys need about 5-6 GiB. For more
-// live keys than memory allows, the Pebble store (store/pebble, DSN
-// pebble:PATH) keeps its index on disk.
+// # The index: 40 bytes a key
 //
-// The index keeps its entries in the maps' own slots (128 bytes each)
-// rather than one allocated object per record: BenchmarkPairs at c64 took
-// 1.9 µs less CPU a pair (median of 8 alternated runs against the build
-// before, 7 of them lower) and two allocations fewer, for 6-18% more heap
-// a key (513 -> 545 bytes at 100,000 keys, 546 -> 643 at 40,000).
+// The index keeps, per live key, what a write decides on without reading
+// the disk, in a fixed 40-byte entry with no pointer: 96 bits of the key
+// hash (its first byte picks one of 256 stripes, the next eleven are the
+// entry's tag), the state, the expiry and the lease's end in nanoseconds,
+// and where the key's latest frame lies (segment, offset, length).
+// Entries sit in chunks of 256 and never move; an open-addressing table
+// of 4-byte slot numbers per stripe, probed linearly and kept at most 3/4
+// full, finds a key's entry by its tag. The expiry index holds 4-byte
+// slot references in buckets of one second. Everything else (scope, key,
+// fingerprint, binding, token, request ID, the stored response) is read
+// back from the frame with one pread, which the page cache makes a copy
+// from memory as a rule; the read checks the frame's checksum and its
+// whole key hash, so two keys that share the tag (a chance of about one
+// in 10^15 among ten million keys) fail with ErrCorrupt rather than
+// answer for each other. Reserve of a new key reads nothing from the
+// disk; a replay, Get, Renew, Complete and Release read their frame.
+//
+// Measured with bench/cmd/filescale (docs/bench/FILE-INDEX.md): the
+// process's resident memory grows by about 59 bytes per live key at one
+// million gateway records, against 550-640 bytes of heap with the packed
+// records this index replaced; the garbage collector has nothing in it to
+// scan.
+//
+// # Restart: index snapshots
+//
+// Close, and Cleanup once the log written since the last snapshot is
+// larger than a snapshot would be, write the index to index.snap (a hint
+// file, as Bitcask writes them; snapshot.go): 41 bytes per key, the
+// segment that was active when it began, and the sizes of the segments
+// before it. Open loads it and replays only that segment and the later
+// ones: a restart reads the snapshot and the log's tail, not the whole
+// log. The snapshot is taken while the store runs, a stripe at a time,
+// and holds only entries whose frames lie before its first segment; any
+// frame written since is in the replayed segments and wins. It is
+// written to a temporary file, synced and renamed; one that is torn,
+// fails its checksums or does not match the segments on disk is ignored,
+// and the whole log is replayed as before. Damage to a sealed segment,
+// which Open then no longer reads, is found by the read of the frame.
 //
 // # Why a log of our own, not Pebble
 //

@@ -908,8 +908,8 @@ func TestEntrySize(t *testing.T) {
 	}
 }
 
-// TestTooLarge: a value whose frame cannot be addressed with the index's
-// 32-bit sizes is refused with ErrTooLarge; the record stays as it was and
+// TestTooLarge: a value whose frame passes 64 MiB (which recovery would
+// read as damage) is refused with ErrTooLarge; the record stays as it was and
 // the store goes on. The 4 GiB value is never written to: the operating
 // system gives its pages on first touch, so it costs address space only.
 func TestTooLarge(t *testing.T) {
