@@ -253,6 +253,19 @@ func (x *expiryIndex) add(sec int64, r uint32) {
 	x.mu.Unlock()
 }
 
+// addMany adds the items of each second.
+func (x *expiryIndex) addMany(items map[int64][]uint32) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for sec, rs := range items {
+		b, ok := x.buckets[sec]
+		if !ok {
+			heap.Push(&x.secs, sec)
+		}
+		x.buckets[sec] = append(b, rs...)
+	}
+}
+
 // take removes and returns up to n items of the earliest second not after
 // sec, and that second.
 func (x *expiryIndex) take(sec int64, n int) ([]uint32, int64, bool) {

@@ -89,20 +89,32 @@ func (s *Store) recover() error {
 // and every other entry counts its frame's bytes in its segment and gets
 // its expiry item.
 func (s *Store) settle() {
+	live := map[uint32]int64{}
 	for i := range s.stripes {
 		st := &s.stripes[i]
+		items := map[int64][]uint32{}
+		var seg *segment // the last entry's, as a rule the next one's too
 		for slot := range st.slots {
 			e := st.at(slot)
-			switch {
-			case e.state == stateFree:
-			case e.state == stateDeleted || s.log.segment(e.seg) == nil:
-				st.remove(slot)
-			default:
-				s.log.segment(e.seg).live.Add(int64(e.size))
-				s.exp.add(expSec(e.exp), ref(i, slot))
+			if e.state == stateFree {
+				continue
 			}
+			if seg == nil || uint32(seg.id) != e.seg {
+				seg = s.log.segment(e.seg)
+			}
+			if e.state == stateDeleted || seg == nil {
+				st.remove(slot)
+				continue
+			}
+			live[e.seg] += int64(e.size)
+			sec := expSec(e.exp)
+			items[sec] = append(items[sec], ref(i, slot))
 		}
+		s.exp.addMany(items)
 		st.seqs = nil
+	}
+	for id, n := range live {
+		s.log.segment(id).live.Add(n)
 	}
 }
 
