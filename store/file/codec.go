@@ -152,8 +152,21 @@ func decodeBody(body []byte) (frame, error) {
 	}
 	r := &f.rec
 	r.KeyHash = hex.EncodeToString(f.id[:])
-	for _, s := range [...]*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State), &r.RequestID} {
-		*s = string(d.Bytes(d.Uvarint()))
+	// The six strings share one allocation: the record's text, copied
+	// once, then sliced (a replay reads every record it answers with).
+	var spans [6][2]int
+	from := len(d.B)
+	for i := range spans {
+		n := d.Uvarint()
+		spans[i][0] = from - len(d.B)
+		d.Bytes(n)
+		spans[i][1] = from - len(d.B)
+	}
+	if d.Err == nil {
+		text := string(body[len(body)-from : len(body)-len(d.B)])
+		for i, s := range [...]*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Binding, (*string)(&r.State), &r.RequestID} {
+			*s = text[spans[i][0]:spans[i][1]]
+		}
 	}
 	r.Token = binary.BigEndian.Uint64(d.Bytes(8))
 	for _, t := range [...]*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.LeaseUntil} {
