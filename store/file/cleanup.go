@@ -17,9 +17,10 @@ import (
 // head of the log) when it is mostly dead or the log has grown past twice
 // its live data. While the log cannot write (a full disk), it drops the
 // segments no record lives in, which frees room, and compacts none.
-// Once the log written since the last index snapshot is larger than a
-// snapshot, it writes one (its cost grows with the live records, and it
-// comes once per that much log).
+// Once the log written since the last index snapshot is twice as large
+// as a snapshot, it writes one (its cost grows with the live records, and
+// it comes once per that much log); the log's rotation to a new segment
+// starts one as well (see rotated).
 func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("file: cleanup: %w", err)
@@ -43,9 +44,10 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 }
 
 // snapshotDue reports whether the log written since the last snapshot
-// began is worth a new one: at least two segments, and more bytes than
-// the snapshot would take, so that a restart reads less. A log that
-// cannot write takes none.
+// began is worth a new one: at least two segments, and twice the bytes
+// the snapshot would take, so that snapshots add at most half as many
+// bytes as the log's own writes, and a restart reads less than it would
+// without. A log that cannot write takes none.
 func (s *Store) snapshotDue() bool {
 	if s.log.unwritable.Load() != nil || s.log.broken.Load() != nil {
 		return false
@@ -59,7 +61,7 @@ func (s *Store) snapshotDue() bool {
 		}
 	}
 	s.log.mu.Unlock()
-	return tail >= 2*s.log.maxSegment && tail >= int64(s.count())*snapEntry
+	return tail >= 2*s.log.maxSegment && tail >= 2*int64(s.count())*snapEntry
 }
 
 // sweep removes the records expired at now, at most limit of them (all

@@ -67,8 +67,9 @@ type Store struct {
 
 	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
 	// first segment the last one written or read needs replayed.
-	snapMu    sync.Mutex
-	snapFirst atomic.Uint64
+	snapMu      sync.Mutex
+	snapFirst   atomic.Uint64
+	snapRunning atomic.Bool // a background snapshot runs (rotated)
 
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
@@ -126,6 +127,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		lock.Close()
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
+	s.log.onRotate = s.rotated
 	return s, nil
 }
 

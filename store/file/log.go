@@ -147,6 +147,10 @@ type log struct {
 
 	syncs atomic.Uint64 // fdatasyncs done, for tests
 
+	// onRotate, if set, is called (without mu) when the log moves to a
+	// new segment; it must not block.
+	onRotate func()
+
 	// start is the log's origin on the monotonic clock, for retryAt.
 	start time.Time
 	// unwritable is the last sync's error while no sync has succeeded
@@ -259,12 +263,16 @@ func (l *log) sync() {
 	l.grouped = l.frames > 1
 	l.frames = 0
 	l.buf = l.spare[:0]
-	if seg.size >= l.maxSegment {
+	rotated := seg.size >= l.maxSegment
+	if rotated {
 		// Rotate while holding mu: every frame appended from now on goes
 		// to the new segment, and all of seg's frames are in buf.
 		l.active = l.newSegment()
 	}
 	l.mu.Unlock()
+	if rotated && l.onRotate != nil {
+		l.onRotate()
+	}
 
 	var err error
 	if p := l.broken.Load(); p != nil {

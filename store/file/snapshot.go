@@ -51,6 +51,31 @@ const (
 
 var snapshotMagic = []byte("IDEMIDX\x01")
 
+// rotated starts a snapshot in the background when the log moved to a
+// new segment and the log written since the last snapshot is due one
+// (snapshotDue): so that a restart after a crash, which has no snapshot
+// from Close, reads about one snapshot's worth of log at most, however
+// long the interval between Cleanups. One runs at a time; it holds
+// closeMu's read lock, so Close waits for it, and none starts after.
+func (s *Store) rotated() {
+	if !s.snapRunning.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.snapRunning.Store(false)
+		if !s.closeMu.TryRLock() {
+			return // closing
+		}
+		defer s.closeMu.RUnlock()
+		if s.closed || !s.snapshotDue() {
+			return
+		}
+		if err := s.snapshot(); err != nil {
+			s.logger.Warn("file: index snapshot failed; the last one stands", "err", err)
+		}
+	}()
+}
+
 // snapshot writes an index snapshot; snapMu serializes it.
 func (s *Store) snapshot() error {
 	s.snapMu.Lock()

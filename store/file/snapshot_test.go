@@ -383,3 +383,36 @@ func TestSnapshotBoundsLease(t *testing.T) {
 		t.Fatalf("after the reopen: %+v %v; want in progress with at most 3s of lease left", r, err)
 	}
 }
+
+// TestSnapshotOnRotation: with no Cleanup and no Close (a process killed
+// under load), the log's rotations write snapshots, so that a restart
+// reads only the log written since the last.
+func TestSnapshotOnRotation(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	s := openT(t, dir, func(o *Options) { o.SegmentBytes = 4 << 10 })
+	i := 0
+	eventually(t, "a snapshot written on a rotation", func() bool {
+		for range 20 {
+			req := reserveReq(fmt.Sprint(i), time.Hour)
+			i++
+			if _, err := s.Reserve(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			complete(t, s, req, "v", time.Hour)
+		}
+		return s.snapFirst.Load() > 0
+	})
+	// Opened from a copy, as a kill would leave it: the snapshot loads.
+	s.snapMu.Lock()
+	d := copyDir(t, dir)
+	s.snapMu.Unlock()
+	o := openT(t, d, func(o *Options) { o.SegmentBytes = 4 << 10 })
+	if o.snapFirst.Load() == 0 {
+		t.Fatal("the copy did not open from the snapshot")
+	}
+	if recs := checkIndex(t, o); len(recs) != i {
+		t.Fatalf("%d records from the copy, want %d", len(recs), i)
+	}
+}
