@@ -82,7 +82,7 @@ test: test-ts
 test-ts: ## the TypeScript client's tests (node --test; installs node_modules and chromium when missing)
 	./scripts/ts-test.sh
 
-scale-file: ## the file store at SCALE_KEYS live keys (default 10M; ~7 GB of log in SCALE_DIR): index bytes per key (RSS growth), restart from the index snapshot and without it (docs/bench/FILE-INDEX.md)
+scale-file: ## the file store at SCALE_KEYS live keys (default 10M; ~7 GB of log under SCALE_DIR, default /tmp): index bytes per key (RSS growth), restart from the index snapshot, after a kill, and from the whole log (docs/bench/FILE-INDEX.md)
 	./bench/filescale.sh $(or $(SCALE_KEYS),10000000)
 
 bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, the file store, PostgreSQL and Redis, one store at a time

@@ -124,9 +124,12 @@
 //
 // # Restart: index snapshots
 //
-// Close, and Cleanup once the log written since the last snapshot is
-// larger than a snapshot would be, write the index to index.snap (a hint
-// file, as Bitcask writes them; snapshot.go): 41 bytes per key, the
+// Close writes the index to index.snap (a hint file, as Bitcask writes
+// them; snapshot.go), and so do Cleanup and, in the background, the log's
+// move to a new segment, once the log written since the last snapshot is
+// twice a snapshot's size: snapshots then add at most half the log's own
+// bytes to the disk's writes, and a restart after a kill reads at most
+// about two snapshots' worth of log. A snapshot holds 41 bytes per key, the
 // segment that was active when it began, and the sizes of the segments
 // before it. Open loads it and replays only that segment and the later
 // ones: a restart reads the snapshot and the log's tail, not the whole

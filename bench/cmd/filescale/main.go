@@ -3,11 +3,14 @@
 //
 //	filescale -dir /tmp/fs -keys 1000000 fill   # write the keys, report bytes per key
 //	filescale -dir /tmp/fs open                 # reopen, report restart time and memory
+//	filescale -dir /tmp/fs -from 1000000 -keys 100000 crash  # write more keys, exit without Close
 //
 // fill writes -keys durable reserve+complete pairs (the gateway's records:
 // a SHA-256 fingerprint, a route, a 130-byte stored response, a TTL of a
 // day) from 64 goroutines, then reports the process's resident memory
-// growth after a garbage collection, divided by the keys. open times
+// growth after a garbage collection, divided by the keys; crash writes
+// keys from -from on and exits without closing the store, as a kill
+// would (every write it made was acknowledged, so on disk). open times
 // file.Open on the directory, in a fresh process, and reads a sample of
 // the keys back.
 package main
@@ -69,6 +72,7 @@ func main() {
 	keys := flag.Int("keys", 1_000_000, "live keys to write (fill)")
 	conc := flag.Int("c", 64, "concurrent writers (fill)")
 	sample := flag.Int("sample", 10000, "keys read back after open")
+	from := flag.Int("from", 0, "the first key's number (crash)")
 	flag.Parse()
 	if *dir == "" || flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: filescale -dir DIR [-keys N] fill|open")
@@ -77,7 +81,7 @@ func main() {
 	opts := file.Options{Logger: slog.New(slog.DiscardHandler)}
 	ctx := context.Background()
 	switch flag.Arg(0) {
-	case "fill":
+	case "fill", "crash":
 		rss0, heap0 := rss(), heap()
 		s, err := file.Open(*dir, opts)
 		if err != nil {
@@ -95,6 +99,7 @@ func main() {
 					if i >= *keys {
 						return
 					}
+					i += *from
 					req := request(i)
 					if _, err := s.Reserve(ctx, req); err != nil {
 						panic(err)
@@ -110,6 +115,10 @@ func main() {
 		}
 		wg.Wait()
 		took := time.Since(start)
+		if flag.Arg(0) == "crash" {
+			fmt.Printf("crash: %d keys from %d in %.1f s; exiting without Close\n", *keys, *from, took.Seconds())
+			os.Exit(0)
+		}
 		rss1, heap1 := rss(), heap()
 		fmt.Printf("fill: %d keys in %.1f s (%.0f pairs/s, c%d)\n", *keys, took.Seconds(), float64(*keys)/took.Seconds(), *conc)
 		fmt.Printf("fill: RSS %d -> %d MiB: %.1f bytes per live key; Go heap %.1f bytes per live key\n",
