@@ -118,9 +118,10 @@
 //
 // Measured with bench/cmd/filescale (docs/bench/FILE-INDEX.md): the
 // process's resident memory grows by about 59 bytes per live key at one
-// million gateway records, against 550-640 bytes of heap with the packed
-// records this index replaced; the garbage collector has nothing in it to
-// scan.
+// million gateway records and 54 at ten million (577 with the packed
+// records in Go maps that this index replaced); the garbage collector has
+// nothing in it to scan. A restart at ten million keys takes about 2 s
+// from the snapshot written at Close, 14-17 s replaying the whole log.
 //
 // # Restart: index snapshots
 //
