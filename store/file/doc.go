@@ -68,10 +68,12 @@
 // index in memory maps each key hash to its record's metadata and to where
 // its latest entry lies. A reservation of a new key reads nothing: it looks
 // the key up in memory, appends, and waits for the shared fsync. A replay
-// reads the stored response with one pread. Recovery replays the segments
-// in order, keeping each key's entry with the highest sequence number, and
-// cuts the log at the first torn entry of its tail (a write that was never
-// acknowledged); damage anywhere else fails Open with ErrCorrupt.
+// reads the record and its stored response with one pread. Recovery loads
+// the index snapshot, if one checks, then replays the segments written
+// since it began (all of them without one), keeping each key's entry with
+// the highest sequence number, and cuts the log at the first torn entry of
+// its tail (a write that was never acknowledged); damage anywhere else in
+// what it replays fails Open with ErrCorrupt.
 //
 // Segment files are allocated 4 MiB ahead of their writes, so the fsync
 // after an append flushes data without committing a new file size through
@@ -87,10 +89,11 @@
 // Expiry costs no write: an expired record replayed after a crash is still
 // expired. Cleanup takes the due items of an in-memory index of expiry
 // times, bucketed by second, so its cost grows with the expired records,
-// not the live ones. A write appends an item to its second's bucket (an
-// ordered B-tree's insert and delete cost the gateway 5 µs a request under
-// load); an item of an earlier write or a released key is skipped once
-// when its time comes.
+// not the live ones. A write that moves a record's expiry to another
+// second appends an item to that second's bucket (an ordered B-tree's
+// insert and delete cost the gateway 5 µs a request under load); an item
+// of an earlier write or a released key is skipped once when its time
+// comes.
 // Disk is reclaimed a segment at a time, oldest first: a segment no record
 // lives in is deleted; one that is mostly dead, or a log grown past twice
 // its live data, has its live entries copied to the head of the log first.

@@ -214,9 +214,9 @@ func (s *Store) put(st *stripe, id keyID, slot int, r *store.Record, lease time.
 // ErrTooLarge is returned for a record whose frame would pass 64 MiB.
 var ErrTooLarge = errors.New("file: record too large")
 
-// index points slot at e (nil: removes it; slot -1: e goes in a new slot) (-1: a new slot), keeping
-// the segments' live bytes and the expiry index in step, and returns the
-// slot. The stripe is held.
+// index points slot at e (nil: frees the slot; slot -1: e goes in a new
+// slot), keeping the segments' live bytes and the expiry index in step,
+// and returns the slot. The stripe is held.
 func (s *Store) index(st *stripe, slot int, e *entry) int {
 	var cur *entry
 	if slot >= 0 {
