@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-builds bench-load fuzz long services demo build clean static bench-wake temporal crash bench-pgtx bench-seal
+.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-builds bench-load fuzz long services demo build clean static bench-wake scale-file temporal crash bench-pgtx bench-seal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ clean: ## remove build output and the demo's data
 test: test-ts
 test-ts: ## the TypeScript client's tests (node --test; installs node_modules and chromium when missing)
 	./scripts/ts-test.sh
+
+scale-file: ## the file store at SCALE_KEYS live keys (default 10M; ~7 GB of log under SCALE_DIR, default /tmp): index bytes per key (RSS growth), restart from the index snapshot, after a kill, and from the whole log (docs/bench/FILE-INDEX.md)
+	./bench/filescale.sh $(or $(SCALE_KEYS),10000000)
 
 bench-wake: ## how soon a waiting duplicate gets its replay after the holder's completion (p50/p99/max), in process and across two clients, on memory, the file store, PostgreSQL and Redis, one store at a time
 	$(GO) test -p 1 -run '^TestWake$$' -count=1 -v ./store/memory ./store/file ./store/postgres ./store/redis | grep -E 'replay after|^(ok|FAIL|---)'

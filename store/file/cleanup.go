@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/idem-dev/idem/store/internal/expiry"
+	"time"
 )
 
 // Cleanup implements store.Store. It walks the expiry index from its start
@@ -17,6 +17,10 @@ import (
 // head of the log) when it is mostly dead or the log has grown past twice
 // its live data. While the log cannot write (a full disk), it drops the
 // segments no record lives in, which frees room, and compacts none.
+// Once the log written since the last index snapshot is twice as large
+// as a snapshot, it writes one (its cost grows with the live records, and
+// it comes once per that much log); the log's rotation to a new segment
+// starts one as well (see rotated).
 func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("file: cleanup: %w", err)
@@ -24,23 +28,92 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	defer s.closeMu.RUnlock()
 	s.cleanMu.Lock()
 	defer s.cleanMu.Unlock()
-	now := s.clock.Now()
-	n, err := s.exp.Sweep(ctx, now, limit, func(it expiry.Item[keyID]) bool {
-		s.scanned++
-		st := &s.stripes[stripeOf(it.Key)]
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if e, ok := st.entries[it.Key]; ok && e.rec.Expired(now) && it.At(e.rec.ExpiresAt()) {
-			s.index(st, it.Key, &e, nil)
-			return true
-		}
-		return false
-	})
+	n, err := s.sweep(ctx, s.clock.Now(), limit)
 	if err != nil {
 		return n, fmt.Errorf("file: cleanup: %w", err)
 	}
 	if err := s.reclaim(ctx); err != nil {
 		return n, fmt.Errorf("file: cleanup: %w", err)
+	}
+	if s.snapshotDue() {
+		if err := s.snapshot(); err != nil {
+			s.logger.Warn("file: index snapshot failed; the last one stands", "err", err)
+		}
+	}
+	return n, nil
+}
+
+// snapshotDue reports whether the log written since the last snapshot
+// began is worth a new one: at least two segments, and twice the bytes
+// the snapshot would take, so that snapshots add at most half as many
+// bytes as the log's own writes, and a restart reads less than it would
+// without. A log that cannot write takes none.
+func (s *Store) snapshotDue() bool {
+	if s.log.unwritable.Load() != nil || s.log.broken.Load() != nil {
+		return false
+	}
+	first := s.snapFirst.Load()
+	s.log.mu.Lock()
+	var tail int64
+	for id, sg := range s.log.segs {
+		if id >= first {
+			tail += sg.size
+		}
+	}
+	s.log.mu.Unlock()
+	return tail >= 2*s.log.maxSegment && tail >= 2*int64(s.count())*snapEntry
+}
+
+// sweep removes the records expired at now, at most limit of them (all
+// when limit <= 0), visiting the expiry items of the seconds up to now's.
+// cleanMu is held.
+func (s *Store) sweep(ctx context.Context, now time.Time, limit int) (int, error) {
+	nowNs, nowSec := nanos(now), expSec(nanos(now))
+	n := 0
+	for limit <= 0 || n < limit {
+		want := 256
+		if limit > 0 {
+			want = min(want, limit-n)
+		}
+		items, sec, ok := s.exp.take(nowSec, want)
+		if !ok {
+			return n, nil
+		}
+		var keep []uint32
+		for i, r := range items {
+			if err := ctx.Err(); err != nil {
+				for _, r := range items[i:] {
+					s.exp.add(sec, r)
+				}
+				return n, err
+			}
+			s.scanned++
+			i, slot := unref(r)
+			st := &s.stripes[i]
+			st.mu.Lock()
+			if slot < st.slots {
+				e := st.at(slot)
+				switch {
+				case e.state == stateFree || expSec(e.exp) != sec:
+					// An item of an earlier write, or of a slot freed
+					// since: the record's own item is elsewhere.
+				case e.expired(nowNs):
+					s.index(st, int(slot), nil)
+					n++
+				default:
+					keep = append(keep, r) // due later in this second
+				}
+			}
+			st.mu.Unlock()
+		}
+		for _, r := range keep {
+			s.exp.add(sec, r)
+		}
+		if len(keep) > 0 {
+			// Now's own second, whose other items are not due yet: the
+			// next Cleanup visits them again.
+			return n, nil
+		}
 	}
 	return n, nil
 }
@@ -100,7 +173,8 @@ func (s *Store) compact(old *segment, f *os.File, size int64) error {
 	}
 	defer unlock()
 	type move struct {
-		id       keyID
+		stripe   int
+		slot     int
 		from, to entry
 	}
 	var moves []move
@@ -118,7 +192,7 @@ func (s *Store) compact(old *segment, f *os.File, size int64) error {
 			// originals, which are. A copy that did reach the disk holds
 			// the original's seq and content: replay keeps either.
 			for _, m := range moves {
-				s.index(&s.stripes[stripeOf(m.id)], m.id, &m.to, &m.from)
+				s.index(&s.stripes[m.stripe], m.slot, &m.from)
 			}
 		}
 		unlock()
@@ -139,12 +213,12 @@ func (s *Store) compact(old *segment, f *os.File, size int64) error {
 			held[i] = true
 		}
 		st := &s.stripes[i]
-		if e, ok := st.entries[id]; ok && e.seg == old && e.off == int64(off) {
+		if slot, e := lookup(st, &id); slot >= 0 && e.seg == uint32(old.id) && e.off == uint32(off) {
 			seg, at, b := s.log.append(frame)
 			moved := e
-			moved.seg, moved.off = seg, at
-			s.index(st, id, &e, &moved)
-			moves = append(moves, move{id, e, moved})
+			moved.seg, moved.off = uint32(seg.id), uint32(at)
+			s.index(st, slot, &moved)
+			moves = append(moves, move{i, slot, e, moved})
 			if len(batches) == 0 || batches[len(batches)-1] != b {
 				batches = append(batches, b)
 			}
@@ -166,15 +240,22 @@ func (s *Store) CountExpired(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("file: count expired: %w", err)
 	}
 	defer s.closeMu.RUnlock()
-	now := s.clock.Now()
+	now := nanos(s.clock.Now())
 	n := 0
-	for _, it := range s.exp.Due(now) {
-		st := &s.stripes[stripeOf(it.Key)]
-		st.mu.Lock()
-		if e, ok := st.entries[it.Key]; ok && it.At(e.rec.ExpiresAt()) {
-			n++
+	for sec, items := range s.exp.due(expSec(now)) {
+		seen := map[uint32]bool{}
+		for _, r := range items {
+			i, slot := unref(r)
+			st := &s.stripes[i]
+			st.mu.Lock()
+			if !seen[r] && slot < st.slots {
+				if e := st.at(slot); e.state != stateFree && expSec(e.exp) == sec && e.expired(now) {
+					n++
+				}
+			}
+			seen[r] = true
+			st.mu.Unlock()
 		}
-		st.mu.Unlock()
 	}
 	return n, nil
 }

@@ -68,10 +68,12 @@
 // index in memory maps each key hash to its record's metadata and to where
 // its latest entry lies. A reservation of a new key reads nothing: it looks
 // the key up in memory, appends, and waits for the shared fsync. A replay
-// reads the stored response with one pread. Recovery replays the segments
-// in order, keeping each key's entry with the highest sequence number, and
-// cuts the log at the first torn entry of its tail (a write that was never
-// acknowledged); damage anywhere else fails Open with ErrCorrupt.
+// reads the record and its stored response with one pread. Recovery loads
+// the index snapshot, if one checks, then replays the segments written
+// since it began (all of them without one), keeping each key's entry with
+// the highest sequence number, and cuts the log at the first torn entry of
+// its tail (a write that was never acknowledged); damage anywhere else in
+// what it replays fails Open with ErrCorrupt.
 //
 // Segment files are allocated 4 MiB ahead of their writes, so the fsync
 // after an append flushes data without committing a new file size through
@@ -87,29 +89,61 @@
 // Expiry costs no write: an expired record replayed after a crash is still
 // expired. Cleanup takes the due items of an in-memory index of expiry
 // times, bucketed by second, so its cost grows with the expired records,
-// not the live ones. A write appends an item to its second's bucket (an
-// ordered B-tree's insert and delete cost the gateway 5 µs a request under
-// load); an item of an earlier write or a released key is skipped once
-// when its time comes.
+// not the live ones. A write that moves a record's expiry to another
+// second appends an item to that second's bucket (an ordered B-tree's
+// insert and delete cost the gateway 5 µs a request under load); an item
+// of an earlier write or a released key is skipped once when its time
+// comes.
 // Disk is reclaimed a segment at a time, oldest first: a segment no record
 // lives in is deleted; one that is mostly dead, or a log grown past twice
 // its live data, has its live entries copied to the head of the log first.
 // Removing only the oldest segment means a delete entry never outlives an
 // older entry of its key, so a released key never comes back.
 //
-// Memory: each live record's metadata stays in memory, packed (about 550
-// to 640 bytes a key with the gateway's fingerprints and scopes, its index
-// entry and expiry items included, measured on the heap with 100,000 and
-// 40,000 reserved and completed keys, as the maps' fill varies); stored
-// responses do not. Ten million live keys need about 5-6 GiB. For more
-// live keys than memory allows, the Pebble store (store/pebble, DSN
-// pebble:PATH) keeps its index on disk.
+// # The index: 40 bytes a key
 //
-// The index keeps its entries in the maps' own slots (128 bytes each)
-// rather than one allocated object per record: BenchmarkPairs at c64 took
-// 1.9 µs less CPU a pair (median of 8 alternated runs against the build
-// before, 7 of them lower) and two allocations fewer, for 6-18% more heap
-// a key (513 -> 545 bytes at 100,000 keys, 546 -> 643 at 40,000).
+// The index keeps, per live key, what a write decides on without reading
+// the disk, in a fixed 40-byte entry with no pointer: 96 bits of the key
+// hash (its first byte picks one of 256 stripes, the next eleven are the
+// entry's tag), the state, the expiry and the lease's end in nanoseconds,
+// and where the key's latest frame lies (segment, offset, length).
+// Entries sit in chunks of 256 and never move; an open-addressing table
+// of 4-byte slot numbers per stripe, probed linearly and kept at most 3/4
+// full, finds a key's entry by its tag. The expiry index holds 4-byte
+// slot references in buckets of one second. Everything else (scope, key,
+// fingerprint, binding, token, request ID, the stored response) is read
+// back from the frame with one pread, which the page cache makes a copy
+// from memory as a rule; the read checks the frame's checksum and its
+// whole key hash, so two keys that share the tag (a chance of about one
+// in 10^15 among ten million keys) fail with ErrCorrupt rather than
+// answer for each other. Reserve of a new key reads nothing from the
+// disk; a replay, Get, Renew, Complete and Release read their frame.
+//
+// Measured with bench/cmd/filescale (docs/bench/FILE-INDEX.md): the
+// process's resident memory grows by about 59 bytes per live key at one
+// million gateway records and 54 at ten million (577 with the packed
+// records in Go maps that this index replaced); the garbage collector has
+// nothing in it to scan. A restart at ten million keys takes about 2 s
+// from the snapshot written at Close, 14-17 s replaying the whole log.
+//
+// # Restart: index snapshots
+//
+// Close writes the index to index.snap (a hint file, as Bitcask writes
+// them; snapshot.go), and so do Cleanup and, in the background, the log's
+// move to a new segment, once the log written since the last snapshot is
+// twice a snapshot's size: snapshots then add at most half the log's own
+// bytes to the disk's writes, and a restart after a kill reads at most
+// about two snapshots' worth of log. A snapshot holds 41 bytes per key, the
+// segment that was active when it began, and the sizes of the segments
+// before it. Open loads it and replays only that segment and the later
+// ones: a restart reads the snapshot and the log's tail, not the whole
+// log. The snapshot is taken while the store runs, a stripe at a time,
+// and holds only entries whose frames lie before its first segment; any
+// frame written since is in the replayed segments and wins. It is
+// written to a temporary file, synced and renamed; one that is torn,
+// fails its checksums or does not match the segments on disk is ignored,
+// and the whole log is replayed as before. Damage to a sealed segment,
+// which Open then no longer reads, is found by the read of the frame.
 //
 // # Why a log of our own, not Pebble
 //

@@ -2,11 +2,12 @@ package file
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,14 +17,17 @@ import (
 	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/internal/expiry"
 	"github.com/idem-dev/idem/store/internal/monoclock"
-	"github.com/idem-dev/idem/store/internal/packed"
 )
 
 // ErrLocked is returned by Open when another process, or another Store in
 // this one, has the directory open. The embedded stores share it.
 var ErrLocked = dirlock.ErrLocked
+
+// maxSegmentBytes bounds Options.SegmentBytes, so that a segment's frames,
+// with the writes of one sync past it, stay within the index's 32-bit
+// offsets.
+const maxSegmentBytes = 1 << 30
 
 // lockFile is the file, inside the directory, that Open locks.
 const lockFile = "idem.lock"
@@ -34,7 +38,7 @@ type Options struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// SegmentBytes is the size past which the log starts a new segment
-	// file. Zero means 64 MiB. Smaller segments are dropped and compacted
+	// file. Zero means 64 MiB; at most 1 GiB. Smaller segments are dropped and compacted
 	// sooner; larger ones mean fewer files.
 	SegmentBytes int64
 	// WallClock is read once, when Open starts, to set the store's clock,
@@ -55,11 +59,17 @@ type Store struct {
 	logger  *slog.Logger
 	seq     atomic.Uint64 // the last entry's seq
 	stripes [stripes]stripe
-	exp     *expiry.Index[keyID]
+	exp     *expiryIndex
 	clock   *monoclock.Clock
 	// opened is the store's clock when Open began: recovery holds a
 	// record left in progress to at most its lease from then.
 	opened time.Time
+
+	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
+	// first segment the last one written or read needs replayed.
+	snapMu      sync.Mutex
+	snapFirst   atomic.Uint64
+	snapRunning atomic.Bool // a background snapshot runs (rotated)
 
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
@@ -86,6 +96,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = 64 << 20
 	}
+	if opts.SegmentBytes > maxSegmentBytes {
+		// The index addresses a frame in its segment with 32 bits.
+		return nil, fmt.Errorf("file: open %s: Options.SegmentBytes %d is more than the largest segment, %d bytes (1 GiB): set it lower, or leave it zero for 64 MiB", dir, opts.SegmentBytes, int64(maxSegmentBytes))
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
@@ -101,18 +115,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		log:    newLog(dir, opts.SegmentBytes),
 		lock:   lock,
 		logger: opts.Logger,
-		exp:    expiry.New[keyID](),
+		exp:    newExpiryIndex(),
 		clock:  clock,
 		opened: clock.Now(),
 	}
 	for i := range s.stripes {
-		s.stripes[i].entries = map[keyID]entry{}
+		s.stripes[i].n = uint8(i)
 	}
 	if err := s.recover(); err != nil {
 		s.log.close()
 		lock.Close()
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
+	s.log.onRotate = s.rotated
 	return s, nil
 }
 
@@ -158,64 +173,122 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 
 // put appends r as id's latest frame, points the index at it, and returns
 // once the frame is durable; if the frame could not be made durable, it
-// points the index back at cur and returns the error. cur is id's entry
-// before, or nil; lease is the lease r.LeaseUntil was set from. The stripe
-// is held.
-func (s *Store) put(st *stripe, id keyID, r *store.Record, p packed.Record, cur *entry, lease time.Duration) error {
-	if uint64(len(r.Value)) > math.MaxUint32 {
-		// Refused before copying it into a frame.
+// puts the index back as it was and returns the error. slot is id's slot
+// in st, or -1 for a key the index does not hold; lease is the lease
+// r.LeaseUntil was set from. The stripe is held.
+func (s *Store) put(st *stripe, id keyID, slot int, r *store.Record, lease time.Duration) error {
+	if uint64(len(r.Value)) > maxBody {
+		// Refused before copying it into a frame; recovery would read a
+		// longer frame as damage.
 		return fmt.Errorf("%w: a value of %d bytes", ErrTooLarge, len(r.Value))
 	}
 	bp := framePool.Get().(*[]byte)
 	seq := s.seq.Add(1)
-	b, valAt := appendFrame((*bp)[:0], kindPut, seq, id, r, lease)
-	if len(b) > math.MaxUint32 {
+	b, _ := appendFrame((*bp)[:0], kindPut, seq, id, r, lease)
+	if len(b)-frameHeader > maxBody {
 		return fmt.Errorf("%w: a record of %d bytes", ErrTooLarge, len(b))
 	}
 	seg, off, batch := s.log.append(b)
-	e := entry{rec: p, seq: seq, seg: seg, off: off, size: uint32(len(b)), valAt: uint32(valAt), valLen: uint32(len(r.Value))}
+	e := entry{tag: tagOf(&id), state: stateOf(r.State), exp: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil),
+		seg: uint32(seg.id), off: uint32(off), size: uint32(len(b))}
 	if cap(b) <= 64<<10 { // a 4 MiB response's buffer is not kept
 		*bp = b
 		framePool.Put(bp)
 	}
-	s.index(st, id, cur, &e)
+	var before entry
+	if slot >= 0 {
+		before = *st.at(uint32(slot))
+	}
+	slot = s.index(st, slot, &e)
 	if err := s.log.wait(batch); err != nil {
-		s.index(st, id, &e, cur)
+		if before.state == stateFree {
+			s.index(st, slot, nil)
+		} else {
+			s.index(st, slot, &before)
+		}
 		return err
 	}
 	return nil
 }
 
-// ErrTooLarge is returned for a record whose frame would pass 4 GiB.
+// ErrTooLarge is returned for a record whose frame would pass 64 MiB.
 var ErrTooLarge = errors.New("file: record too large")
 
-// index points id at e (nil: removes it), keeping the segments' live bytes
-// and the expiry index in step. The stripe is held.
-func (s *Store) index(st *stripe, id keyID, cur, e *entry) {
-	if cur != nil {
-		cur.seg.live.Add(-int64(cur.size))
+// index points slot at e (nil: frees the slot; slot -1: e goes in a new
+// slot), keeping the segments' live bytes and the expiry index in step,
+// and returns the slot. The stripe is held.
+func (s *Store) index(st *stripe, slot int, e *entry) int {
+	var cur *entry
+	if slot >= 0 {
+		cur = st.at(uint32(slot))
+		s.log.segment(cur.seg).live.Add(-int64(cur.size))
 	}
 	if e == nil {
-		delete(st.entries, id) // its expiry item stays until Cleanup visits it
-		return
+		st.remove(uint32(slot)) // its expiry item stays until Cleanup visits it
+		return -1
 	}
-	e.seg.live.Add(int64(e.size))
-	st.entries[id] = *e
-	if cur == nil || !cur.rec.ExpiresSameAs(e.rec.ExpiresAt()) {
-		s.exp.Add(id, e.rec.ExpiresAt())
+	s.log.segment(e.seg).live.Add(int64(e.size))
+	moved := cur == nil || expSec(cur.exp) != expSec(e.exp)
+	if cur == nil {
+		slot = int(st.insert(*e))
+	} else {
+		*cur = *e
 	}
+	if moved {
+		s.exp.add(expSec(e.exp), ref(int(st.n), uint32(slot)))
+	}
+	return slot
 }
 
-// record returns e's record as read at now, with its value read from its
-// segment.
-func (s *Store) record(e *entry, now time.Time) (store.Record, error) {
-	r := e.rec.ReadAt(now)
-	if e.valLen > 0 {
-		r.Value = make([]byte, e.valLen)
-		if _, err := e.seg.f.ReadAt(r.Value, e.off+int64(e.valAt)); err != nil {
-			return store.Record{}, fmt.Errorf("read value of %s: %w", r.KeyHash, err)
-		}
+// lookup returns id's slot in st and a copy of its entry, or -1.
+func lookup(st *stripe, id *keyID) (int, entry) {
+	slot, ok := st.find(tagOf(id))
+	if !ok {
+		return -1, entry{}
 	}
+	return int(slot), *st.at(slot)
+}
+
+// read reads e's frame back from its segment: the record as written, its
+// value included. It checks that the frame is id's whole key hash.
+func (s *Store) read(id *keyID, e *entry) (store.Record, error) {
+	seg := s.log.segment(e.seg)
+	if seg == nil || seg.f == nil {
+		return store.Record{}, fmt.Errorf("%w: the index points to segment %d, which is gone", ErrCorrupt, e.seg)
+	}
+	buf := make([]byte, e.size)
+	if _, err := seg.f.ReadAt(buf, int64(e.off)); err != nil {
+		return store.Record{}, fmt.Errorf("read %s at %d: %w", segmentName(seg.id), e.off, err)
+	}
+	// The frame's checksum is checked again: a snapshot spares Open the
+	// read of sealed segments, so damage there is found here, and fails
+	// the call rather than answer with it.
+	if crc32.Checksum(buf[frameHeader:], castagnoli) != binary.BigEndian.Uint32(buf[4:]) {
+		return store.Record{}, fmt.Errorf("%w: %s at %d: checksum mismatch", ErrCorrupt, segmentName(seg.id), e.off)
+	}
+	fr, err := decodeBody(buf[frameHeader:])
+	if err != nil {
+		return store.Record{}, fmt.Errorf("%s at %d: %w", segmentName(seg.id), e.off, err)
+	}
+	if fr.id != *id || fr.kind != kindPut {
+		return store.Record{}, fmt.Errorf("%w: %s at %d holds another key's frame than the index says", ErrCorrupt, segmentName(seg.id), e.off)
+	}
+	r := fr.rec
+	if fr.valLen > 0 {
+		r.Value = buf[fr.valAt : fr.valAt+fr.valLen : fr.valAt+fr.valLen]
+	}
+	// Recovery may have held the lease shorter than the frame says.
+	r.LeaseUntil = fromNanos(e.lease)
+	return r, nil
+}
+
+// record returns e's record as read at now.
+func (s *Store) record(id *keyID, e *entry, now time.Time) (store.Record, error) {
+	r, err := s.read(id, e)
+	if err != nil {
+		return r, err
+	}
+	r.SetReadAt(now)
 	return r, nil
 }
 
@@ -224,14 +297,17 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	var res store.Reservation
 	err := s.withKey(ctx, "reserve", req.Record.KeyHash, func(st *stripe, id keyID) error {
 		now := s.clock.Now()
-		cur, ok := st.entries[id]
-		if ok && !cur.rec.Expired(now) {
-			c := &cur.rec
-			if !(req.TakeOverStale && c.Stale(now) &&
-				c.Fingerprint() == req.Record.Fingerprint && c.Binding() == req.Record.Binding) {
-				var err error
-				res.Existing, err = s.record(&cur, now)
+		slot, cur := lookup(st, &id)
+		if slot >= 0 && !cur.expired(nanos(now)) {
+			rec, err := s.read(&id, &cur)
+			if err != nil {
 				return err
+			}
+			if !(req.TakeOverStale && cur.stale(nanos(now)) &&
+				rec.Fingerprint == req.Record.Fingerprint && rec.Binding == req.Record.Binding) {
+				rec.SetReadAt(now)
+				res.Existing = rec
+				return nil
 			}
 			res.TookOver = true
 		}
@@ -240,15 +316,11 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		if err := s.log.admit(); err != nil {
 			return err
 		}
-		var before *entry
-		if ok {
-			before = &cur
-		}
 		r := req.Record
 		r.State, r.Value = store.InProgress, nil
 		r.CreatedAt, r.UpdatedAt = now, now
 		r.ExpiresAt, r.LeaseUntil = now.Add(req.TTL), now.Add(req.Lease)
-		if err := s.put(st, id, &r, packed.Pack(&r), before, req.Lease); err != nil {
+		if err := s.put(st, id, slot, &r, req.Lease); err != nil {
 			return err
 		}
 		res.Acquired = true
@@ -260,18 +332,18 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	return res, nil
 }
 
-// Get implements store.Store. It reads the index and the record's value
+// Get implements store.Store. It reads the index and the record's frame
 // only, so it works while the disk is full.
 func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error) {
 	var r store.Record
 	err := s.withKey(ctx, "get", keyHash, func(st *stripe, id keyID) error {
 		now := s.clock.Now()
-		e, ok := st.entries[id]
-		if !ok || e.rec.Expired(now) {
+		slot, e := lookup(st, &id)
+		if slot < 0 || e.expired(nanos(now)) {
 			return store.ErrNotFound
 		}
 		var err error
-		r, err = s.record(&e, now)
+		r, err = s.record(&id, &e, now)
 		return err
 	})
 	if err != nil {
@@ -280,56 +352,59 @@ func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error
 	return r, nil
 }
 
-// held runs fn on the in_progress entry that f's token holds, under its
-// stripe, or returns ErrLeaseLost.
-func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, cur *entry) error) error {
+// held runs fn on the in_progress record that f's token holds, under its
+// stripe, or returns ErrLeaseLost. The token is in the frame: it is read
+// back from the segment (the page cache's copy, as a rule).
+func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, slot int, cur *entry, r *store.Record) error) error {
 	return s.withKey(ctx, op, f.KeyHash, func(st *stripe, id keyID) error {
-		cur, ok := st.entries[id]
+		slot, cur := lookup(st, &id)
 		// Release also frees a failed record (an operator's way out of an
 		// unknown outcome); every other write needs an in_progress one.
-		held := ok && cur.rec.Token == f.Token &&
-			(cur.rec.State() == store.InProgress || op == "release" && cur.rec.State() == store.Failed)
-		if !held {
+		if slot < 0 || !(cur.state == 1 || op == "release" && cur.state == 3) {
 			return store.ErrLeaseLost
 		}
-		return fn(st, id, &cur)
+		r, err := s.read(&id, &cur)
+		if err != nil {
+			return err
+		}
+		if r.Token != f.Token {
+			return store.ErrLeaseLost
+		}
+		return fn(st, id, slot, &cur, &r)
 	})
 }
 
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
-	return s.held(ctx, "renew", f, func(st *stripe, id keyID, cur *entry) error {
-		p := cur.rec
-		p.SetLeaseUntil(s.clock.Now().Add(lease))
-		r := p.Unpack()
-		return s.put(st, id, &r, p, cur, lease)
+	return s.held(ctx, "renew", f, func(st *stripe, id keyID, slot int, _ *entry, r *store.Record) error {
+		r.LeaseUntil = s.clock.Now().Add(lease)
+		return s.put(st, id, slot, r, lease)
 	})
 }
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
-	return s.held(ctx, "complete", c.Fence, func(st *stripe, id keyID, cur *entry) error {
-		p := cur.rec
+	return s.held(ctx, "complete", c.Fence, func(st *stripe, id keyID, slot int, _ *entry, r *store.Record) error {
 		now := s.clock.Now()
-		p.Complete(c.State, now, now.Add(c.TTL))
-		r := p.Unpack()
-		r.Value = c.Value
-		return s.put(st, id, &r, p, cur, 0)
+		r.State, r.Value = c.State, c.Value
+		r.UpdatedAt, r.ExpiresAt = now, now.Add(c.TTL)
+		return s.put(st, id, slot, r, 0)
 	})
 }
 
 // Release implements store.Store. It appends a delete entry, so that the
 // released record does not come back when the log is replayed.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
-	return s.held(ctx, "release", f, func(st *stripe, id keyID, cur *entry) error {
+	return s.held(ctx, "release", f, func(st *stripe, id keyID, slot int, cur *entry, _ *store.Record) error {
 		bp := framePool.Get().(*[]byte)
 		b, _ := appendFrame((*bp)[:0], kindDel, s.seq.Add(1), id, nil, 0)
 		_, _, batch := s.log.append(b)
 		*bp = b
 		framePool.Put(bp)
-		s.index(st, id, cur, nil)
+		before := *cur
+		s.index(st, slot, nil)
 		if err := s.log.wait(batch); err != nil {
-			s.index(st, id, nil, cur)
+			s.index(st, -1, &before)
 			return err
 		}
 		return nil
@@ -372,6 +447,10 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.hub.WakeAll() // waiters poll, and find the store closed
+	// The next Open reads the index from here, not from the whole log.
+	if err := s.snapshot(); err != nil {
+		s.logger.Warn("file: no index snapshot at close; the next open replays the log", "err", err)
+	}
 	err := s.log.close()
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr

@@ -19,7 +19,6 @@ import (
 
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/internal/expiry"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -38,6 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(reserveChild(os.Getenv("IDEM_FILE_TEST_DIR")))
 	case "fill":
 		os.Exit(fullChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
+	case "snap":
+		os.Exit(snapChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
 		os.Exit(2)
@@ -80,46 +81,78 @@ func TestConformanceSmallSegments(t *testing.T) {
 	})
 }
 
-// indexKeys lists what the in-memory index is keyed by.
+// indexKeys lists what the in-memory index is keyed by: the first 12
+// bytes of each key hash (the stripe's number and the entry's tag), each
+// completed with the rest of the hash from the frame the entry points to,
+// which is what the tag stands for.
 func indexKeys(s *Store) []string {
 	var keys []string
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		for _, e := range st.entries {
-			keys = append(keys, e.rec.KeyHash())
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state == stateFree {
+				continue
+			}
+			var head [bodyHeader]byte
+			if _, err := s.log.segment(e.seg).f.ReadAt(head[:], int64(e.off)+frameHeader); err != nil {
+				panic(err)
+			}
+			keys = append(keys, fmt.Sprintf("%02x%x%x", i, e.tag, head[9+12:41]))
 		}
 		st.mu.Unlock()
 	}
 	return keys
 }
 
-// checkIndex verifies that every record has an expiry item at its
-// ExpiresAt, and that each segment's
+// checkIndex verifies that every record has an expiry item in its
+// ExpiresAt's second, that its frame on disk is its key's and agrees with
+// the index, that the table finds every slot, and that each segment's
 // live bytes are the frames the index points to. It returns the records.
 func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	t.Helper()
 	records := map[string]*store.Record{}
-	live := map[*segment]int64{}
-	items := map[expiry.Item[keyID]]bool{}
-	for _, it := range s.exp.Items() {
-		items[it] = true
-	}
+	live := map[uint32]int64{}
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		for id, e := range st.entries {
-			r, err := s.record(&e, s.clock.Now())
+		n := 0
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state == stateFree {
+				continue
+			}
+			n++
+			if got, ok := st.find(e.tag); !ok || got != slot {
+				t.Fatalf("stripe %d: slot %d is not found by its tag (%d %v)", i, slot, got, ok)
+			}
+			var id keyID
+			id[0] = byte(i)
+			copy(id[1:], e.tag[:])
+			// The frame holds the whole key hash: the tag's rest is read
+			// from it.
+			seg := s.log.segment(e.seg)
+			var head [bodyHeader]byte
+			if _, err := seg.f.ReadAt(head[:], int64(e.off)+frameHeader); err != nil {
+				t.Fatal(err)
+			}
+			copy(id[:], head[9:41])
+			r, err := s.record(&id, e, s.clock.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
+			if nanos(r.ExpiresAt) != e.exp || stateOf(r.State) != e.state {
+				t.Fatalf("record %s: the index says %d %d, the frame %v %s", r.KeyHash, e.exp, e.state, r.ExpiresAt, r.State)
+			}
 			records[r.KeyHash] = &r
 			live[e.seg] += int64(e.size)
-			it := expiry.ItemOf(e.rec.ExpiresAt(), id)
-			if !items[it] {
-				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, e.rec.ExpiresAt())
+			if !s.exp.has(expSec(e.exp), ref(i, slot)) {
+				t.Fatalf("record %s has no expiry item at %v", r.KeyHash, r.ExpiresAt)
 			}
-			delete(items, it)
+		}
+		if n != st.used {
+			t.Fatalf("stripe %d counts %d entries, holds %d", i, st.used, n)
 		}
 		st.mu.Unlock()
 	}
@@ -127,8 +160,8 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	// costs Cleanup one visit, once its time comes.
 	s.log.mu.Lock()
 	for _, seg := range s.log.segs {
-		if got := seg.live.Load(); got != live[seg] {
-			t.Fatalf("segment %d counts %d live bytes, the index points to %d", seg.id, got, live[seg])
+		if got := seg.live.Load(); got != live[uint32(seg.id)] {
+			t.Fatalf("segment %d counts %d live bytes, the index points to %d", seg.id, got, live[uint32(seg.id)])
 		}
 	}
 	s.log.mu.Unlock()
@@ -376,7 +409,9 @@ func TestTornTail(t *testing.T) {
 			}
 		}
 		path := s.log.active.path
-		bFrame := int64(s.stripes[stripeOf(mustID(t, b.Record.KeyHash))].entries[mustID(t, b.Record.KeyHash)].size)
+		bid := mustID(t, b.Record.KeyHash)
+		_, be := lookup(&s.stripes[stripeOf(bid)], &bid)
+		bFrame := int64(be.size)
 		// The log's end, not the file's: the file is allocated ahead.
 		end := s.log.active.size
 		s.Close()
@@ -432,7 +467,9 @@ func mustID(t testing.TB, h string) keyID {
 }
 
 // TestCorruptMiddle damages a frame that is not the log's tail: that is not
-// a torn write, and the open must fail rather than skip records.
+// a torn write, and the open must fail rather than skip records. (Without
+// the index snapshot: with it, Open does not read sealed segments; see
+// TestCorruptSealedLiveFrame.)
 func TestCorruptMiddle(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -450,11 +487,61 @@ func TestCorruptMiddle(t *testing.T) {
 	}
 	first := filepath.Join(dir, segmentName(1))
 	s.Close()
+	if err := os.Remove(filepath.Join(dir, snapshotFile)); err != nil {
+		t.Fatal(err)
+	}
 	data, _ := os.ReadFile(first)
 	data[len(segmentMagic)+frameHeader+20] ^= 0xff
 	os.WriteFile(first, data, 0o600)
 	if _, err := Open(dir, quiet); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("open with a damaged first segment: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestCorruptSealedLiveFrame damages the live frame of a key in a segment
+// that the index snapshot covers: Open does not read it, and a read of
+// the key fails with ErrCorrupt rather than answer with damaged data.
+func TestCorruptSealedLiveFrame(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []store.ReserveRequest
+	for i := range 20 {
+		req := reserveReq(fmt.Sprint(i), time.Hour)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		complete(t, s, req, strings.Repeat("v", 100), time.Hour)
+		reqs = append(reqs, req)
+	}
+	id := mustID(t, reqs[0].Record.KeyHash)
+	_, e := lookup(&s.stripes[stripeOf(id)], &id)
+	path := s.log.segment(e.seg).path
+	if e.seg == uint32(s.log.active.id) {
+		t.Fatal("key 0's frame is in the active segment")
+	}
+	s.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[int(e.off)+int(e.size)-3] ^= 0xff // in the stored value
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir)
+	if s.snapFirst.Load() == 0 {
+		t.Fatal("the store did not open from its snapshot")
+	}
+	if _, err := s.Get(ctx, "", reqs[0].Record.KeyHash); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get of the damaged record: %v, want ErrCorrupt", err)
+	}
+	if r, err := s.Get(ctx, "", reqs[1].Record.KeyHash); err != nil || string(r.Value) != strings.Repeat("v", 100) {
+		t.Fatalf("Get of another record: %+v %v", r, err)
 	}
 }
 
@@ -813,16 +900,16 @@ func TestZeroFilled(t *testing.T) {
 	}
 }
 
-// TestEntryFitsAMapSlot: Go's maps keep values of at most 128 bytes in
-// their own slots; a larger entry would be allocated, one per record.
-func TestEntryFitsAMapSlot(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n > 128 {
+// TestEntrySize: the index's memory is its entries; the package doc's
+// bytes per key count on 40 bytes and no pointer.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 40 {
 		t.Fatalf("entry is %d bytes", n)
 	}
 }
 
-// TestTooLarge: a value whose frame cannot be addressed with the index's
-// 32-bit sizes is refused with ErrTooLarge; the record stays as it was and
+// TestTooLarge: a value whose frame passes 64 MiB (which recovery would
+// read as damage) is refused with ErrTooLarge; the record stays as it was and
 // the store goes on. The 4 GiB value is never written to: the operating
 // system gives its pages on first touch, so it costs address space only.
 func TestTooLarge(t *testing.T) {
@@ -846,4 +933,33 @@ func TestTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkIndex(t, s)
+}
+
+// TestLargestFrame: a value just over 64 MiB is refused (recovery reads a
+// longer frame as damage, so it would have been lost, or failed the next
+// Open), and one a little under is kept, and replays after a reopen.
+func TestLargestFrame(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openT(t, dir)
+	ctx := context.Background()
+	a, b := reserveReq("a", time.Hour), reserveReq("b", time.Hour)
+	for _, r := range []store.ReserveRequest{a, b} {
+		if _, err := s.Reserve(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: make([]byte, maxBody+1), TTL: time.Hour})
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a value of 64 MiB + 1: %v", err)
+	}
+	big := bytes.Repeat([]byte("v"), maxBody-4096)
+	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(b), State: store.Succeeded, Value: big, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openT(t, dir)
+	if r, err := s.Get(ctx, "", b.Record.KeyHash); err != nil || !bytes.Equal(r.Value, big) {
+		t.Fatalf("the largest value after a reopen: %d bytes, %v", len(r.Value), err)
+	}
 }

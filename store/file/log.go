@@ -131,18 +131,25 @@ type log struct {
 	dir        string
 	maxSegment int64
 
-	mu      sync.Mutex
-	active  *segment            // guarded by mu
-	segs    map[uint64]*segment // every segment not yet dropped; guarded by mu
-	nextID  uint64              // guarded by mu
-	buf     []byte              // frames appended, not yet written; guarded by mu
-	spare   []byte              // the buffer of the previous sync, reused; guarded by mu
-	cur     *batch              // the batch frames are appended to; guarded by mu
-	run     *batch              // the batch being synced, nil when none; guarded by mu
-	frames  int                 // frames appended since the last sync began; guarded by mu
-	grouped bool                // the last sync covered more than one frame; guarded by mu
+	mu     sync.Mutex
+	active *segment            // guarded by mu
+	segs   map[uint64]*segment // every segment not yet dropped; guarded by mu
+	// byID holds segs for readers that must not wait on mu (index entries
+	// name their segment by id).
+	byID    sync.Map
+	nextID  uint64 // guarded by mu
+	buf     []byte // frames appended, not yet written; guarded by mu
+	spare   []byte // the buffer of the previous sync, reused; guarded by mu
+	cur     *batch // the batch frames are appended to; guarded by mu
+	run     *batch // the batch being synced, nil when none; guarded by mu
+	frames  int    // frames appended since the last sync began; guarded by mu
+	grouped bool   // the last sync covered more than one frame; guarded by mu
 
 	syncs atomic.Uint64 // fdatasyncs done, for tests
+
+	// onRotate, if set, is called (without mu) when the log moves to a
+	// new segment; it must not block.
+	onRotate func()
 
 	// start is the log's origin on the monotonic clock, for retryAt.
 	start time.Time
@@ -256,12 +263,16 @@ func (l *log) sync() {
 	l.grouped = l.frames > 1
 	l.frames = 0
 	l.buf = l.spare[:0]
-	if seg.size >= l.maxSegment {
+	rotated := seg.size >= l.maxSegment
+	if rotated {
 		// Rotate while holding mu: every frame appended from now on goes
 		// to the new segment, and all of seg's frames are in buf.
 		l.active = l.newSegment()
 	}
 	l.mu.Unlock()
+	if rotated && l.onRotate != nil {
+		l.onRotate()
+	}
 
 	var err error
 	if p := l.broken.Load(); p != nil {
@@ -421,6 +432,10 @@ func (l *log) fillAhead(seg *segment) {
 		return
 	}
 	f := &fill{seg: seg, from: max(ready, seg.written+zeroGap)}
+	if f.from >= l.maxSegment {
+		// The log moves to a new segment before its frames get there.
+		return
+	}
 	l.fill = f
 	l.fills.Add(1)
 	go func() {
@@ -482,8 +497,23 @@ func (l *log) newSegment() *segment {
 	n := int64(len(segmentMagic))
 	seg := &segment{id: id, path: filepath.Join(l.dir, segmentName(id)), size: n, synced: n, written: n}
 	seg.ready.Store(n)
-	l.segs[id] = seg
+	l.addSeg(seg)
 	return seg
+}
+
+// addSeg adds seg to the log's segments; mu is held, or recovery runs.
+func (l *log) addSeg(seg *segment) {
+	l.segs[seg.id] = seg
+	l.byID.Store(uint32(seg.id), seg)
+}
+
+// segment returns the segment whose id is id, nil if it was dropped.
+func (l *log) segment(id uint32) *segment {
+	v, ok := l.byID.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*segment)
 }
 
 // create creates seg's file with its header; the running sync calls it
@@ -537,6 +567,7 @@ func (l *log) sizes() (total, live int64) {
 func (l *log) drop(seg *segment) error {
 	l.mu.Lock()
 	delete(l.segs, seg.id)
+	l.byID.Delete(uint32(seg.id))
 	f := seg.f
 	l.mu.Unlock()
 	if f == nil {

@@ -12,9 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/internal/packed"
 )
 
 // recover rebuilds the index by replaying every segment, oldest first:
@@ -41,6 +38,17 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
+	// The snapshot covers the segments before first; replay reads the
+	// rest.
+	first := s.loadSnapshot(ids)
+	var last *segment
+	s.log.nextID = max(s.log.nextID, first)
+	if len(ids) > 0 {
+		s.log.nextID = max(s.log.nextID, ids[len(ids)-1]+1)
+	}
+	for len(ids) > 0 && ids[0] < first {
+		ids = ids[1:]
+	}
 	// Only the tail of the log may be torn: the last segment that holds
 	// more than its header (a crash while rotating leaves a new, empty
 	// segment after a torn one).
@@ -55,47 +63,111 @@ func (s *Store) recover() error {
 		}
 		tail--
 	}
-	latest := map[keyID]*entry{} // an entry with no KeyHash marks a delete
-	var last *segment
 	for i, id := range ids {
-		s.log.nextID = id + 1
-		seg, err := s.replay(id, latest, i >= tail)
+		seg, err := s.replay(id, i >= tail)
 		if err != nil {
 			return err
 		}
 		if seg == nil {
 			continue // a segment cut before its header was written: removed
 		}
-		s.log.segs[id] = seg
+		s.log.addSeg(seg)
 		last = seg
 	}
-	for id, e := range latest {
-		if e.rec.KeyHash() == "" {
-			continue // released
-		}
-		s.index(&s.stripes[stripeOf(id)], id, nil, e)
-	}
+	s.settle()
 	if last == nil || last.size >= s.log.maxSegment {
 		last = s.log.newSegment() // its file comes with its first write
 	}
 	s.log.active = last
-	if len(latest) > 0 {
-		s.logger.Info("file: recovered the log", "records", s.count(), "segments", len(ids))
+	if n := s.count(); n > 0 {
+		s.logger.Info("file: recovered the log", "records", n, "segments", len(ids))
 	}
 	return nil
+}
+
+// settle ends a replay: the entries of released keys leave the index,
+// and every other entry counts its frame's bytes in its segment and gets
+// its expiry item.
+func (s *Store) settle() {
+	live := map[uint32]int64{}
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		items := map[int64][]uint32{}
+		var seg *segment // the last entry's, as a rule the next one's too
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state == stateFree {
+				continue
+			}
+			if seg == nil || uint32(seg.id) != e.seg {
+				seg = s.log.segment(e.seg)
+			}
+			if e.state == stateDeleted || seg == nil {
+				st.remove(slot)
+				continue
+			}
+			live[e.seg] += int64(e.size)
+			sec := expSec(e.exp)
+			items[sec] = append(items[sec], ref(i, slot))
+		}
+		s.exp.addMany(items)
+		st.seqs = nil
+	}
+	for id, n := range live {
+		s.log.segment(id).live.Add(n)
+	}
 }
 
 func (s *Store) count() int {
 	n := 0
 	for i := range s.stripes {
-		n += len(s.stripes[i].entries)
+		st := &s.stripes[i]
+		st.mu.Lock()
+		n += st.used
+		st.mu.Unlock()
 	}
 	return n
 }
 
-// replay reads segment id into latest. The last segment is the only one
+// apply makes m, the frame at off in seg, its key's entry if no frame of
+// the key with a higher seq was replayed. A delete leaves a deleted entry
+// until settle, so that an older put replayed after it (in an older
+// segment's copy) does not bring the key back.
+func (s *Store) apply(m *meta, seg uint32, off, size int) {
+	st := &s.stripes[stripeOf(m.id)]
+	e := entry{tag: tagOf(&m.id), state: m.state, exp: m.exp, lease: m.lease,
+		seg: seg, off: uint32(off), size: uint32(size)}
+	if m.kind == kindDel {
+		e.state = stateDeleted
+	} else if m.state == 1 {
+		// The holder died with the process that wrote it.
+		if bound := nanos(s.opened.Add(max(m.dur, 0))); e.lease > bound {
+			e.lease = bound
+		}
+	}
+	slot, ok := st.find(e.tag)
+	if !ok {
+		slot = st.insert(e)
+		for int(slot) >= len(st.seqs) {
+			st.seqs = append(st.seqs, 0)
+		}
+		st.seqs[slot] = m.seq
+		return
+	}
+	if int(slot) >= len(st.seqs) || m.seq > st.seqs[slot] {
+		// A slot past seqs was loaded from the snapshot: every frame
+		// replayed is newer.
+		for int(slot) >= len(st.seqs) {
+			st.seqs = append(st.seqs, 0)
+		}
+		*st.at(slot) = e
+		st.seqs[slot] = m.seq
+	}
+}
+
+// replay reads segment id into the index. The last segment is the only one
 // whose tail may be torn.
-func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment, error) {
+func (s *Store) replay(id uint64, last bool) (*segment, error) {
 	path := filepath.Join(s.log.dir, segmentName(id))
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -168,26 +240,18 @@ func (s *Store) replay(id uint64, latest map[keyID]*entry, last bool) (*segment,
 		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[off+4:]) {
 			return torn(off, "checksum mismatch")
 		}
-		fr, err := decodeBody(body)
+		m, err := decodeMeta(body)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("segment %s at byte %d: %w", segmentName(id), off, err)
 		}
-		if fr.seq > s.seq.Load() {
-			s.seq.Store(fr.seq)
+		if m.seq > s.seq.Load() {
+			s.seq.Store(m.seq)
 		}
-		if cur := latest[fr.id]; cur == nil || fr.seq > cur.seq {
-			e := &entry{seq: fr.seq, seg: seg, off: int64(off), size: uint32(frameHeader + n)}
-			if fr.kind == kindPut {
-				if fr.rec.State == store.InProgress {
-					// The holder died with the process that wrote it.
-					if bound := s.opened.Add(max(fr.lease, 0)); fr.rec.LeaseUntil.After(bound) {
-						fr.rec.LeaseUntil = bound
-					}
-				}
-				e.rec, e.valAt, e.valLen = packed.Pack(&fr.rec), uint32(fr.valAt), uint32(fr.valLen)
-			}
-			latest[fr.id] = e
+		if m.kind == kindDel && m.id == (keyID{}) {
+			// Store.Writable's no-op frame.
+		} else {
+			s.apply(&m, uint32(id), off, frameHeader+n)
 		}
 		off += frameHeader + n
 	}

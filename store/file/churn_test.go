@@ -1,0 +1,105 @@
+package file
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/store"
+)
+
+// churn writes reserve+complete pairs of new keys with ttl from 8
+// goroutines for d, and runs Cleanup every every; before each Cleanup
+// and after it, it reads the log's size and its live bytes. It returns
+// the largest ratio of log to live data seen after a Cleanup, and before
+// one, and the pairs written; check, if set, runs after each Cleanup.
+func churn(t *testing.T, s *Store, ttl, d, every time.Duration, check func(total, live int64)) (after, before float64, pairs int64) {
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	value := []byte(`{"status":201,"headers":{"Content-Type":["application/json"]},"body":"eyJpZCI6ImNoXzEyMyIsImFtb3VudCI6MTAwMH0="}`)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req := reserveReq(fmt.Sprintf("churn-%d-%d", w, i), ttl)
+				if _, err := s.Reserve(ctx, req); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: value, TTL: ttl}); err != nil {
+					t.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	end := time.Now().Add(d)
+	warm := time.Now().Add(ttl) // the log fills for a TTL before records expire
+	for time.Now().Before(end) {
+		time.Sleep(every)
+		total, live := s.log.sizes()
+		if time.Now().After(warm) && live > 0 {
+			before = max(before, float64(total)/float64(live))
+		}
+		if _, err := s.Cleanup(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		total, live = s.log.sizes()
+		if time.Now().After(warm) && live > 0 {
+			after = max(after, float64(total)/float64(live))
+		}
+		if check != nil {
+			check(total, live)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	return after, before, n.Load()
+}
+
+// TestChurnDiskBound: records expiring while new ones arrive (a TTL of
+// 300 ms), Cleanup every 50 ms: after each Cleanup the log holds at most
+// twice its live data plus two segments (the one being written and the
+// one being compacted), so disk follows the live data, not the writes.
+func TestChurnDiskBound(t *testing.T) {
+	t.Parallel()
+	const seg = 64 << 10
+	s := openT(t, t.TempDir(), func(o *Options) { o.SegmentBytes = seg })
+	after, before, pairs := churn(t, s, 300*time.Millisecond, 2*time.Second, 50*time.Millisecond, func(total, live int64) {
+		if total > 2*live+2*seg {
+			t.Errorf("after Cleanup the log holds %d bytes for %d live", total, live)
+		}
+	})
+	t.Logf("%d pairs; log/live at most %.2f after a Cleanup, %.2f before", pairs, after, before)
+}
+
+// TestChurnRatios measures (IDEM_FILE_CHURN=1, not part of make test) the
+// log's size against its live data under churn, over several TTLs, each
+// run for four TTLs with Cleanup every second (the gateway cleans every 300 s by default), on
+// 4 MiB segments. docs/bench/FILE-INDEX.md quotes it.
+func TestChurnRatios(t *testing.T) {
+	if os.Getenv("IDEM_FILE_CHURN") == "" {
+		t.Skip("a measurement: IDEM_FILE_CHURN=1 runs it")
+	}
+	for _, ttl := range []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second} {
+		s := openT(t, t.TempDir(), func(o *Options) { o.SegmentBytes = 4 << 20 })
+		after, before, pairs := churn(t, s, ttl, 4*ttl, time.Second, nil)
+		total, live := s.log.sizes()
+		t.Logf("TTL %v: %d pairs (%.0f/s); log/live at most %.2f after a Cleanup, %.2f before one; at the end %d MiB for %d MiB live",
+			ttl, pairs, float64(pairs)/(4*ttl).Seconds(), after, before, total>>20, live>>20)
+		s.Close()
+	}
+}

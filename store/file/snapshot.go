@@ -1,0 +1,393 @@
+package file
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// An index snapshot (a hint file, as Bitcask calls it) lets Open load the
+// index instead of replaying the whole log: it reads the snapshot, then
+// replays only the segments written since it began.
+//
+//	snapshot  "IDEMIDX\x01" | first uint64 | seq uint64 |
+//	          segments uint32 | (id uint64, size uint64) each |
+//	          entries uint64 | entry (41 bytes) each |
+//	          crc32c(header) uint32 | crc32c(entries) uint32
+//	entry     stripe byte | tag [11]byte | state byte | segment uint32 |
+//	          expires int64 | lease-until int64 | offset uint32 | size uint32
+//
+// first is the segment that was active when the snapshot began. Every
+// frame written after that lies in first or a later segment, and replay
+// reads those whole; the earlier segments were sealed, and the snapshot
+// lists their sizes, so Open neither reads nor scans them. The snapshot
+// is taken while the store runs: a stripe at a time, under its lock (so
+// every entry it holds is durable), and only of entries whose frames lie
+// before first; a key written since lies in the replayed segments and
+// its frame there wins, whatever the snapshot says.
+//
+// An entry whose segment is gone when Open reads the snapshot belonged to
+// a key expired, released or moved since: a segment is dropped only once
+// no entry points into it, and a move or a release leaves a frame in the
+// replayed segments.
+//
+// The snapshot is written to a temporary file, synced, and renamed over
+// the last one, the directory synced after: a crash leaves the old one or
+// the new one whole. One that does not check (a torn or foreign file, a
+// checksum that fails, a segment that does not match) is ignored, and
+// Open replays the whole log, as without a snapshot.
+const (
+	snapshotFile = "index.snap"
+	snapshotTemp = "index.snap.tmp"
+	snapEntry    = 41
+)
+
+var snapshotMagic = []byte("IDEMIDX\x01")
+
+// rotated starts a snapshot in the background when the log moved to a
+// new segment and the log written since the last snapshot is due one
+// (snapshotDue): so that a restart after a crash, which has no snapshot
+// from Close, reads about one snapshot's worth of log at most, however
+// long the interval between Cleanups. One runs at a time; it holds
+// closeMu's read lock, so Close waits for it, and none starts after.
+func (s *Store) rotated() {
+	if !s.snapRunning.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.snapRunning.Store(false)
+		if !s.closeMu.TryRLock() {
+			return // closing
+		}
+		defer s.closeMu.RUnlock()
+		if s.closed || !s.snapshotDue() {
+			return
+		}
+		if err := s.snapshot(); err != nil {
+			s.logger.Warn("file: index snapshot failed; the last one stands", "err", err)
+		}
+	}()
+}
+
+// snapshot writes an index snapshot; snapMu serializes it.
+func (s *Store) snapshot() error {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.log.broken.Load() != nil {
+		return nil // the log's tail is not known: nothing to describe
+	}
+	s.log.mu.Lock()
+	first := s.log.active.id
+	s.log.mu.Unlock()
+
+	tmp := filepath.Join(s.log.dir, snapshotTemp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	crc := crc32.New(castagnoli)
+	w := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<20)
+	// The sealed segments' sizes are final: no frame goes to them again.
+	segs := s.sealed(first)
+	if segs == nil {
+		return nil // a sync of a sealed segment still runs: next time
+	}
+	var b []byte
+	b = append(b, snapshotMagic...)
+	b = binary.BigEndian.AppendUint64(b, first)
+	b = binary.BigEndian.AppendUint64(b, s.seq.Load())
+	b = binary.BigEndian.AppendUint32(b, uint32(len(segs)))
+	for _, sg := range segs {
+		b = binary.BigEndian.AppendUint64(b, sg.id)
+		b = binary.BigEndian.AppendUint64(b, uint64(sg.size))
+	}
+	// The entry count is known at the end: it is written over then.
+	countAt := len(b)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	if _, err := f.Write(b); err != nil {
+		return err
+	}
+	var n uint64
+	buf := make([]byte, 0, 64<<10)
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state == stateFree || uint64(e.seg) >= first {
+				continue
+			}
+			buf = append(buf, byte(i))
+			buf = append(buf, e.tag[:]...)
+			buf = append(buf, e.state)
+			buf = binary.BigEndian.AppendUint32(buf, e.seg)
+			buf = binary.BigEndian.AppendUint64(buf, uint64(e.exp))
+			buf = binary.BigEndian.AppendUint64(buf, uint64(e.lease))
+			buf = binary.BigEndian.AppendUint32(buf, e.off)
+			buf = binary.BigEndian.AppendUint32(buf, e.size)
+			n++
+			if len(buf) >= 60<<10 {
+				st.mu.Unlock()
+				if _, err := w.Write(buf); err != nil {
+					return err
+				}
+				buf = buf[:0]
+				st.mu.Lock()
+			}
+		}
+		st.mu.Unlock()
+	}
+	if _, err := w.Write(buf); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// Two checksums: the header's, taken once its count is in, and the
+	// entries', taken as they were written.
+	binary.BigEndian.PutUint64(b[countAt:], n)
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return err
+	}
+	var tail []byte
+	tail = binary.BigEndian.AppendUint32(tail, crc32.Checksum(b, castagnoli))
+	tail = binary.BigEndian.AppendUint32(tail, crc.Sum32())
+	if _, err := f.Write(tail); err != nil {
+		return err
+	}
+	if err := fdatasync(f); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	ok = true
+	if err := os.Rename(tmp, filepath.Join(s.log.dir, snapshotFile)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := syncDir(s.log.dir); err != nil {
+		return err
+	}
+	s.snapFirst.Store(first)
+	return nil
+}
+
+// sealed returns the segments before first, none of which a sync still
+// writes, or nil if one is still being written.
+func (s *Store) sealed(first uint64) []*segment {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	out := []*segment{}
+	for id, sg := range s.log.segs {
+		if id >= first {
+			continue
+		}
+		if sg.size != sg.synced {
+			return nil
+		}
+		out = append(out, sg)
+	}
+	return out
+}
+
+// errBadSnapshot is why a snapshot was ignored.
+var errBadSnapshot = errors.New("the index snapshot does not check")
+
+// loadSnapshot loads the directory's snapshot into the index and the
+// log's sealed segments, and returns the first segment to replay; with
+// none, or one that does not check, it leaves the index empty and returns
+// 0 (replay everything). ids are the directory's segments.
+func (s *Store) loadSnapshot(ids []uint64) uint64 {
+	first, err := s.readSnapshot(ids)
+	if err == nil {
+		return first
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		s.logger.Warn("file: ignoring the index snapshot; replaying the whole log", "err", err)
+	}
+	// Undo what was loaded.
+	for i := range s.stripes {
+		n := s.stripes[i].n
+		s.stripes[i] = stripe{n: n}
+	}
+	for id, sg := range s.log.segs {
+		if sg.f != nil {
+			sg.f.Close()
+		}
+		delete(s.log.segs, id)
+		s.log.byID.Delete(uint32(id))
+	}
+	s.seq.Store(0)
+	return 0
+}
+
+// snapReader reads a snapshot, checksumming what it reads.
+type snapReader struct {
+	r   *bufio.Reader
+	crc hash.Hash32
+	err error
+}
+
+func (r *snapReader) read(n int) []byte {
+	if r.err != nil {
+		return make([]byte, n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		r.err = fmt.Errorf("%w: %v", errBadSnapshot, err)
+		return b
+	}
+	r.crc.Write(b)
+	return b
+}
+
+func (s *Store) readSnapshot(ids []uint64) (uint64, error) {
+	f, err := os.Open(filepath.Join(s.log.dir, snapshotFile))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	start := time.Now()
+	r := &snapReader{r: bufio.NewReaderSize(f, 1<<20), crc: crc32.New(castagnoli)}
+	if string(r.read(len(snapshotMagic))) != string(snapshotMagic) {
+		return 0, fmt.Errorf("%w: not a snapshot", errBadSnapshot)
+	}
+	head := r.read(20)
+	first := binary.BigEndian.Uint64(head)
+	seq := binary.BigEndian.Uint64(head[8:])
+	nsegs := int(binary.BigEndian.Uint32(head[16:]))
+	if r.err != nil || nsegs > 1<<24 {
+		return 0, fmt.Errorf("%w: bad header", errBadSnapshot)
+	}
+	sizes := make(map[uint64]int64, nsegs)
+	for range nsegs {
+		b := r.read(16)
+		sizes[binary.BigEndian.Uint64(b)] = int64(binary.BigEndian.Uint64(b[8:]))
+	}
+	nb := r.read(8)
+	n := binary.BigEndian.Uint64(nb)
+	if r.err != nil {
+		return 0, r.err
+	}
+	headCRC := r.crc.Sum32()
+	r.crc.Reset()
+	// Every segment before first must be one the snapshot lists (one it
+	// lists may be gone: dropped since), at least as long as it says.
+	for _, id := range ids {
+		if id >= first {
+			continue
+		}
+		size, ok := sizes[id]
+		if !ok {
+			return 0, fmt.Errorf("%w: segment %s is not in it", errBadSnapshot, segmentName(id))
+		}
+		path := filepath.Join(s.log.dir, segmentName(id))
+		sf, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return 0, err
+		}
+		seg := &segment{id: id, path: path, f: sf, named: true, size: size, synced: size, written: size}
+		seg.ready.Store(size)
+		s.log.addSeg(seg)
+		if fi, err := sf.Stat(); err != nil || fi.Size() < size {
+			return 0, fmt.Errorf("%w: segment %s is shorter than it says", errBadSnapshot, segmentName(id))
+		}
+	}
+	if n > 1<<40 {
+		return 0, fmt.Errorf("%w: bad entry count", errBadSnapshot)
+	}
+	per := int(n/stripes) + 1
+	for i := range s.stripes {
+		s.stripes[i].reserve(per + per/8)
+	}
+	// Read a block of entries at a time: one checksum call and one copy
+	// per block, not per entry.
+	block := make([]byte, 0, (1<<20)/snapEntry*snapEntry)
+	for left := n; left > 0; {
+		k := min(left, uint64(cap(block)/snapEntry))
+		block = block[:k*snapEntry]
+		if _, err := io.ReadFull(r.r, block); err != nil {
+			return 0, fmt.Errorf("%w: %v", errBadSnapshot, err)
+		}
+		r.crc.Write(block)
+		left -= k
+		for b := block; len(b) > 0; b = b[snapEntry:] {
+			e := entry{state: b[12], seg: binary.BigEndian.Uint32(b[13:]),
+				exp: int64(binary.BigEndian.Uint64(b[17:])), lease: int64(binary.BigEndian.Uint64(b[25:])),
+				off: binary.BigEndian.Uint32(b[33:]), size: binary.BigEndian.Uint32(b[37:])}
+			copy(e.tag[:], b[1:12])
+			if e.state == stateFree || e.state >= stateDeleted || uint64(e.seg) >= first {
+				return 0, fmt.Errorf("%w: a bad entry", errBadSnapshot)
+			}
+			if s.log.segment(e.seg) == nil {
+				continue // its segment was dropped: the record is gone
+			}
+			st := &s.stripes[b[0]]
+			if _, ok := st.find(e.tag); ok {
+				return 0, fmt.Errorf("%w: an entry twice", errBadSnapshot)
+			}
+			st.insert(e)
+		}
+	}
+	entriesCRC := r.crc.Sum32()
+	var tail [8]byte
+	if _, err := io.ReadFull(r.r, tail[:]); err != nil {
+		return 0, fmt.Errorf("%w: %v", errBadSnapshot, err)
+	}
+	if binary.BigEndian.Uint32(tail[:]) != headCRC || binary.BigEndian.Uint32(tail[4:]) != entriesCRC {
+		return 0, fmt.Errorf("%w: checksum mismatch", errBadSnapshot)
+	}
+	if _, err := r.r.ReadByte(); err != io.EOF {
+		return 0, fmt.Errorf("%w: trailing bytes", errBadSnapshot)
+	}
+	// A record left in progress: its holder died; its lease is held to
+	// its length from this Open, read from its frame.
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state != 1 {
+				continue
+			}
+			if err := s.boundLease(e); err != nil {
+				return 0, err
+			}
+		}
+	}
+	s.seq.Store(seq)
+	s.snapFirst.Store(first)
+	s.logger.Info("file: loaded the index snapshot", "records", n, "took", time.Since(start))
+	return first, nil
+}
+
+// boundLease holds e's lease, in progress at Open, to its length from
+// the Open, reading the length from e's frame.
+func (s *Store) boundLease(e *entry) error {
+	buf := make([]byte, e.size)
+	if _, err := s.log.segment(e.seg).f.ReadAt(buf, int64(e.off)); err != nil {
+		return fmt.Errorf("%w: %v", errBadSnapshot, err)
+	}
+	m, err := decodeMeta(buf[frameHeader:])
+	if err != nil || tagOf(&m.id) != e.tag {
+		return fmt.Errorf("%w: an entry's frame does not match it", errBadSnapshot)
+	}
+	if bound := nanos(s.opened.Add(max(m.dur, 0))); e.lease > bound {
+		e.lease = bound
+	}
+	return nil
+}
