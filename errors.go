@@ -28,6 +28,11 @@ var (
 	// ErrLeaseLost: this call's hold on the key was taken over (its lease
 	// expired) or the record was removed; its outcome was not stored.
 	ErrLeaseLost = store.ErrLeaseLost
+	// ErrLeaseExpired is the cause of an operation's context when its
+	// holder counted its own lease over (its renewals did not get through
+	// in time) and gave it up, before any other client could judge it
+	// over. It matches ErrLeaseLost.
+	ErrLeaseExpired error = leaseExpired{}
 	// ErrStoreUnavailable: the store failed; nothing was run (unless the
 	// policy is OnStoreErrorFailOpen). A reservation the store applied
 	// but whose answer was lost is freed in the background once the store
@@ -193,3 +198,12 @@ func (f *Failure) Error() string {
 
 // Unwrap returns the underlying error.
 func (f *Failure) Unwrap() error { return f.Err }
+
+type leaseExpired struct{}
+
+func (leaseExpired) Error() string {
+	return "idem: lease given up by its holder: no renewal got through in time"
+}
+
+// Is makes ErrLeaseExpired match ErrLeaseLost.
+func (leaseExpired) Is(target error) bool { return target == ErrLeaseLost }

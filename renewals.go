@@ -108,7 +108,7 @@ func (h *hold) renew() {
 	err := e.store.Renew(ctx, h.f, e.policy.Lease)
 	cancel()
 	if errors.Is(err, store.ErrLeaseLost) {
-		h.lose("the store")
+		h.lose(ErrLeaseLost)
 		return
 	}
 	h.mu.Lock()
@@ -148,13 +148,13 @@ func (h *hold) expired() {
 	}
 	h.expire = nil
 	h.mu.Unlock()
-	h.lose("the holder's own count")
+	h.lose(ErrLeaseExpired)
 }
 
 // lose ends the hold's lease: no more renewals, and the operation's
 // context canceled with cause ErrLeaseLost. Its completion is still
 // fenced by the store: it lands only if nobody took the key over.
-func (h *hold) lose(by string) {
+func (h *hold) lose(cause error) {
 	h.mu.Lock()
 	already := h.gone
 	h.gone = true
@@ -163,8 +163,8 @@ func (h *hold) lose(by string) {
 		return
 	}
 	h.e.logger.Warn("idem: lease lost; the operation's context is canceled",
-		"scope", h.f.Scope, "by", by)
-	h.end(ErrLeaseLost)
+		"scope", h.f.Scope, "err", cause)
+	h.end(cause)
 }
 
 // stop ends the renewals; a renewal in flight finishes before stop
