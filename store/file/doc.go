@@ -147,46 +147,12 @@
 //
 // # Why a log of our own, not Pebble
 //
-// idem's first embedded store ran on Pebble, the LSM engine of CockroachDB,
-// and it was the largest cost of a gateway's first call: a read before
-// every reservation, then two synced commits through the LSM's memtable and
-// WAL, about 55 µs of CPU per call of the 138 µs the gateway spent. An
-// idempotency store needs none of what an LSM is for (range scans, sorted
-// keys, data larger than memory): it needs a point lookup and a durable
-// append. Measured side by side in one run (BenchmarkPairs: durable
-// reserve+complete pairs, ~250 B records under SHA-256 key hashes, written
-// to docs/bench/STORES.md by `make bench-stores`, on the project's 2-core
-// machine, 2026-11-26 10:10 UTC, with segments written with zeros ahead of
-// the frames and the syncer's yield):
-//
-//	                 c1 pairs/s   c1 CPU/pair   c64 pairs/s   c64 CPU/pair
-//	this store (log)      5,049       97 µs         95,222        10.3 µs
-//	Pebble store          2,921      197 µs         30,325        43.9 µs
-//
-// (The first version of the log, appending to a growing file, measured
-// 2,514 and 48,137 pairs/s at 155 and 16.4 µs a pair in a quiet run; with
-// segments allocated ahead by fallocate instead of written with zeros,
-// 4,980 and 57,761 at 94 and 12.5 µs.)
-//
-// At concurrency 1 both are bound by two fdatasyncs per pair; under load
-// the log needs about a quarter of Pebble's CPU per pair and runs 3x its
-// throughput. The first version of the log's group commit had its waiters
-// queue on a mutex and reached only 6,600-11,400 pairs/s at c64: waiters
-// now sleep on a channel that the syncer closes.
-//
-// # Measured and not taken
-//
-// What is left of a first call's cost in this store is the kernel's: on
-// this project's machine a durable append costs 74-142 µs of CPU (median
-// 90) for 144-209 µs of wall time, however it is asked for. Five
-// alternated rounds of 3,000 appends of 600 bytes into a zeroed file,
-// 2026-11-27: write then fdatasync, median 90 µs of CPU; O_DSYNC writes,
-// 94 µs; O_DIRECT|O_DSYNC writes of whole 4 KiB blocks, 83 µs. The last
-// would save about 1 µs a first call at the gateway's group sizes, and
-// would make every stored response's first replay a disk read (a direct
-// write drops the page cache's copy), so it was not taken. Holding a
-// group open longer, so that fewer fsyncs cover more frames, did not pay
-// either: the gateway, first calls on this store, 16 alternated pairs of
-// 1 s against the build that yields once, read 0.985x with a 100 µs
-// window and 0.967x with 300 µs (earlier: up to eight yields, 0.996x).
+// An idempotency store needs a point lookup and a durable append, none of
+// what an LSM is for (range scans, sorted keys, data larger than memory).
+// idem's first embedded store ran on Pebble, and its read before every
+// reservation and two synced commits through the memtable and WAL were the
+// largest cost of a gateway's first call; this log needs about a quarter of
+// Pebble's CPU per reserve+complete pair under load. What was measured, and
+// what was measured and not taken (O_DSYNC, O_DIRECT, longer group
+// windows), is in docs/bench/FILE-LOG.md.
 package file
