@@ -863,15 +863,20 @@ func (f fatalError) Error() string {
 }
 
 // guard runs fn, which calls into Pebble, and returns a Fatalf of
-// Pebble's during it as an error.
+// Pebble's during it as an error. Pebble's commit also panics with the
+// error itself when its WAL write fails (a full disk): that is returned as
+// a fatal error too, and the store stops writing and reopens the engine.
 func guard(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			f, ok := r.(fatalError)
-			if !ok {
+			switch f := r.(type) {
+			case fatalError:
+				err = f
+			case error:
+				err = fatalError{f.Error()}
+			default:
 				panic(r)
 			}
-			err = f
 		}
 	}()
 	return fn()
