@@ -422,13 +422,20 @@ func (l *log) room(seg *segment, end int64) {
 // half of zeroAhead are left and no fill runs. Only the running sync calls
 // it and room, so frames and zeros never overlap.
 func (l *log) fillAhead(seg *segment) {
-	ready := seg.ready.Load()
-	if ready-seg.written >= zeroAhead/2 {
+	if seg.ready.Load()-seg.written >= zeroAhead/2 {
 		return
 	}
 	l.zmu.Lock()
 	defer l.zmu.Unlock()
 	if l.fill != nil || l.since() < l.noFillUntil {
+		return
+	}
+	// ready is read again under zmu: a fill that ended since the read
+	// above may have moved it, and frames may already go up to where it
+	// is now without asking room; a fill from the older value would
+	// write zeros over them.
+	ready := seg.ready.Load()
+	if ready-seg.written >= zeroAhead/2 {
 		return
 	}
 	f := &fill{seg: seg, from: max(ready, seg.written+zeroGap)}
