@@ -58,7 +58,7 @@ long: ## long runs (IDEM_LONG=1), not part of `make test`: cleanup of 1M expired
 
 .PHONY: chaos
 chaos: ## the fault suite, long version (IDEM_CHAOS=long): kill -9 and SIGSTOP of gateways on PostgreSQL, Redis and the file store, upstream faults, history checked
-	$(GO) test -race -count=1 ./internal/chaos
+	$(GO) test -race -count=1 ./internal/gateway/chaos
 	IDEM_CHAOS=long $(GO) test -race -count=1 -timeout 60m -v -run '^TestChaos$$' ./cmd/idem
 
 services: ## start PostgreSQL and Redis if they are not running

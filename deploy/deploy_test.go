@@ -26,10 +26,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idem-dev/idem/idemhttp"
-	"github.com/idem-dev/idem/internal/config"
-	"github.com/idem-dev/idem/internal/metrics"
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/metrics"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )

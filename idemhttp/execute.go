@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/workers"
+	"github.com/idem-dev/idem/idemhttp/internal/workers"
 )
 
 // attempt is one call of the engine for a keyed request. Attempts are
@@ -151,7 +151,7 @@ func (a *attempt) background() {
 func (a *attempt) timedOut() { a.ev <- evTimeout }
 
 // callWorkers run the calls of routes with an answer deadline, on
-// goroutines that keep their grown stacks between calls (internal/workers).
+// goroutines that keep their grown stacks between calls (idemhttp/internal/workers).
 // A worker idle for 100 ms exits, so none outlives a burst of calls by
 // much.
 var callWorkers = workers.New(100 * time.Millisecond)

@@ -27,7 +27,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/file"

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/trigger"
-	"github.com/idem-dev/idem/trigger/internal/killtest"
 )
 
 const envRunnerActivity = "IDEM_RUNNER_ACTIVITY"

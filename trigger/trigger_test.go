@@ -13,9 +13,9 @@ import (
 	"github.com/idem-dev/idem/internal/testkit"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
-	"github.com/idem-dev/idem/trigger/internal/killtest"
 )
 
 func TestMain(m *testing.M) {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/gateway"
-	"github.com/idem-dev/idem/internal/metrics"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/metrics"
 	"github.com/idem-dev/idem/store"
 )
 

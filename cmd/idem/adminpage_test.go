@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // adminPageDir holds the browser test's Node package (playwright-core,

@@ -16,8 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idem-dev/idem/internal/chaos"
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/gateway/chaos"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // chaosLease is the gateways' lease in the fault suite: short, so that a

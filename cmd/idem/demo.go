@@ -12,8 +12,8 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/idem-dev/idem/internal/config"
-	"github.com/idem-dev/idem/internal/demoapi"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/demoapi"
 )
 
 // DemoCommand runs the demo payments API with the gateway in front of it,

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idem-dev/idem/internal/demoapi"
+	"github.com/idem-dev/idem/internal/gateway/demoapi"
 )
 
 // DemoAPICommand runs the demo payments API alone (hidden; tests run it as

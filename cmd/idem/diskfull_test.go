@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/tmpdisk"
+	"github.com/idem-dev/idem/internal/testkit/tmpdisk"
 )
 
 // countingUpstream is a real HTTP server over TCP that answers keyed POSTs

@@ -21,7 +21,7 @@
 // # Configuration
 //
 // serve reads a YAML file (--config, or IDEM_CONFIG; see package
-// internal/config for every field), then IDEM_LISTEN, IDEM_UPSTREAM,
+// internal/gateway/config for every field), then IDEM_LISTEN, IDEM_UPSTREAM,
 // IDEM_STORE, IDEM_ADMIN_LISTEN, IDEM_ADMIN_TOKEN, IDEM_LOG_FORMAT and
 // IDEM_LOG_LEVEL, IDEM_DRAIN_DELAY and IDEM_UPSTREAM_READY, then the flags:
 // flags win over the environment, which wins over the file. Without a
@@ -54,7 +54,7 @@
 // a value the gateway cannot use is refused at start. Without an exporter
 // configured, or with OTEL_TRACES_EXPORTER=none, tracing is off and costs
 // nothing. The last spans are sent at shutdown. See package
-// internal/tracing.
+// internal/gateway/tracing.
 //
 // # Admin listener
 //

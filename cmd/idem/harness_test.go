@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/demoapi"
+	"github.com/idem-dev/idem/internal/gateway/demoapi"
 	"github.com/idem-dev/idem/internal/testkit"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
-	"github.com/idem-dev/idem/internal/config"
-	"github.com/idem-dev/idem/internal/inspect"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/inspect"
 	"github.com/idem-dev/idem/store"
 )
 

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/idem-dev/idem/internal/config"
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 	"github.com/idem-dev/idem/seal"
 )
 

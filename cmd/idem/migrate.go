@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 )
 
 // MigrateCommand creates or upgrades the PostgreSQL schema, or creates the

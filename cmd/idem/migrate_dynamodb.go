@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 )
 
 // migrateDynamoDB creates the DynamoDB table when it does not exist and

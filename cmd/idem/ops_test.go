@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/file"
 )

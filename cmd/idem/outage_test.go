@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // tcpProxy forwards connections to a store server, and can cut them: the

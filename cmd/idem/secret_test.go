@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/idemhttp"
-	"github.com/idem-dev/idem/internal/config"
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )

@@ -19,11 +19,11 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
-	"github.com/idem-dev/idem/internal/config"
-	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/internal/gateway"
-	"github.com/idem-dev/idem/internal/metrics"
-	"github.com/idem-dev/idem/internal/tracing"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
+	"github.com/idem-dev/idem/internal/gateway/metrics"
+	"github.com/idem-dev/idem/internal/gateway/tracing"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 )
@@ -360,7 +360,7 @@ func (s *server) closeAll() {
 }
 
 // startTracing sets tracing up from the OTEL_* variables; see package
-// internal/tracing. Its own errors (a collector that cannot be reached)
+// internal/gateway/tracing. Its own errors (a collector that cannot be reached)
 // are logged, never fatal.
 func startTracing(ctx context.Context, getenv func(string) string, log *slog.Logger) (*tracing.Setup, error) {
 	t, err := tracing.FromEnv(ctx, getenv, version())

@@ -31,8 +31,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // jaegerBin finds the Jaeger binary: $IDEM_JAEGER, the cache that

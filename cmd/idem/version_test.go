@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // TestLongVersionFromGoInstall: `go install github.com/idem-dev/idem/cmd/idem@vX`

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

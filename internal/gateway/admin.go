@@ -20,7 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/inspect"
+	"github.com/idem-dev/idem/internal/gateway/inspect"
 	"github.com/idem-dev/idem/store"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/config"
 	"github.com/idem-dev/idem/internal/gateway"
+	"github.com/idem-dev/idem/internal/gateway/config"
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store/memory"
 )

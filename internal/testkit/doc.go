@@ -4,5 +4,10 @@
 // racers at the same instant, and its HTTP form (SameKey): n copies of one
 // request with one idempotency key.
 //
+// The other test rigs live beside it, one job each: testenv finds or starts
+// the servers the tests run against (PostgreSQL, Redis, S3, DynamoDB,
+// brokers, Temporal), tmpdisk mounts small filesystems to fill, and
+// killtest kills a consumer between its effect and its record.
+//
 // It is internal and imported only from _test.go files.
 package testkit

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	dynamodbstore "github.com/idem-dev/idem/store/dynamodb"
 )
 

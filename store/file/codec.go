@@ -8,8 +8,8 @@ import (
 	"hash/crc32"
 	"time"
 
-	"github.com/idem-dev/idem/internal/wire"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/wire"
 )
 
 // A segment is a header, then frames, each one log entry:

@@ -14,9 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/dirlock"
 	"github.com/idem-dev/idem/store/internal/monoclock"
 )
 

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/tmpdisk"
+	"github.com/idem-dev/idem/internal/testkit/tmpdisk"
 	"github.com/idem-dev/idem/store"
 )
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idem-dev/idem/internal/wire"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/wire"
 )
 
 // The key space. Every key starts with a one-letter table name:

@@ -23,8 +23,8 @@ import (
 	"github.com/cockroachdb/pebble/bloom"
 	"github.com/cockroachdb/pebble/vfs"
 
-	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/dirlock"
 	"github.com/idem-dev/idem/store/internal/monoclock"
 )
 

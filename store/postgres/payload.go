@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-dev/idem/internal/wire"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/wire"
 )
 
 // A notification's payload is the key hash, alone (Notify) or followed by

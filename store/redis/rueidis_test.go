@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 	redisstore "github.com/idem-dev/idem/store/redis"
 	"github.com/idem-dev/idem/store/storetest"

@@ -24,8 +24,8 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // The tests run against a real S3-compatible server with conditional

@@ -11,9 +11,9 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
-	"github.com/idem-dev/idem/trigger/internal/killtest"
+	"github.com/idem-dev/idem/internal/testkit/killtest"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // The environment of a consumer process, besides killtest's.

@@ -16,10 +16,10 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/killtest"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
-	"github.com/idem-dev/idem/trigger/internal/killtest"
 )
 
 // broker is a queue of its own on a connection of the test's.

@@ -12,9 +12,9 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
-	"github.com/idem-dev/idem/trigger/internal/killtest"
+	"github.com/idem-dev/idem/internal/testkit/killtest"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 // The environment of a consumer process, besides killtest's.

@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/killtest"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
-	"github.com/idem-dev/idem/trigger/internal/killtest"
 )
 
 // broker is a stream of its own and a durable consumer on it.

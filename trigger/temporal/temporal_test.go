@@ -19,7 +19,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/goleak"
 
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/trigger"
 	tt "github.com/idem-dev/idem/trigger/temporal"
 )

@@ -17,10 +17,10 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/bench/internal/app"
-	"github.com/idem-dev/idem/internal/config"
-	"github.com/idem-dev/idem/internal/dsn"
 	"github.com/idem-dev/idem/internal/gateway"
-	"github.com/idem-dev/idem/internal/metrics"
+	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
+	"github.com/idem-dev/idem/internal/gateway/metrics"
 )
 
 func main() {

@@ -17,7 +17,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/bench/internal/app"
 	"github.com/idem-dev/idem/idemhttp"
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 )
 
 func main() {

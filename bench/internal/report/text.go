@@ -79,7 +79,7 @@ previous build in one run):
 - Calls with an answer deadline (every gateway route) ran on a new
   goroutine each, whose stack the runtime grew by copying as the call went
   through the engine, the store and the proxy: 5% of the gateway's CPU.
-  They now run on workers kept between calls (` + "`internal/workers`" + `).
+  They now run on workers kept between calls (` + "`idemhttp/internal/workers`" + `).
 - ` + "`httputil.ReverseProxy`" + ` wraps the request body, so the Transport could not
   tell it was in memory and flushed the headers before the body: two
   writes and two packets to the upstream per request. The gateway hands it

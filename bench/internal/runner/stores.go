@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/bench/internal/contender"
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 )
 
 // emptyStore empties the shared store of c, if it has one, so that a run

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 	"github.com/idem-dev/idem/store"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/bench/internal/results"
-	"github.com/idem-dev/idem/internal/dsn"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 	"github.com/idem-dev/idem/store"
 )
 

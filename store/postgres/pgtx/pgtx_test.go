@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/postgres"
 	"github.com/idem-dev/idem/store/postgres/pgtx"

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 	dynamodbstore "github.com/idem-dev/idem/store/dynamodb"
 )

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idem-dev/idem/internal/dirlock"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/store/internal/dirlock"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

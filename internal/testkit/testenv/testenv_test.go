@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-dev/idem/internal/testenv"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

@@ -13,7 +13,7 @@ import (
 )
 
 // scopeName is the instrumentation scope of the store spans.
-const scopeName = "github.com/idem-dev/idem/internal/tracing"
+const scopeName = "github.com/idem-dev/idem/internal/gateway/tracing"
 
 // WrapStore returns s with a span around each operation made within a
 // trace ("idem.store reserve", ...). The wrapper's Unwrap returns s, so

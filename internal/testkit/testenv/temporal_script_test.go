@@ -30,7 +30,7 @@ esac
 // the server in test-deps and left it running on 7233 without a word.
 func TestTemporalScriptRun(t *testing.T) {
 	t.Parallel()
-	script, err := filepath.Abs("../../scripts/temporal.sh")
+	script, err := filepath.Abs("../../../scripts/temporal.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,14 +104,14 @@ func TestTemporalScriptRun(t *testing.T) {
 // server that nothing stops.
 func TestMakeTestLeavesNoTemporal(t *testing.T) {
 	t.Parallel()
-	mk, err := os.ReadFile("../../Makefile")
+	mk, err := os.ReadFile("../../../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`(?m)^\tcd trigger/temporal && .*scripts/temporal\.sh run \$\(GO\) test `).Match(mk) {
 		t.Error("make test does not run trigger/temporal's tests under scripts/temporal.sh run")
 	}
-	deps, err := os.ReadFile("../../scripts/test-deps.sh")
+	deps, err := os.ReadFile("../../../scripts/test-deps.sh")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/idem-dev/idem/internal/testkit"
-	"github.com/idem-dev/idem/internal/wire"
+	"github.com/idem-dev/idem/store/internal/wire"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
