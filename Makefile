@@ -48,7 +48,7 @@ bench-load: ## the load harness: idem next to a plain proxy and the peers; write
 fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateKey$$' -fuzztime $(FUZZTIME) .
-	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./idemhttp
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/httpfield
 	$(GO) test -run '^$$' -fuzz '^FuzzMiddleware$$' -fuzztime $(FUZZTIME) ./idemhttp
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./seal
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyring$$' -fuzztime $(FUZZTIME) ./seal

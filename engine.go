@@ -269,72 +269,16 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	keyHash := e.hashKey(c.Scope, key)
 	e.maybeCleanup()
 
-	// Waiting is measured on the monotonic clock, not the injected one: a
-	// test's frozen clock must not make a caller wait forever.
-	var waitUntil time.Time
-	if e.policy.Wait > 0 {
-		waitUntil = time.Now().Add(e.policy.Wait)
-	}
-	var w waiter
+	w := e.newWait(keyHash)
 	defer w.stop()
-	woken, waited := false, false
-	var handed *store.Record // the outcome handed over by a holder in this process
-	backoff := e.pollStart
 	for {
-		now := e.now()
-		req := store.ReserveRequest{
-			Record: store.Record{
-				KeyHash:     keyHash,
-				Scope:       c.Scope,
-				Key:         key,
-				Fingerprint: c.Fingerprint,
-				Binding:     c.Binding,
-				State:       store.InProgress,
-				Token:       newToken(now),
-				RequestID:   c.RequestID,
-				// The store sets the times it keeps from its own clock;
-				// these are what this process reports of its own call.
-				CreatedAt:  now,
-				UpdatedAt:  now,
-				ReadAt:     now,
-				ExpiresAt:  now.Add(e.policy.TTL),
-				LeaseUntil: now.Add(e.policy.Lease),
-				LeaseLeft:  e.policy.Lease,
-			},
-			Lease:         e.policy.Lease,
-			TTL:           e.policy.TTL,
-			TakeOverStale: e.policy.OnStale == OnStaleRetry,
-		}
-		var res store.Reservation
+		req := e.reservation(c, keyHash)
 		// The holder's lease counts from here, before the request leaves
 		// (see hold).
 		sent := time.Now()
-		if handed != nil {
-			res.Existing, handed = *handed, nil
-		} else if cur, ok := e.keptRecord(keyHash); ok {
-			// This process holds the key's outcome, which the store has
-			// not taken yet: it is what the store will say.
-			res.Existing = cur
-		} else if cur, ok := e.ended(ctx, woken, c.Scope, keyHash); ok {
-			res.Existing = cur
-		} else {
-			res, err = e.store.Reserve(ctx, req)
-		}
-		woken = false
+		res, err := e.reserve(ctx, &w, req)
 		if err != nil {
-			// The store may have applied the reservation and lost only
-			// its answer: give the key back once it answers again.
-			e.freeOrphan(req.Record)
-			if ctx.Err() != nil {
-				return Result{}, context.Cause(ctx)
-			}
-			if e.policy.OnStoreError == OnStoreErrorFailOpen {
-				e.logger.Warn("idem: store failed, running without protection",
-					"scope", c.Scope, "err", err)
-				v, ferr := fn(ctx)
-				return Result{Value: v, State: stateOf(ferr), RequestID: c.RequestID, CreatedAt: now, Unprotected: true}, ferr
-			}
-			return Result{}, &StoreError{Op: "reserve", Err: err}
+			return e.storeFailed(ctx, c, req, err, fn)
 		}
 		ex := res.Existing
 		if !res.Acquired && ex.Token == req.Record.Token && ex.State == store.InProgress {
@@ -347,118 +291,82 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			return e.run(ctx, req.Record, sent, res.TookOver, fn)
 		}
 		if res, err, ended := decide(c, ex); ended {
-			res.Waited = waited
+			res.Waited = w.waited
 			return res, err
 		}
-		// In progress. A stale record reaches here only under
-		// OnStaleConflict; waiting for it is pointless.
-		left := time.Until(waitUntil)
-		if waitUntil.IsZero() || ex.Stale() || left <= 0 {
-			return Result{Waited: waited}, inProgress(c, ex)
-		}
-		if !w.subscribed() {
-			// Subscribe, then read the record again: a holder that ended
-			// between the read above and the subscription woke nobody.
-			w.start(ctx, e, c.Scope, keyHash)
-			continue
-		}
-		// Wait to be woken: by the holder itself when it runs in this
-		// process, by the store's Notifier when it runs in another. Poll
-		// all the same, as a safety net for a notification that never
-		// comes (a holder that died, a listener that reconnected); with a
-		// notifier listening, at the poll cap at once. Jitter spreads the
-		// pollers of one key.
-		if w.remote != nil {
-			backoff = e.pollCap
-		}
-		waited = true
-		d := min(backoff+rand.N(backoff/2+1), left)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Result{}, context.Cause(ctx)
-		case <-w.local:
-			t.Stop()
-			handed, _ = w.value().(*store.Record)
-			w.stop()
-			woken = true
-		case <-w.remote:
-			t.Stop()
-			// A record carried by the notification is the outcome only
-			// when it ends the holding we wait for: one of an earlier
-			// holder, whose notification came late, is left to a read.
-			if r := w.carried(); r != nil && r.Token == ex.Token {
-				handed = r
-			}
-			w.stop()
-			woken = true
-		case <-t.C:
-		}
-		backoff = min(backoff*2, e.pollCap)
-	}
-}
-
-// ended returns the record of keyHash when a woken waiter finds it
-// completed. A read answers it: on stores whose reservation writes even
-// when it finds a record (PostgreSQL's takes a row lock), a crowd of woken
-// duplicates would otherwise queue on the row the holder just released.
-// Anything else (released, still or again in progress, a store error) is
-// left to Reserve.
-func (e *Engine) ended(ctx context.Context, woken bool, scope, keyHash string) (store.Record, bool) {
-	if !woken {
-		return store.Record{}, false
-	}
-	cur, err := e.store.Get(ctx, scope, keyHash)
-	if err != nil || cur.State == store.InProgress {
-		return store.Record{}, false
-	}
-	return cur, true
-}
-
-// waiter is a caller's subscription to the end of the call that holds its
-// key: local is woken by a holder in this process, remote (nil when the
-// store is no Notifier or cannot listen now) by a holder anywhere.
-type waiter struct {
-	local, remote  <-chan struct{}
-	value          func() any
-	record         func() *store.Record // what remote's notification carried
-	unsubL, unsubR func()
-}
-
-func (w *waiter) subscribed() bool { return w.local != nil }
-
-// carried returns the record remote's notification carried, or nil.
-func (w *waiter) carried() *store.Record {
-	if w.record == nil {
-		return nil
-	}
-	return w.record()
-}
-
-func (w *waiter) start(ctx context.Context, e *Engine, scope, keyHash string) {
-	w.local, w.value, w.unsubL = e.waiters.SubscribeValue(keyHash)
-	if rn, ok := e.notifier.(store.RecordNotifier); ok {
-		ch, rec, unsub, err := rn.SubscribeRecord(ctx, scope, keyHash)
-		if err == nil {
-			w.remote, w.record, w.unsubR = ch, rec, unsub
-		}
-	} else if n := e.notifier; n != nil {
-		ch, unsub, err := n.Subscribe(ctx, scope, keyHash)
-		if err == nil {
-			w.remote, w.unsubR = ch, unsub
+		// In progress: answer it, or wait for the holder to end and read
+		// the record again.
+		if res, err, again := w.wait(ctx, c, ex); !again {
+			return res, err
 		}
 	}
 }
 
-func (w *waiter) stop() {
-	if w.unsubL != nil {
-		w.unsubL()
+// reservation is the reservation call c asks the store for, as of now.
+func (e *Engine) reservation(c Call, keyHash string) store.ReserveRequest {
+	now := e.now()
+	return store.ReserveRequest{
+		Record: store.Record{
+			KeyHash:     keyHash,
+			Scope:       c.Scope,
+			Key:         c.Key,
+			Fingerprint: c.Fingerprint,
+			Binding:     c.Binding,
+			State:       store.InProgress,
+			Token:       newToken(now),
+			RequestID:   c.RequestID,
+			// The store sets the times it keeps from its own clock;
+			// these are what this process reports of its own call.
+			CreatedAt:  now,
+			UpdatedAt:  now,
+			ReadAt:     now,
+			ExpiresAt:  now.Add(e.policy.TTL),
+			LeaseUntil: now.Add(e.policy.Lease),
+			LeaseLeft:  e.policy.Lease,
+		},
+		Lease:         e.policy.Lease,
+		TTL:           e.policy.TTL,
+		TakeOverStale: e.policy.OnStale == OnStaleRetry,
 	}
-	if w.unsubR != nil {
-		w.unsubR()
+}
+
+// reserve asks the store for req, unless the key's record is known
+// already: handed over by a holder in this process that w waited for,
+// kept by this process because the store would not take it yet, or read
+// by a woken waiter that found it completed (see ended).
+func (e *Engine) reserve(ctx context.Context, w *waiting, req store.ReserveRequest) (res store.Reservation, err error) {
+	c := req.Record
+	if w.handed != nil {
+		res.Existing, w.handed = *w.handed, nil
+	} else if cur, ok := e.keptRecord(c.KeyHash); ok {
+		// This process holds the key's outcome, which the store has
+		// not taken yet: it is what the store will say.
+		res.Existing = cur
+	} else if cur, ok := e.ended(ctx, w.woken, c.Scope, c.KeyHash); ok {
+		res.Existing = cur
+	} else {
+		res, err = e.store.Reserve(ctx, req)
 	}
-	*w = waiter{}
+	w.woken = false
+	return res, err
+}
+
+// storeFailed answers a reservation the store failed: ErrStoreUnavailable,
+// or, under OnStoreErrorFailOpen, fn's outcome run without protection.
+func (e *Engine) storeFailed(ctx context.Context, c Call, req store.ReserveRequest, err error, fn Func) (Result, error) {
+	// The store may have applied the reservation and lost only its
+	// answer: give the key back once it answers again.
+	e.freeOrphan(req.Record)
+	if ctx.Err() != nil {
+		return Result{}, context.Cause(ctx)
+	}
+	if e.policy.OnStoreError == OnStoreErrorFailOpen {
+		e.logger.Warn("idem: store failed, running without protection",
+			"scope", c.Scope, "err", err)
+		v, ferr := fn(ctx)
+		return Result{Value: v, State: stateOf(ferr), RequestID: c.RequestID, CreatedAt: req.Record.CreatedAt, Unprotected: true}, ferr
+	}
+	return Result{}, &StoreError{Op: "reserve", Err: err}
 }
 
 func replay(r store.Record, waited bool) Result {

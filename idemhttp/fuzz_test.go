@@ -1,7 +1,6 @@
 package idemhttp_test
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,38 +10,6 @@ import (
 	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/store/memory"
 )
-
-func FuzzParseKey(f *testing.F) {
-	for _, s := range []string{`"abc"`, `abc`, `"a\"b"`, `"`, `"a";p=1`, `"a", "b"`, ` "x" `, `"\u00fc"`, "\"caf\xc3\xa9\""} {
-		f.Add(s, "")
-	}
-	f.Add("a", "b")
-	f.Fuzz(func(t *testing.T, v1, v2 string) {
-		values := []string{v1}
-		if v2 != "" {
-			values = append(values, v2)
-		}
-		key, present, err := idemhttp.ParseKey(values)
-		if !present {
-			t.Fatal("a field was present")
-		}
-		if len(values) == 2 {
-			if !errors.Is(err, idemhttp.ErrMultipleKeys) {
-				t.Fatalf("two fields: %v", err)
-			}
-			return
-		}
-		if err != nil {
-			if !errors.Is(err, idemhttp.ErrMalformedKey) || !strings.HasPrefix(strings.TrimSpace(v1), `"`) {
-				t.Fatalf("ParseKey(%q): %v", v1, err)
-			}
-			return
-		}
-		if !strings.HasPrefix(strings.TrimSpace(v1), `"`) && key != strings.TrimSpace(v1) {
-			t.Fatalf("bare token %q became %q", v1, key)
-		}
-	})
-}
 
 // FuzzMiddleware sends random methods, paths, keys, tenants and bodies
 // through the middleware in front of a handler that always answers 200 or

@@ -1,7 +1,6 @@
 package idemhttp
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -149,63 +148,6 @@ func (rs *Routes) Scope(method, target, tenant string) (string, bool) {
 		return "", false
 	}
 	return rt.Scope(r, tenant), true
-}
-
-func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
-	rt := m.match(r)
-	if rt == nil {
-		next.ServeHTTP(w, r)
-		m.report(r, Event{Outcome: OutcomePassThrough})
-		return
-	}
-	ev := Event{Route: rt.Pattern}
-	var sp spanOf // traces nothing unless tracing is on and r is keyed
-	if len(r.Header[HeaderName]) > 0 {
-		if tr := m.trace.active(); tr != nil {
-			r, sp = m.trace.start(tr, r, rt)
-		}
-	}
-	defer func() {
-		m.report(r, ev)
-		sp.end(&ev)
-	}()
-	c, body, p := m.newCall(w, r, rt)
-	sp.call(m.trace, c)
-	switch {
-	case p != nil:
-		m.reject(w, rt, p, &ev)
-		return
-	case c.Key == "": // no key, and the route lets it pass
-		ev.Outcome = OutcomePassThrough
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
-		return
-	}
-	a, pooled := m.execute(next, w, r, body, rt, c)
-	sp.res = a.res
-	switch {
-	case a.detached:
-		m.reject(w, rt, &Problem{Kind: KindUpstreamTimeout, Key: c.Key, RetryAfter: time.Second,
-			Detail: "no answer yet: the call may still complete. Retry with the same Idempotency-Key to get its outcome"}, &ev)
-	case a.ran:
-		m.finish(w, rt, c, a, &ev) // panics again when the handler panicked: a is then not released
-	default:
-		m.answer(w, r, rt, c, a.res, a.err, &ev)
-	}
-	if pooled {
-		a.release()
-	}
-}
-
-func (m *middleware) report(r *http.Request, ev Event) {
-	if m.observe != nil {
-		m.observe(r, ev)
-	}
-}
-
-// reject answers p in the route's shape.
-func (m *middleware) reject(w http.ResponseWriter, rt *route, p *Problem, ev *Event) {
-	rt.WriteProblem(w, p)
-	ev.Outcome, ev.Kind, ev.Status = OutcomeRejected, p.Kind, p.Status
 }
 
 func (m *middleware) keepHeader(name string) bool { return m.keep[name] }

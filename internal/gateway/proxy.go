@@ -20,6 +20,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/httpfield"
 )
 
 // Options configures New.
@@ -82,44 +83,66 @@ func NewTransport(headerTimeout time.Duration) *http.Transport {
 	return t
 }
 
-// New returns the proxy.
+// New returns the proxy: the middleware in front of a ReverseProxy to the
+// upstream, under otelhttp's server span when tracing is on.
 func New(opts Options) (*Proxy, error) {
 	if opts.Upstream == nil || opts.Engine == nil {
 		return nil, errors.New("gateway: Upstream and Engine are required")
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.UpstreamDeadline <= 0 {
-		opts.UpstreamDeadline = 5 * time.Minute
-	}
-	if opts.Transport == nil {
-		opts.Transport = NewTransport(opts.UpstreamDeadline)
-	}
-	tp, prop := opts.TracerProvider, opts.Propagators
-	if tp != nil {
-		if prop == nil {
-			prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-		}
-		opts.Transport = otelhttp.NewTransport(opts.Transport, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(prop),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "upstream " + r.Method }))
-		opts.Middleware.TracerProvider, opts.Middleware.Propagators = tp, prop
-	}
+	opts = opts.withDefaults()
 	p := &Proxy{reqIDHeader: opts.Middleware.RequestIDHeader, log: opts.Logger}
 	p.calls = newCalls(opts.UpstreamDeadline)
-	if p.reqIDHeader == "" {
-		p.reqIDHeader = "X-Request-Id"
+	routes, err := idemhttp.Compile(opts.Engine, opts.Middleware)
+	if err != nil {
+		return nil, err
 	}
-	opts.Middleware.RequestIDHeader = p.reqIDHeader
-	if opts.Middleware.Logger == nil {
-		opts.Middleware.Logger = opts.Logger
+	p.routes = routes
+	p.handler = routes.Wrap(p.bounded(p.reverseProxy(opts)))
+	if tp := opts.TracerProvider; tp != nil {
+		p.handler = otelhttp.NewHandler(p.handler, "idem", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(opts.Propagators),
+			otelhttp.WithMeterProvider(noop.NewMeterProvider()))
 	}
-	onErr := opts.OnUpstreamError
-	if onErr == nil {
-		onErr = func(string) {}
+	return p, nil
+}
+
+// withDefaults returns o with its nil and zero fields set to their
+// defaults, the middleware's request ID header and logger to the
+// gateway's, and, when tracing is on, the transport wrapped in otelhttp's
+// client span and the middleware tracing with the same provider.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	upstream := opts.Upstream
-	rp := &httputil.ReverseProxy{
+	if o.UpstreamDeadline <= 0 {
+		o.UpstreamDeadline = 5 * time.Minute
+	}
+	if o.Transport == nil {
+		o.Transport = NewTransport(o.UpstreamDeadline)
+	}
+	if o.OnUpstreamError == nil {
+		o.OnUpstreamError = func(string) {}
+	}
+	if tp := o.TracerProvider; tp != nil {
+		if o.Propagators == nil {
+			o.Propagators = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+		}
+		o.Transport = otelhttp.NewTransport(o.Transport, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(o.Propagators),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "upstream " + r.Method }))
+		o.Middleware.TracerProvider, o.Middleware.Propagators = tp, o.Propagators
+	}
+	if o.Middleware.RequestIDHeader == "" {
+		o.Middleware.RequestIDHeader = "X-Request-Id"
+	}
+	if o.Middleware.Logger == nil {
+		o.Middleware.Logger = o.Logger
+	}
+	return o
+}
+
+// reverseProxy returns the ReverseProxy to the upstream.
+func (p *Proxy) reverseProxy(opts Options) *httputil.ReverseProxy {
+	upstream, onErr := opts.Upstream, opts.OnUpstreamError
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
@@ -158,17 +181,6 @@ func New(opts Options) (*Proxy, error) {
 			p.upstreamFailed(w, r, err, onErr, upstream)
 		},
 	}
-	routes, err := idemhttp.Compile(opts.Engine, opts.Middleware)
-	if err != nil {
-		return nil, err
-	}
-	p.routes = routes
-	p.handler = routes.Wrap(p.bounded(rp))
-	if tp != nil {
-		p.handler = otelhttp.NewHandler(p.handler, "idem", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(prop),
-			otelhttp.WithMeterProvider(noop.NewMeterProvider()))
-	}
-	return p, nil
 }
 
 // upstreamFailed answers an upstream call that got no complete answer, in
@@ -188,7 +200,7 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		idemhttp.NotExecuted(w)
 	}
 	pr := &idemhttp.Problem{Kind: e.kind, Detail: e.detail}
-	if k, ok, perr := idemhttp.ParseKey(keyValues(r.Header)); ok && perr == nil {
+	if k, ok, perr := httpfield.ParseKey(keyValues(r.Header)); ok && perr == nil {
 		pr.Key = k
 	}
 	idemhttp.WriteProblem(w, r, pr)
@@ -252,7 +264,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	id := r.Header.Get(p.reqIDHeader)
 	if !saneID(id) || len(r.Header.Values(p.reqIDHeader)) > 1 {
-		id = idemhttp.NewRequestID()
+		id = httpfield.NewRequestID()
 		// Set on the request's own header map: nothing reads it after
 		// the handler, and the middleware and ReverseProxy copy it before
 		// they change it. A clone was a map and a slice per request.

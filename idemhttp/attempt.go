@@ -27,7 +27,7 @@ type attempt struct {
 	res      idem.Result
 	err      error
 
-	// What run needs, set by execute.
+	// What run needs, set by exchange.execute.
 	m     *middleware
 	next  http.Handler
 	r     *http.Request
@@ -86,29 +86,16 @@ func (a *attempt) release() {
 	attempts.Put(a)
 }
 
-// execute runs the handler through the engine. Under Route.AnswerWithin it
-// waits at most that long after the handler started; then it detaches the
-// handler, which goes on and records its outcome, and the caller answers
-// 504. The attempt it returns may be released (pooled) only when
-// pooled reports true.
-func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.Request, body []byte, rt *route, c idem.Call) (*attempt, bool) {
-	if rt.AnswerWithin <= 0 {
-		a := getAttempt()
-		a.capture.rw, a.capture.max, a.capture.status, a.capture.rt = w, m.maxResp, http.StatusOK, rt
-		a.cap = &a.capture
-		a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
-		a.res, a.err = rt.eng.Do(r.Context(), c, a.op)
-		return a, true
-	}
-	// Shared with the worker, which may outlive this call: it is pooled
-	// only once the worker is done with it.
-	a := getAttempt()
-	a.capture.rw, a.capture.max, a.capture.status, a.capture.rt = w, m.maxResp, http.StatusOK, rt
-	a.cap = &a.capture
-	a.m, a.next, a.r, a.rt, a.body, a.reqID = m, next, r, rt, body, c.RequestID
+// runWithin runs the engine on a worker for a route with an answer
+// deadline (Route.AnswerWithin), and waits for it to return or for the
+// deadline to pass after the handler started. Then it detaches the
+// handler, which goes on and records its outcome, and returns a stand-in
+// attempt marked detached, not to be pooled: a itself is the worker's until
+// it is done.
+func (a *attempt) runWithin(ctx context.Context, c idem.Call) (*attempt, bool) {
 	// The handler may outlive this request: its context must not end when
 	// the client is answered. (The gateway detached it already.)
-	a.ctx, a.call, a.within = r.Context(), c, true
+	a.ctx, a.call, a.within = ctx, c, true
 	if a.ctx.Done() != nil {
 		a.ctx = context.WithoutCancel(a.ctx)
 	}

@@ -3,11 +3,9 @@ package idemhttp
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/httpfield"
 )
 
 // TokenHeader carries the fencing token of the reservation to the handler
@@ -25,9 +24,9 @@ const TokenHeader = "Idempotency-Token"
 // parseKey returns the request's validated key; "" and no problem when it
 // carries none and the route lets it pass.
 func (rt *route) parseKey(r *http.Request) (string, *Problem) {
-	raw, present, err := ParseKey(r.Header.Values(HeaderName))
+	raw, present, err := httpfield.ParseKey(r.Header.Values(HeaderName))
 	switch {
-	case errors.Is(err, ErrMultipleKeys):
+	case errors.Is(err, httpfield.ErrMultipleKeys):
 		return "", &Problem{Kind: KindMultipleKeys, Detail: "send exactly one Idempotency-Key field"}
 	case err != nil:
 		return "", &Problem{Kind: KindInvalidKey, Detail: "the Idempotency-Key field is not a valid Structured Field string"}
@@ -46,38 +45,6 @@ func (rt *route) parseKey(r *http.Request) (string, *Problem) {
 		return "", &Problem{Kind: KindInvalidKey, Key: printable(raw), Detail: detail}
 	}
 	return key, nil
-}
-
-// newCall turns a request into the engine's call and its body, or a
-// problem; a request without a key that the route lets pass gets neither
-// (an empty Call.Key). The body is read here, before anything is reserved,
-// under the body deadline. The request the handler gets is made only when
-// it runs (see attempt.run): a replay needs none of it.
-func (m *middleware) newCall(w http.ResponseWriter, r *http.Request, rt *route) (idem.Call, []byte, *Problem) {
-	key, p := rt.parseKey(r)
-	if p != nil || key == "" {
-		return idem.Call{}, nil, p
-	}
-	tenant, ok := m.tenant(r)
-	if !ok {
-		return idem.Call{}, nil, &Problem{Kind: KindTenantRequired, Key: key, Detail: "a keyed request must identify its caller"}
-	}
-	body, p := m.readBody(w, r)
-	if p != nil {
-		p.Key = key
-		return idem.Call{}, nil, p
-	}
-	reqID := r.Header.Get(m.reqIDHeader)
-	if reqID == "" {
-		reqID = NewRequestID()
-	}
-	return idem.Call{
-		Scope:       rt.Scope(r, tenant),
-		Key:         key,
-		Fingerprint: rt.Fingerprint(r, body),
-		Binding:     rt.Binding(r),
-		RequestID:   reqID,
-	}, body, nil
 }
 
 // handlerRequest is the request the handler gets: a copy of r with ctx, a
@@ -204,19 +171,6 @@ func isJSON(contentType string, body []byte) bool {
 	}
 	b := bytes.TrimLeft(body, " \t\r\n")
 	return len(b) > 0 && (b[0] == '{' || b[0] == '[') && contentType == ""
-}
-
-// NewRequestID returns a random 128-bit request ID in hex, as the
-// middleware gives requests that arrive without one.
-func NewRequestID() string {
-	var b [16]byte
-	for i := 0; i < 16; i += 8 {
-		u := rand.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(u >> (8 * j))
-		}
-	}
-	return hex.EncodeToString(b[:])
 }
 
 // printable returns s with non-printable bytes escaped, for echoing an
