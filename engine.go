@@ -144,8 +144,11 @@ type shared struct {
 // stay parked after the holder ended when no notification reaches it.
 const DefaultPollCap = 250 * time.Millisecond
 
-// Option configures an Engine.
-type Option func(*shared)
+// Option configures an Engine with a setting of the process rather than of
+// one kind of call (that is Policy): its clock, logger, key hash and
+// background hooks, shared by every engine derived with WithPolicy. Make
+// one with the With functions; the zero Option changes nothing.
+type Option struct{ apply func(*shared) }
 
 // WithClock makes the engine read the wall time from now instead of
 // time.Now: the times it reports and the high bits of its fencing tokens.
@@ -155,7 +158,7 @@ type Option func(*shared)
 // whose clock is hours off neither takes a live holder's key over nor
 // treats a live record as expired. Tests use it to run a replica with a
 // skewed clock.
-func WithClock(now func() time.Time) Option { return func(s *shared) { s.now = now } }
+func WithClock(now func() time.Time) Option { return Option{func(s *shared) { s.now = now }} }
 
 // WithWaitPolling sets how often a caller waiting for a running call
 // (Policy.Wait) reads the record when nothing wakes it: first, doubling up
@@ -165,19 +168,19 @@ func WithClock(now func() time.Time) Option { return func(s *shared) { s.now = n
 // safety net, and max is the longest a lost notification can delay them.
 // Non-positive values keep the defaults.
 func WithWaitPolling(first, max time.Duration) Option {
-	return func(s *shared) {
+	return Option{func(s *shared) {
 		if first > 0 {
 			s.pollStart = first
 		}
 		if max > 0 {
 			s.pollCap = max
 		}
-	}
+	}}
 }
 
 // WithLogger sets the logger for background work (cleanup, lease renewal).
 // The default is slog.Default().
-func WithLogger(l *slog.Logger) Option { return func(s *shared) { s.logger = l } }
+func WithLogger(l *slog.Logger) Option { return Option{func(s *shared) { s.logger = l }} }
 
 // WithOnFreed calls f, with the key's scope, each time the engine frees a
 // reservation whose answer was lost: the store applied it, the connection
@@ -188,7 +191,7 @@ func WithLogger(l *slog.Logger) Option { return func(s *shared) { s.logger = l }
 // connections break mid-call. f runs on the engine's background goroutine
 // and must not block. The default does nothing; every free is also logged
 // at Info.
-func WithOnFreed(f func(scope string)) Option { return func(s *shared) { s.onFreed = f } }
+func WithOnFreed(f func(scope string)) Option { return Option{func(s *shared) { s.onFreed = f }} }
 
 // New returns an engine over s with policy p (zero fields take their
 // defaults). It panics if p is invalid: policies are written by programmers,
@@ -200,7 +203,9 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 	}
 	sh := &shared{now: time.Now, logger: slog.Default(), completeTimeout: 30 * time.Second, pollCap: DefaultPollCap, pollStart: 5 * time.Millisecond}
 	for _, o := range opts {
-		o(sh)
+		if o.apply != nil {
+			o.apply(sh)
+		}
 	}
 	sh.notifier, _ = store.NotifierOf(s)
 	sh.closeCtx, sh.signalClose = context.WithCancel(context.Background())

@@ -12,7 +12,7 @@ import "github.com/idem-dev/idem/store"
 // which is why seal.Wrap, which keys identities per secret, is the way to
 // rotate. nil restores store.HashKey.
 func WithKeyHash(f func(scope, key string) string) Option {
-	return func(s *shared) { s.keyHash = f }
+	return Option{func(s *shared) { s.keyHash = f }}
 }
 
 // hashKey is the record identity of key in scope.

@@ -132,7 +132,7 @@ func TestOutboxKeepsRequestsThatShareAKey(t *testing.T) {
 	a := newProfileAPI(t, idemhttp.Mobile(), 0)
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
 	down := &offline{}
-	tr := idemclient.NewTransport(down, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(1))
+	tr := &idemclient.Transport{Base: down, Outbox: ob, MaxAttempts: 1}
 	c := &http.Client{Transport: tr}
 	for _, user := range []string{"alice", "bob"} {
 		for _, path := range []string{savePath, completePath} {
@@ -180,7 +180,7 @@ func TestGaveUpErrorCarriesTheKey(t *testing.T) {
 	a := newProfileAPI(t, idemhttp.IETF(), 0)
 	lost := &lossy{base: http.DefaultTransport}
 	lost.lose.Store(2)
-	tr := idemclient.NewTransport(lost, idemclient.WithMaxAttempts(2))
+	tr := &idemclient.Transport{Base: lost, MaxAttempts: 2}
 	tr.Backoff = fast
 	c := &http.Client{Transport: tr}
 	_, err := post(t, c, a.url+"/charges", "alice", "", `{"amount":1000}`)
@@ -201,7 +201,7 @@ func TestGaveUpErrorCarriesTheKey(t *testing.T) {
 		t.Fatalf("replayed %v, %d executions; want a replay of the one execution", idemclient.Replayed(res), a.total())
 	}
 	// A request that never left the phone says so.
-	_, err = post(t, &http.Client{Transport: idemclient.NewTransport(&offline{}, idemclient.WithMaxAttempts(2))}, a.url+"/charges", "alice", "", `{}`)
+	_, err = post(t, &http.Client{Transport: &idemclient.Transport{Base: &offline{}, MaxAttempts: 2}}, a.url+"/charges", "alice", "", `{}`)
 	if !errors.As(err, &e) || e.MayHaveRun || e.Key == "" {
 		t.Fatalf("offline: %v, may have run %v", err, e != nil && e.MayHaveRun)
 	}
@@ -216,7 +216,7 @@ func TestInProgressAndConflictsInEveryProfile(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			a := newProfileAPI(t, p, 400*time.Millisecond)
-			tr := idemclient.NewTransport(nil, idemclient.WithMaxAttempts(1))
+			tr := &idemclient.Transport{MaxAttempts: 1}
 			c := &http.Client{Transport: tr}
 			url := a.url + savePath
 			first := make(chan error, 1)
@@ -261,7 +261,7 @@ func TestInProgressAfterLastAttemptStaysPending(t *testing.T) {
 	t.Parallel()
 	a := newProfileAPI(t, idemhttp.Mobile(), 1500*time.Millisecond)
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
-	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(2))
+	tr := &idemclient.Transport{Outbox: ob, MaxAttempts: 2}
 	tr.Backoff = fast
 	tr.Now = time.Now
 	c := &http.Client{Transport: tr}
@@ -299,7 +299,7 @@ func TestSendPendingConcurrentWithResponses(t *testing.T) {
 		ob.Put(idemclient.Pending{Key: fmt.Sprint("k", i), Method: "POST", URL: a.url + savePath,
 			Header: http.Header{"X-User-Id": {"alice"}}, Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), Created: time.Now()})
 	}
-	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob))
+	tr := &idemclient.Transport{Outbox: ob}
 	tr.PendingConcurrency = 3
 	results, err := tr.SendPending(context.Background())
 	if err != nil || len(results) != 12 {
@@ -331,7 +331,7 @@ func TestSendPendingStopsWhenOffline(t *testing.T) {
 		ob.Put(idemclient.Pending{Key: fmt.Sprint("k", i), Method: "POST", URL: "http://127.0.0.1:1/x", Created: time.Now()})
 	}
 	down := &offline{}
-	tr := idemclient.NewTransport(down, idemclient.WithOutbox(ob))
+	tr := &idemclient.Transport{Base: down, Outbox: ob}
 	tr.PendingConcurrency = 4
 	results, err := tr.SendPending(context.Background())
 	if !errors.Is(err, idemclient.ErrOffline) {
@@ -364,7 +364,7 @@ func TestOutboxLeavesCredentialsOut(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	ob, _ := idemclient.OpenOutbox(dir)
-	tr := idemclient.NewTransport(&offline{}, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(1))
+	tr := &idemclient.Transport{Base: &offline{}, Outbox: ob, MaxAttempts: 1}
 	req, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(`{}`))
 	req.Header.Set("Authorization", "Bearer sk_live_secret")
 	req.Header.Set("Cookie", "session=s3cr3t")
@@ -385,7 +385,7 @@ func TestOutboxLeavesCredentialsOut(t *testing.T) {
 			t.Fatalf("the user header is missing: %s", b)
 		}
 	}
-	tr2 := idemclient.NewTransport(nil, idemclient.WithOutbox(ob))
+	tr2 := &idemclient.Transport{Outbox: ob}
 	tr2.Authorize = func(r *http.Request, p idemclient.Pending) error {
 		if p.Header.Get("X-User-ID") == "alice" {
 			r.Header.Set("Authorization", "Bearer sk_live_secret")
@@ -412,7 +412,7 @@ func TestOutboxReadsEntriesOfTheOldLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	ob, _ := idemclient.OpenOutbox(dir)
-	results, err := idemclient.NewTransport(nil, idemclient.WithOutbox(ob)).SendPending(context.Background())
+	results, err := (&idemclient.Transport{Outbox: ob}).SendPending(context.Background())
 	if err != nil || len(results) != 1 || results[0].Err != nil {
 		t.Fatalf("%v %v", results, err)
 	}

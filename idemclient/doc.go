@@ -4,8 +4,7 @@
 // saw, to send again after a crash or when the network returns (the mobile
 // app's client practices).
 //
-//	client := &http.Client{Transport: idemclient.NewTransport(nil,
-//		idemclient.WithOutbox(outbox))}
+//	client := &http.Client{Transport: &idemclient.Transport{Outbox: outbox}}
 //
 // A key is chosen per user intent, not per attempt: the transport makes one
 // (a UUID) when the request has none and reuses it for every retry, so the
@@ -41,7 +40,7 @@
 //
 // The outbox keeps one entry per scope (the user: DefaultScope), method,
 // URL and key, since servers scope keys per user and endpoint. Credentials
-// (DefaultSecretHeaders: Authorization, Cookie, ...) are not written to it:
+// (DefaultSecretHeaders(): Authorization, Cookie, ...) are not written to it:
 // a token at rest in an app's files outlives its session and leaks with a
 // backup. Transport.Authorize puts them back when SendPending sends the
 // outbox, with the user's current token. Set SecretHeaders to an empty

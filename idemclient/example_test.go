@@ -16,7 +16,7 @@ import (
 )
 
 // A client whose requests carry keys and wait in an outbox until answered.
-func ExampleNewTransport() {
+func ExampleTransport() {
 	eng := idem.New(memory.New(), idem.Policy{})
 	defer eng.Close()
 	charges := 0
@@ -27,7 +27,7 @@ func ExampleNewTransport() {
 	dir, _ := os.MkdirTemp("", "outbox")
 	defer os.RemoveAll(dir)
 	outbox, _ := idemclient.OpenOutbox(dir)
-	client := &http.Client{Transport: idemclient.NewTransport(nil, idemclient.WithOutbox(outbox))}
+	client := &http.Client{Transport: &idemclient.Transport{Outbox: outbox}}
 
 	req, _ := http.NewRequest("POST", api.URL+"/charges", strings.NewReader(`{"amount":1000}`))
 	req.Header.Set("Idempotency-Key", "order-42") // one key per user intent
@@ -68,14 +68,14 @@ func ExampleError() {
 		}
 		return nil, err
 	})
-	client := &http.Client{Transport: idemclient.NewTransport(lossy, idemclient.WithMaxAttempts(1))}
+	client := &http.Client{Transport: &idemclient.Transport{Base: lossy, MaxAttempts: 1}}
 	_, err := client.Post(api.URL+"/charges", "application/json", strings.NewReader(`{"amount":1000}`))
 	var e *idemclient.Error
 	if errors.As(err, &e) {
 		fmt.Println("gave up:", errors.Is(err, idemclient.ErrGaveUp), "may have run:", e.MayHaveRun)
 	}
 
-	client = &http.Client{Transport: idemclient.NewTransport(nil)}
+	client = &http.Client{Transport: &idemclient.Transport{}}
 	req, _ := http.NewRequest("POST", api.URL+"/charges", strings.NewReader(`{"amount":1000}`))
 	req.Header.Set("Idempotency-Key", e.Key)
 	res, err := client.Do(req)

@@ -79,7 +79,7 @@ func TestRetriesStopBeforeTheKeyExpires(t *testing.T) {
 	<-a.started
 
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
-	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(20))
+	tr := &idemclient.Transport{Outbox: ob, MaxAttempts: 20}
 	req, _ := http.NewRequest("POST", a.url, strings.NewReader(`{}`))
 	req.Header.Set("Idempotency-Key", "short-lived")
 	sent := time.Now()
@@ -114,7 +114,7 @@ func TestRetriesStopBeforeTheKeyExpires(t *testing.T) {
 func TestKeyExpiryToldAndKeptInTheOutbox(t *testing.T) {
 	t.Parallel()
 	a := newHoldAPI(t, idem.Policy{}) // a day
-	client := &http.Client{Transport: idemclient.NewTransport(nil)}
+	client := &http.Client{Transport: &idemclient.Transport{}}
 	do := func(c *http.Client, key, body string) (*http.Response, error) {
 		req, _ := http.NewRequest("POST", a.url, strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key)
@@ -138,7 +138,7 @@ func TestKeyExpiryToldAndKeptInTheOutbox(t *testing.T) {
 	}()
 	<-a.started
 	ob, _ := idemclient.OpenOutbox(t.TempDir())
-	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(1))
+	tr := &idemclient.Transport{Outbox: ob, MaxAttempts: 1}
 	_, err := do(&http.Client{Transport: tr}, "day-key", `{}`)
 	var e *idemclient.Error
 	if !errors.As(err, &e) || !errors.Is(err, idemclient.ErrInProgress) {
@@ -182,7 +182,7 @@ func TestKeyExpiryToldAndKeptInTheOutbox(t *testing.T) {
 
 	// A day and an hour later, the pending request is dropped unsent.
 	before := a.runs.Load()
-	later := idemclient.NewTransport(nil, idemclient.WithOutbox(ob))
+	later := &idemclient.Transport{Outbox: ob}
 	later.MaxAge = 48 * time.Hour // the request itself is young enough
 	later.Now = func() time.Time { return time.Now().Add(25 * time.Hour) }
 	results, err := later.SendPending(context.Background())
@@ -231,7 +231,7 @@ func TestKeyExpiryFromTheBody(t *testing.T) {
 			fmt.Fprintf(w, shape, time.Now().Add(10*time.Second).UTC().Format(time.RFC3339))
 		}))
 		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(`{}`))
-		_, err := (&http.Client{Transport: idemclient.NewTransport(nil, idemclient.WithMaxAttempts(5))}).Do(req)
+		_, err := (&http.Client{Transport: &idemclient.Transport{MaxAttempts: 5}}).Do(req)
 		srv.Close()
 		var e *idemclient.Error
 		if !errors.As(err, &e) || !errors.Is(err, idemclient.ErrKeyExpired) || e.KeyExpires.IsZero() || calls.Load() != 1 {

@@ -52,7 +52,7 @@ func TestOutboxKilledAndResumed(t *testing.T) {
 	cmd.Wait()
 
 	ob2, _ := idemclient.OpenOutbox(dir)
-	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob2))
+	tr := &idemclient.Transport{Outbox: ob2}
 	results, err := tr.SendPending(context.Background())
 	if err != nil || len(results) != 4 {
 		t.Fatalf("%d results, %v", len(results), err)
@@ -90,7 +90,7 @@ func killChild(env string) {
 		if user == "bob" {
 			base = &offline{}
 		}
-		tr := idemclient.NewTransport(base, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(1<<30))
+		tr := &idemclient.Transport{Base: base, Outbox: ob, MaxAttempts: 1 << 30}
 		tr.Backoff = func(int) time.Duration { return 5 * time.Millisecond }
 		for _, path := range []string{savePath, completePath} {
 			go func() {

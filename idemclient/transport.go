@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,22 +24,28 @@ import (
 // HeaderName is the request header that carries the key.
 const HeaderName = idemhttp.HeaderName
 
-// DefaultSecretHeaders are the request headers kept out of the outbox: the
-// credentials a stolen phone or a backup must not give away.
-var DefaultSecretHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"}
+// DefaultSecretHeaders returns the request headers kept out of the outbox
+// when Transport.SecretHeaders is nil, in a new slice: the credentials a
+// stolen phone or a backup must not give away.
+func DefaultSecretHeaders() []string { return slices.Clone(defaultSecretHeaders) }
 
-// DefaultScopeHeaders are the headers DefaultScope reads: whatever tells the
-// server which user is calling.
-var DefaultScopeHeaders = []string{"Authorization", "Cookie", "X-User-ID", "X-Organization-ID"}
+// DefaultScopeHeaders returns the headers DefaultScope reads, in a new
+// slice: whatever tells the server which user is calling.
+func DefaultScopeHeaders() []string { return slices.Clone(defaultScopeHeaders) }
 
-// DefaultScope returns a digest of the request's DefaultScopeHeaders, or ""
+var (
+	defaultSecretHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"}
+	defaultScopeHeaders  = []string{"Authorization", "Cookie", "X-User-ID", "X-Organization-ID"}
+)
+
+// DefaultScope returns a digest of the request's DefaultScopeHeaders(), or ""
 // when it has none. Servers scope keys per user (and endpoint, which the
 // outbox adds itself), so two users may send the same key; the outbox must
 // keep both. It is a digest so that no credential is stored.
 func DefaultScope(r *http.Request) string {
 	h := sha256.New()
 	any := false
-	for _, name := range DefaultScopeHeaders {
+	for _, name := range defaultScopeHeaders {
 		for _, v := range r.Header.Values(name) {
 			any = true
 			h.Write([]byte(name))
@@ -85,7 +92,7 @@ type Transport struct {
 	// entry per scope, method, URL and key. nil means DefaultScope.
 	Scope func(*http.Request) string
 	// SecretHeaders are left out of the outbox. nil means
-	// DefaultSecretHeaders; an empty non-nil slice stores every header.
+	// DefaultSecretHeaders(); an empty non-nil slice stores every header.
 	// Requests sent again from the outbox get them back from Authorize.
 	SecretHeaders []string
 	// Authorize, when set, is called before each attempt of a request sent
@@ -98,24 +105,6 @@ type Transport struct {
 	// PendingConcurrency bounds the requests SendPending sends at once; 0
 	// means 4.
 	PendingConcurrency int
-}
-
-// Option configures NewTransport.
-type Option func(*Transport)
-
-// WithOutbox keeps pending requests in o.
-func WithOutbox(o *Outbox) Option { return func(t *Transport) { t.Outbox = o } }
-
-// WithMaxAttempts bounds the attempts per request.
-func WithMaxAttempts(n int) Option { return func(t *Transport) { t.MaxAttempts = n } }
-
-// NewTransport returns a Transport over base.
-func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
-	t := &Transport{Base: base}
-	for _, o := range opts {
-		o(t)
-	}
-	return t
 }
 
 // Key returns the idempotency key the transport used for res, from the
@@ -183,7 +172,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) stored(p Pending) Pending {
 	secret := t.SecretHeaders
 	if secret == nil {
-		secret = DefaultSecretHeaders
+		secret = defaultSecretHeaders
 	}
 	p.Header = p.Header.Clone()
 	for _, h := range secret {

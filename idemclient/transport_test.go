@@ -81,7 +81,7 @@ func TestRetryAfterLostResponseRunsOnce(t *testing.T) {
 	a := newAPI(t, 0)
 	base := &lossy{base: http.DefaultTransport}
 	base.lose.Store(2)
-	tr := idemclient.NewTransport(base)
+	tr := &idemclient.Transport{Base: base}
 	tr.Backoff = func(int) time.Duration { return time.Millisecond }
 	client := &http.Client{Transport: tr}
 	res, err := client.Post(a.url+"/answers/save", "application/json", strings.NewReader(`{"answerValue":3}`))
@@ -108,7 +108,7 @@ func TestKeyKeptAndSafeMethodsUntouched(t *testing.T) {
 		seen = append(seen, r.Method+" "+r.Header.Get("Idempotency-Key"))
 	}))
 	defer srv.Close()
-	client := &http.Client{Transport: idemclient.NewTransport(nil)}
+	client := &http.Client{Transport: &idemclient.Transport{}}
 	req, _ := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
 	req.Header.Set("Idempotency-Key", "mine")
 	res, err := client.Do(req)
@@ -129,7 +129,7 @@ func TestKeyKeptAndSafeMethodsUntouched(t *testing.T) {
 func TestInProgressIsRetriedUntilReplay(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t, 300*time.Millisecond)
-	tr := idemclient.NewTransport(nil, idemclient.WithMaxAttempts(10))
+	tr := &idemclient.Transport{MaxAttempts: 10}
 	client := &http.Client{Transport: tr}
 	got := testkit.SameKey(context.Background(), client, 5, testkit.Request{
 		URL: a.url + "/save", Key: "double-tap", Body: `{"v":1}`,
@@ -165,7 +165,7 @@ func TestOutboxSurvivesACrash(t *testing.T) {
 	// The first process: the response is lost every time (offline).
 	base := &lossy{base: http.DefaultTransport}
 	base.lose.Store(100)
-	tr := idemclient.NewTransport(base, idemclient.WithOutbox(ob), idemclient.WithMaxAttempts(2))
+	tr := &idemclient.Transport{Base: base, Outbox: ob, MaxAttempts: 2}
 	tr.Backoff = func(int) time.Duration { return time.Millisecond }
 	_, err = (&http.Client{Transport: tr}).Post(a.url+"/api/funnels/stress/assessments/a1/answers/save", "application/json", strings.NewReader(`{"stepId":"s1","questionId":"q1","answerValue":4}`))
 	if err == nil {
@@ -182,7 +182,7 @@ func TestOutboxSurvivesACrash(t *testing.T) {
 	}
 	// The restarted app reopens the outbox and sends what is pending.
 	ob2, _ := idemclient.OpenOutbox(dir)
-	tr2 := idemclient.NewTransport(nil, idemclient.WithOutbox(ob2))
+	tr2 := &idemclient.Transport{Outbox: ob2}
 	results, err := tr2.SendPending(context.Background())
 	if err != nil || len(results) != 1 || results[0].Pending.Key != pending[0].Key || results[0].Response.StatusCode != 200 {
 		t.Fatalf("SendPending: %v %v", results, err)
@@ -203,7 +203,7 @@ func TestOutboxDropsExpiredRequests(t *testing.T) {
 	old := time.Now().Add(-25 * time.Hour)
 	ob.Put(idemclient.Pending{Key: "old", Method: "POST", URL: a.url + "/x", Body: []byte(`{}`), Created: old})
 	ob.Put(idemclient.Pending{Key: "fresh", Method: "POST", URL: a.url + "/x", Body: []byte(`{}`), Created: time.Now()})
-	tr := idemclient.NewTransport(nil, idemclient.WithOutbox(ob))
+	tr := &idemclient.Transport{Outbox: ob}
 	results, err := tr.SendPending(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -76,8 +77,8 @@ type Options struct {
 	// pass through and a replay answers 409 response_not_stored. 0 means
 	// 4 MiB.
 	MaxResponseBytes int
-	// KeepHeaders are kept for replay besides DefaultKeepHeaders. The
-	// credential headers (CredentialHeaders) are refused, since a replay
+	// KeepHeaders are kept for replay besides DefaultKeepHeaders(). The
+	// credential headers (CredentialHeaders()) are refused, since a replay
 	// would hand them to anyone holding the key, unless
 	// AllowCredentialHeaders is set.
 	KeepHeaders []string
@@ -106,18 +107,23 @@ type Options struct {
 	Propagators propagation.TextMapPropagator
 }
 
-// DefaultKeepHeaders are the response headers a replay repeats. Set-Cookie,
-// Date and rate-limit headers are not among them: a replay must not hand
-// out a session or stale limits.
-var DefaultKeepHeaders = []string{
+// DefaultKeepHeaders returns the response headers a replay repeats besides
+// Options.KeepHeaders, in a new slice. Set-Cookie, Date and rate-limit
+// headers are not among them: a replay must not hand out a session or
+// stale limits.
+func DefaultKeepHeaders() []string { return slices.Clone(defaultKeepHeaders) }
+
+// CredentialHeaders returns the headers Options.KeepHeaders refuses unless
+// Options.AllowCredentialHeaders is set, in a new slice.
+func CredentialHeaders() []string { return slices.Clone(credentialHeaders) }
+
+var defaultKeepHeaders = []string{
 	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
 	"Content-Location", "Content-Type", "ETag", "Expires", "Last-Modified", "Link",
 	"Location", "Vary",
 }
 
-// CredentialHeaders are the headers Options.KeepHeaders refuses unless
-// Options.AllowCredentialHeaders is set.
-var CredentialHeaders = []string{"Set-Cookie", "Authorization", "Proxy-Authorization"}
+var credentialHeaders = []string{"Set-Cookie", "Authorization", "Proxy-Authorization"}
 
 // ErrCredentialHeader: Options.KeepHeaders names a credential header.
 var ErrCredentialHeader = errors.New("idemhttp: keep_headers names a credential header; a replay would hand it to anyone holding the key (set AllowCredentialHeaders to force it)")
@@ -125,12 +131,12 @@ var ErrCredentialHeader = errors.New("idemhttp: keep_headers names a credential 
 // keepSet returns the set of headers kept for replay.
 func (o *Options) keepSet() (map[string]bool, error) {
 	keep := map[string]bool{}
-	for _, h := range DefaultKeepHeaders {
+	for _, h := range defaultKeepHeaders {
 		keep[http.CanonicalHeaderKey(h)] = true
 	}
 	for _, h := range o.KeepHeaders {
 		c := http.CanonicalHeaderKey(h)
-		for _, cred := range CredentialHeaders {
+		for _, cred := range credentialHeaders {
 			if c == cred && !o.AllowCredentialHeaders {
 				return nil, fmt.Errorf("%w: %s", ErrCredentialHeader, c)
 			}

@@ -149,7 +149,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 		return
 	}
 	if p.Status == 0 {
-		p.Status = DefaultStatus[p.Kind]
+		p.Status = defaultStatus[p.Kind]
 	}
 	WriteProblemJSON(w, p)
 }

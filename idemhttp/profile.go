@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"strconv"
@@ -72,14 +73,18 @@ type Profile struct {
 	// "idempotency_replayed").
 	BodyFlag string
 	// Status maps a kind of problem to its HTTP status; kinds not in the
-	// map get DefaultStatus.
+	// map get DefaultStatus().
 	Status map[Kind]int
 	// WriteProblem writes idem's own answers. nil means WriteProblemJSON.
 	WriteProblem func(w http.ResponseWriter, p *Problem)
 }
 
-// DefaultStatus is the status of each kind of problem in the IETF profile.
-var DefaultStatus = map[Kind]int{
+// DefaultStatus returns the status of each kind of problem in the IETF
+// profile, the status of a kind a profile's Status map leaves out, in a new
+// map.
+func DefaultStatus() map[Kind]int { return maps.Clone(defaultStatus) }
+
+var defaultStatus = map[Kind]int{
 	KindMissingKey:          http.StatusBadRequest,
 	KindInvalidKey:          http.StatusBadRequest,
 	KindMultipleKeys:        http.StatusBadRequest,
@@ -105,7 +110,7 @@ func (p *Profile) status(k Kind) int {
 	if s, ok := p.Status[k]; ok {
 		return s
 	}
-	return DefaultStatus[k]
+	return defaultStatus[k]
 }
 
 // IETF is the default profile: the IETF draft's 400, 409 and 422 with
@@ -143,7 +148,7 @@ func Mobile() *Profile {
 		Name:         "mobile",
 		Policy:       idem.Policy{TTL: 24 * time.Hour},
 		Scope:        ScopeTenantEndpoint,
-		Cache:        DefaultCache,
+		Cache:        StatusSet{{200, 299}, {409, 409}},
 		CachedHeader: "X-Idempotency-Cached",
 		Status: map[Kind]int{
 			KindPayloadMismatch: http.StatusConflict,
@@ -188,9 +193,9 @@ func Profiles() map[string]*Profile {
 // StatusSet is a set of HTTP statuses, as closed ranges.
 type StatusSet [][2]int
 
-// DefaultCache is the default set of outcomes: 2xx, and 409, a
-// deterministic answer (the mobile app's caching table).
-var DefaultCache = StatusSet{{200, 299}, {409, 409}}
+// defaultCache is the set of outcomes of a route whose profile sets no
+// Cache: 2xx, and 409, a deterministic answer.
+var defaultCache = StatusSet{{200, 299}, {409, 409}}
 
 // Contains reports whether status is in s.
 func (s StatusSet) Contains(status int) bool {

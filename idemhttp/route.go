@@ -88,7 +88,7 @@ type route struct {
 	Route
 	profile *Profile
 	eng     *idem.Engine
-	outcome StatusSet // the statuses recorded as outcomes: Route.Cache, else the profile's, else DefaultCache
+	outcome StatusSet // the statuses recorded as outcomes: Route.Cache, else the profile's, else defaultCache
 
 	// lastBinding is the default binding last made: most keyed requests of
 	// a route go to one endpoint (POST /charges), which then needs no new
@@ -122,7 +122,7 @@ func compileRoute(eng *idem.Engine, rt Route, def *Profile) (*route, error) {
 	case r.profile.Cache != nil:
 		r.outcome = r.profile.Cache
 	default:
-		r.outcome = DefaultCache
+		r.outcome = defaultCache
 	}
 	pol := eng.Policy().Overlay(r.profile.Policy)
 	if rt.Policy != nil {

@@ -205,7 +205,7 @@ func (c *Config) errorTexts(rt *idemhttp.Route, r Route, defProf *idemhttp.Profi
 	for _, layer := range []map[string]ErrorText{c.Defaults.ErrorTexts, r.ErrorTexts} {
 		for k, v := range layer {
 			kind := idemhttp.Kind(k)
-			if _, ok := idemhttp.DefaultStatus[kind]; !ok {
+			if _, ok := idemhttp.DefaultStatus()[kind]; !ok {
 				return fmt.Errorf("error_texts: unknown kind %q (see docs/problems.md)", k)
 			}
 			t := texts[kind]

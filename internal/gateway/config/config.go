@@ -282,7 +282,7 @@ func (c *Config) Validate() error {
 		if !validHeaderName(h) {
 			add("keep_headers: %q is not a valid header name", h)
 		}
-		for _, cred := range idemhttp.CredentialHeaders {
+		for _, cred := range idemhttp.CredentialHeaders() {
 			if http.CanonicalHeaderKey(h) == cred && !c.AllowCredentialHeaders {
 				add("keep_headers: %s is a credential header: every retry with the key would receive the first caller's; set allow_credential_headers: true to force it", cred)
 			}

@@ -84,7 +84,7 @@ var (
 // those net/http's listener answers before any route is matched.
 func routeKinds() []idemhttp.Kind {
 	var out []idemhttp.Kind
-	for k := range idemhttp.DefaultStatus {
+	for k := range idemhttp.DefaultStatus() {
 		if k != idemhttp.KindHeadersTooLarge && k != idemhttp.KindMalformedRequest {
 			out = append(out, k)
 		}

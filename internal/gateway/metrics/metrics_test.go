@@ -181,7 +181,7 @@ func TestSeriesFromTheStart(t *testing.T) {
 		want = append(want,
 			series{"idem_unprotected_total", map[string]string{"route": route}},
 			series{"idem_pass_throughs_total", map[string]string{"route": route}})
-		for k := range idemhttp.DefaultStatus {
+		for k := range idemhttp.DefaultStatus() {
 			if k == idemhttp.KindHeadersTooLarge || k == idemhttp.KindMalformedRequest {
 				continue // answered by the listener, before any route
 			}
