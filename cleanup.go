@@ -10,8 +10,8 @@ import (
 const cleanupBatch = 1000
 
 // maybeCleanup starts a background cleanup when the last one is older than
-// the policy's CleanupInterval (the workflow admin API: every call may trigger it, but not
-// more often than the interval). At most one runs at a time per engine
+// the policy's CleanupInterval: every call may trigger it, but not more
+// often than the interval. At most one runs at a time per engine
 // family.
 func (e *Engine) maybeCleanup() {
 	if e.policy.CleanupInterval < 0 {

@@ -52,7 +52,7 @@
 // # Unknown outcomes
 //
 // An operation that started its work and cannot tell whether it took effect
-// (the payments API took the request and never answered, the connection was
+// (the upstream took the request and never answered, the connection was
 // cut halfway through the response) returns an error wrapping
 // ErrOutcomeUnknown; a panic in the operation counts as the same. Under
 // OnUnknownConflict (the default) the key is never released for it: retries

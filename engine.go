@@ -36,8 +36,8 @@ type Call struct {
 	// reused with another fingerprint is ErrFingerprintMismatch. Empty means
 	// no check.
 	Fingerprint string
-	// Binding is the action and target the key is bound to (the workflow admin API:
-	// "cancel_workflow wf-42"). A key reused with another binding is
+	// Binding is the action and target the key is bound to
+	// ("cancel_workflow wf-42"). A key reused with another binding is
 	// ErrKeyReused. Empty means no binding.
 	Binding string
 	// RequestID identifies this call; replays report the first call's.

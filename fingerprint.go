@@ -182,7 +182,7 @@ func HashRequest(method, target string, body []byte, isJSON bool) string {
 }
 
 // HashJSONFields returns the fingerprint of the chosen fields of the JSON
-// object raw (the mobile app's per-endpoint payload check). A field is a member
+// object raw (a payload check on chosen fields). A field is a member
 // name, or a dotted path into nested objects ("customer.id"). Missing fields
 // are left out, so {} and {"x": null} differ only when "x" is chosen.
 func HashJSONFields(raw []byte, fields ...string) (string, error) {

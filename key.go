@@ -8,7 +8,7 @@ import (
 )
 
 // DefaultMaxKeyBytes is the longest key accepted when a policy sets none
-// (Stripe and the IETF draft's examples fit; the payments API says 255).
+// (Stripe's 255 and the IETF draft's examples fit).
 const DefaultMaxKeyBytes = 255
 
 // ValidateKey trims white space from key and checks it: non-empty, at most

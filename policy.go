@@ -24,7 +24,7 @@ const (
 	// OnFailureCache keeps the failure: retries get it back, replayed.
 	OnFailureCache
 	// OnFailureConflict keeps the failure: retries get a conflict with the
-	// failure attached (the workflow admin API's 409 with previous failure context).
+	// failure attached (an HTTP 409 that reports the previous failure).
 	OnFailureConflict
 )
 
@@ -63,8 +63,8 @@ const (
 	// OnUnknownConflict keeps the key failed with conflict type
 	// outcome_unknown: retries get ErrOutcomeUnknown (HTTP 409, naming the
 	// first request) until the record expires or an operator releases it
-	// with Engine.Release. The default: a payment whose answer was lost
-	// must not be sent twice because a client retried.
+	// with Engine.Release. The default: an operation whose answer was
+	// lost must not run twice because a client retried.
 	OnUnknownConflict OnUnknown = iota
 	// OnUnknownRelease releases the key: a retry runs the operation again.
 	// At-least-once on purpose, for operations that are safe to repeat.
@@ -94,14 +94,14 @@ type Policy struct {
 	OnUnknown OnUnknown
 	// Wait is how long a call waits for a running call with the same key
 	// to finish, and then replays its outcome. 0 (the default) answers
-	// ErrInProgress at once, as Stripe and the payments API do. Waiters are woken
+	// ErrInProgress at once, as Stripe's API does. Waiters are woken
 	// when the holder ends (see WithWaitPolling); an engine whose policy
 	// waits also announces the end of its calls through the store's
 	// Notifier, a round trip that policies without Wait do not pay, so
 	// give every replica of a route the same Wait.
 	Wait time.Duration
 	// CleanupInterval throttles background cleanup of expired records to
-	// once per interval per store (the workflow admin API). 0 means 300 s; negative
+	// once per interval per store. 0 means 300 s; negative
 	// disables it (run `idem cleanup` from a scheduler instead).
 	CleanupInterval time.Duration
 }

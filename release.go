@@ -36,7 +36,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 		return &StoreError{Op: "get", Err: err}
 	}
 	_, unknown := OutcomeUnknown(rec)
-	if !unknown && !rec.Stale() {
+	if !Releasable(rec) {
 		what := string(rec.State)
 		switch {
 		case rec.State == store.InProgress:

@@ -18,11 +18,8 @@ import (
 // only when something needs it: Done, or a lost lease while the operation
 // runs. Below a net/http handler WithCancelCause registers the new context
 // with the request's, which allocates a map; an operation that never
-// selects on its context's Done is spared that: in the load harness, the
-// middleware's first calls took 0.8 µs less CPU (+6.5 µs over net/http
-// against +7.3, two duels of each), and two allocations fewer in
-// BenchmarkMiddleware. An operation that does call Done pays what it did
-// before.
+// selects on its context's Done is spared that (docs/bench/ENGINE.md). An
+// operation that does call Done pays what it did before.
 //
 // Until it is made, Err and Cause answer as the made context would: the
 // caller's error and cause while the caller's context ends first, and

@@ -212,8 +212,8 @@ func TestGaveUpErrorCarriesTheKey(t *testing.T) {
 // that cannot be mistaken for it, while the API's own 409 stays a response.
 func TestInProgressAndConflictsInEveryProfile(t *testing.T) {
 	t.Parallel()
-	for name, p := range idemhttp.Profiles() {
-		t.Run(name, func(t *testing.T) {
+	for _, p := range []*idemhttp.Profile{idemhttp.IETF(), idemhttp.Stripe(), idemhttp.Mobile(), idemhttp.WorkflowAdmin()} {
+		t.Run(p.Name, func(t *testing.T) {
 			t.Parallel()
 			a := newProfileAPI(t, p, 400*time.Millisecond)
 			tr := &idemclient.Transport{MaxAttempts: 1}

@@ -37,32 +37,35 @@ type capture struct {
 	passing     bool // the response is going straight to rw
 	notStored   bool // the body is not (fully) kept
 	hijacked    bool
-	notExecuted bool // the handler says nothing ran (NotExecuted)
-	unknown     bool // the handler says the request left but no answer came (OutcomeUnknown)
+	notExecuted bool // the handler says nothing ran (ReportNotExecuted)
+	unknown     bool // the handler says the request left but no answer came (ReportOutcomeUnknown)
 	detached    bool // the client was answered; rw is no longer the handler's
 }
 
 var errDetached = errors.New("idemhttp: the client was already answered")
 
-// NotExecuted tells the middleware that the handler writing to w did not
+// ReportNotExecuted tells the middleware that the handler writing to w did not
 // execute the operation (a proxy that could not reach its upstream, a
 // dependency that refused the call before anything happened): whatever it
 // answers, the key is released so that a retry runs, even under profiles
 // that keep every status. It does nothing for a writer the middleware does
 // not wrap.
-func NotExecuted(w http.ResponseWriter) {
+func ReportNotExecuted(w http.ResponseWriter) {
 	if c := findCapture(w); c != nil {
 		c.notExecuted = true
 	}
 }
 
-// OutcomeUnknown tells the middleware that the request the handler writing
-// to w sent on left, but no complete answer came back (a timeout, a reset,
-// a body cut off): the operation may have run. Whatever the handler
+// ReportOutcomeUnknown tells the middleware that the request the handler
+// writing to w sent on left, but no complete answer came back (a timeout, a
+// reset, a body cut off): the operation may have run. The middleware then
+// ends the call with an error wrapping idem.ErrOutcomeUnknown, and the
+// engine records the key as failed with an unknown outcome (see
+// idem.OutcomeUnknown, which reads that record). Whatever the handler
 // answers, the key is never released for a retry to run again; under the
 // engine's default Policy.OnUnknown retries get 409 outcome_unknown. It
 // does nothing for a writer the middleware does not wrap.
-func OutcomeUnknown(w http.ResponseWriter) {
+func ReportOutcomeUnknown(w http.ResponseWriter) {
 	if c := findCapture(w); c != nil {
 		c.unknown = true
 	}

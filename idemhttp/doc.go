@@ -31,8 +31,8 @@
 //     what a retry gets instead); past Route.AnswerWithin the client gets
 //     504 while the handler goes on and records its outcome;
 //   - never releases a key whose outcome is unknown (the handler called
-//     OutcomeUnknown, or panicked after it started): retries get 409
-//     outcome_unknown; a handler that calls NotExecuted frees the key;
+//     ReportOutcomeUnknown, or panicked after it started): retries get 409
+//     outcome_unknown; a handler that calls ReportNotExecuted frees the key;
 //   - replays stored responses byte for byte (status, body, an allow-list of
 //     headers) with Idempotent-Replayed: true and Original-Request-Id;
 //   - answers conflicts (409 in progress, 422 payload mismatch or key
@@ -51,9 +51,10 @@
 // too, as the gateway does.
 //
 // Profiles bundle the choices of four kinds of API: IETF (the draft, the
-// default), Stripe (the payments API), Mobile (the mobile app, its error
-// envelope a preset with texts to change) and WorkflowAdmin. Safe methods (GET, HEAD, OPTIONS, TRACE) pass through
-// untouched.
+// default), Stripe (keys per endpoint, every response an outcome), Mobile
+// (keys per endpoint, errors in a JSON envelope whose texts can be
+// changed) and WorkflowAdmin (keys bound to their action, failures kept).
+// Safe methods (GET, HEAD, OPTIONS, TRACE) pass through untouched.
 //
 // Responses larger than MaxResponseBytes, event streams and hijacked
 // connections pass through as they are written and are recorded without a
@@ -83,32 +84,18 @@
 // (the global provider before it is set, a no-op one) the middleware
 // starts no span at all: tracing off costs one comparison per request.
 //
-// # Cost
+// # Reading the code
 //
-// What the middleware adds to a handler, in process on the memory store
-// (BenchmarkMiddleware: a JSON POST answered with 66 bytes of JSON; "first"
-// is a new key every request, "replay" one of 1024 answered keys), as
-// `make bench-stores` measures it (docs/bench/STORES.md): 15 runs of the
-// bare handler, first executions and replays one after the other, each
-// overhead taken within its run, medians and interquartile ranges:
+// serve.go is the request path, top to bottom: serve matches the route,
+// newCall turns the request into the engine's call, execute runs the
+// handler through the engine, finish or answer send the response. What
+// they lean on is named by file: request.go (the key, the body, the
+// handler's request), attempt.go (one run of the handler, pooled),
+// capture.go (the response held until its outcome is recorded),
+// storedresponse.go (its encoding in the record), send.go (sending it or
+// a stored one), problem.go and envelope.go (idem's own answers),
+// profile.go and route.go (the choices), tenant.go (who is calling).
 //
-//	                  added ns/op           CPU ns/op   allocs    B/op
-//	bare handler       2016                   3408          23      -
-//	first execution   +3118 (+2912..+3578)   +5707         +21   +3159
-//	replay            +1843 (+1455..+2229)   +3085          +8    +555
-//
-// On this project's 2-core machine the times of a run swing by a third from
-// one minute to the next, which moves a run's three figures together; the
-// allocations do not move and are the figure to trust.
-//
-// A first execution costs 21 allocations more than the bare handler, a
-// replay 8, and one more for its Idempotency-Key-Expires date (the table
-// above was measured before it): attempts (the capture, its header map and
-// body buffer, the engine's operation) are pooled, and nothing of them is
-// reachable once their response is sent; the handler's request is copied
-// only when it runs; a replay is written from the stored bytes, its headers
-// cut from one string; fingerprints and key hashes are hashed on the stack,
-// the hex string their only allocation; the store writes that end a call
-// make no timer unless the store asks for Done. Tracing off adds no
-// allocation (docs/bench/TRACING.md).
+// What the middleware costs a handler, and why its path allocates what it
+// does, is measured in docs/bench/MIDDLEWARE.md.
 package idemhttp

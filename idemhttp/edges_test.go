@@ -335,11 +335,11 @@ func TestOutcomeUnknownIsNeverReleased(t *testing.T) {
 		end     func(w http.ResponseWriter)
 	}{
 		{"said", idemhttp.IETF(), func(w http.ResponseWriter) {
-			idemhttp.OutcomeUnknown(w)
+			idemhttp.ReportOutcomeUnknown(w)
 			w.WriteHeader(http.StatusBadGateway)
 		}},
 		{"said under stripe", idemhttp.Stripe(), func(w http.ResponseWriter) {
-			idemhttp.OutcomeUnknown(w)
+			idemhttp.ReportOutcomeUnknown(w)
 			w.WriteHeader(http.StatusGatewayTimeout)
 		}},
 		{"body cut", idemhttp.IETF(), func(w http.ResponseWriter) {
@@ -371,7 +371,7 @@ func TestOutcomeUnknownIsNeverReleased(t *testing.T) {
 		pol := idem.Policy{OnUnknown: idem.OnUnknownRelease}
 		s := newServer(t, idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "/", Policy: &pol}}}, func(s *server, mux *http.ServeMux) {
 			mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) {
-				idemhttp.OutcomeUnknown(w)
+				idemhttp.ReportOutcomeUnknown(w)
 				w.WriteHeader(http.StatusBadGateway)
 			}))
 		})

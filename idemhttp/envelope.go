@@ -62,7 +62,7 @@ func copyTexts(m map[Kind]Text) map[Kind]Text {
 	return c
 }
 
-// MobileTexts returns the mobile app's texts (its German wording), a preset
+// MobileTexts returns the Mobile profile's texts (German wording), a preset
 // of the Mobile profile; change entries of the returned map and pass it to
 // Envelope to reword them.
 func MobileTexts() map[Kind]Text {

@@ -47,7 +47,7 @@ func newExpiryServer(t *testing.T) *expiryServer {
 		fmt.Fprint(w, `{"error":"card declined"}`)
 	})
 	mux.HandleFunc("POST /unknown", func(w http.ResponseWriter, r *http.Request) {
-		idemhttp.OutcomeUnknown(w)
+		idemhttp.ReportOutcomeUnknown(w)
 		w.WriteHeader(http.StatusBadGateway)
 	})
 	mux.HandleFunc("POST /big", func(w http.ResponseWriter, r *http.Request) {

@@ -475,7 +475,7 @@ func TestNotExecutedReleasesTheKey(t *testing.T) {
 	s := newServer(t, idemhttp.Options{Profile: idemhttp.Stripe()}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) {
 			if !reachable.Load() {
-				idemhttp.NotExecuted(w)
+				idemhttp.ReportNotExecuted(w)
 				w.WriteHeader(http.StatusBadGateway)
 				return
 			}
@@ -495,7 +495,7 @@ func TestNotExecutedReleasesTheKey(t *testing.T) {
 		t.Fatalf("ran %d", n)
 	}
 	// Outside the middleware it is harmless.
-	idemhttp.NotExecuted(httptest.NewRecorder())
+	idemhttp.ReportNotExecuted(httptest.NewRecorder())
 }
 
 func TestObserve(t *testing.T) {

@@ -17,7 +17,7 @@ type KeyMode int
 
 const (
 	// KeyOptional: a request without a key passes through unprotected
-	// (the payments API keeps keys optional so old clients keep working).
+	// (keys optional keep clients that send none working).
 	KeyOptional KeyMode = iota
 	// KeyRequired: a request without a key gets 400.
 	KeyRequired

@@ -85,7 +85,7 @@ type Problem struct {
 	// Key is the idempotency key, when there is one.
 	Key string
 	// Previous is the stored failure for KindPreviousFailure under
-	// OnFailureConflict (the workflow admin's "previous failure context").
+	// OnFailureConflict.
 	Previous *PreviousFailure
 	// RequestID, when set, is the ID of the first request with the key
 	// (KindOutcomeUnknown), or of this request (KindOutcomeNotRecorded).
@@ -135,7 +135,7 @@ type problemJSON struct {
 type routeKey struct{}
 
 // WriteProblem writes p in the shape of the route that covers r (a route
-// under the mobile profile answers in the app's error shape), setting
+// under the Mobile profile answers in its error envelope), setting
 // p.Status from the route's profile when it is 0. A handler behind the
 // middleware uses it for answers of its own kinds (the gateway's 502 and
 // 504). Outside a route it writes problem+json with the default statuses.

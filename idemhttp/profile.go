@@ -1,11 +1,8 @@
 package idemhttp
 
 import (
-	"fmt"
 	"maps"
 	"net/http"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,8 +18,7 @@ const (
 	// admin).
 	ScopeTenant Scope = iota
 	// ScopeTenantEndpoint: one key space per tenant and endpoint (method and
-	// path): the same key may be used on two endpoints (the payments API in
-	// Stripe's style, the mobile app).
+	// path): the same key may be used on two endpoints (Stripe's API).
 	ScopeTenantEndpoint
 )
 
@@ -48,8 +44,7 @@ func escapeTenant(t string) string {
 
 // Profile is a named bundle of behaviour: which policy, which responses are
 // outcomes, which headers mark a replay, and the shape of errors. Routes
-// pick one; the built-in ones are those of the IETF draft, the payments API
-// in Stripe's style, the mobile app and the workflow admin.
+// pick one; the built-in ones are IETF, Stripe, Mobile and WorkflowAdmin.
 type Profile struct {
 	Name string
 	// Policy is the engine policy of routes using the profile (TTL,
@@ -65,12 +60,12 @@ type Profile struct {
 	// OriginalRequestIDHeader, when set, carries the first request's ID on
 	// replays (Original-Request-Id).
 	OriginalRequestIDHeader string
-	// CachedHeader, when set, is sent as "true" on replays only (the mobile
-	// app's X-Idempotency-Cached).
+	// CachedHeader, when set, is sent as "true" on replays only (the Mobile
+	// profile's X-Idempotency-Cached).
 	CachedHeader string
 	// BodyFlag, when set, is added to JSON object bodies as a boolean:
-	// false on the first response, true on replays (the workflow admin's
-	// "idempotency_replayed").
+	// false on the first response, true on replays
+	// ("idempotency_replayed").
 	BodyFlag string
 	// Status maps a kind of problem to its HTTP status; kinds not in the
 	// map get DefaultStatus().
@@ -124,7 +119,7 @@ func IETF() *Profile {
 	}
 }
 
-// Stripe is the payments API's profile, in the style of Stripe's API: keys scoped by organization and endpoint,
+// Stripe is the profile of Stripe's API: keys scoped by caller and endpoint,
 // 409 while the first request runs (no waiting), Idempotent-Replayed and
 // Original-Request-Id, 422 when the body differs. As in Stripe's API, every
 // response the handler produced is an outcome, even a 500, except 429 (the
@@ -137,11 +132,11 @@ func Stripe() *Profile {
 	return p
 }
 
-// Mobile is the mobile app's profile: keys scoped by user and endpoint,
+// Mobile is the profile of an app API: keys scoped by user and endpoint,
 // 2xx and 409 responses cached for 24 h, X-Idempotency-Cached: true on
-// replays, and errors in the app's {"success": false, "error": {...}}
-// envelope with 409 DUPLICATE_OPERATION on a payload mismatch. Its texts
-// are the preset MobileTexts (the app's German wording); for other texts,
+// replays, and errors in a {"success": false, "error": {...}} envelope
+// with 409 DUPLICATE_OPERATION on a payload mismatch. Its texts are the
+// preset MobileTexts (German wording); for other texts,
 // set WriteProblem to Envelope(yourTexts).
 func Mobile() *Profile {
 	return &Profile{
@@ -158,7 +153,7 @@ func Mobile() *Profile {
 	}
 }
 
-// WorkflowAdmin is the workflow admin's profile: keys of at most 200 bytes, bound to
+// WorkflowAdmin is the profile of an admin API: keys of at most 200 bytes, bound to
 // their action and target (a key reused on another endpoint or workflow is
 // a conflict), every conflict a 409, a failed first call kept and reported
 // with its failure on retries, "idempotency_replayed" in JSON bodies, and
@@ -181,15 +176,6 @@ func WorkflowAdmin() *Profile {
 	}
 }
 
-// Profiles returns the built-in profiles by name.
-func Profiles() map[string]*Profile {
-	m := map[string]*Profile{}
-	for _, p := range []*Profile{IETF(), Stripe(), Mobile(), WorkflowAdmin()} {
-		m[p.Name] = p
-	}
-	return m
-}
-
 // StatusSet is a set of HTTP statuses, as closed ranges.
 type StatusSet [][2]int
 
@@ -205,38 +191,4 @@ func (s StatusSet) Contains(status int) bool {
 		}
 	}
 	return false
-}
-
-// ParseStatusSet parses a list such as "2xx, 409" or "200-299,409" or "all".
-func ParseStatusSet(list []string) (StatusSet, error) {
-	var s StatusSet
-	for _, item := range list {
-		for _, f := range strings.Split(item, ",") {
-			f = strings.ToLower(strings.TrimSpace(f))
-			switch {
-			case f == "":
-			case f == "all" || f == "*":
-				s = append(s, [2]int{100, 599})
-			case len(f) == 3 && strings.HasSuffix(f, "xx") && f[0] >= '1' && f[0] <= '5':
-				base := int(f[0]-'0') * 100
-				s = append(s, [2]int{base, base + 99})
-			case strings.Contains(f, "-"):
-				lo, hi, _ := strings.Cut(f, "-")
-				a, err1 := strconv.Atoi(strings.TrimSpace(lo))
-				b, err2 := strconv.Atoi(strings.TrimSpace(hi))
-				if err1 != nil || err2 != nil || a < 100 || b > 599 || a > b {
-					return nil, fmt.Errorf("idemhttp: bad status range %q", f)
-				}
-				s = append(s, [2]int{a, b})
-			default:
-				n, err := strconv.Atoi(f)
-				if err != nil || n < 100 || n > 599 {
-					return nil, fmt.Errorf("idemhttp: bad status %q", f)
-				}
-				s = append(s, [2]int{n, n})
-			}
-		}
-	}
-	sort.Slice(s, func(i, j int) bool { return s[i][0] < s[j][0] })
-	return s, nil
 }

@@ -66,7 +66,7 @@ func FingerprintBody(r *http.Request, body []byte) string {
 }
 
 // FingerprintNone makes no check: any request with the key replays the
-// first outcome (the mobile app's endpoints without a payload check).
+// first outcome (endpoints without a payload check).
 func FingerprintNone(*http.Request, []byte) string { return "" }
 
 // FingerprintFields fingerprints method, target and the chosen JSON fields
@@ -216,8 +216,8 @@ func (m *middleware) match(r *http.Request) *route {
 // exactRoute is a route whose pattern is a method and a literal path
 // ("POST /charges"). Without host patterns such a pattern is the most
 // specific of any that match its method and path, so that a request naming
-// them exactly is matched without the ServeMux, whose match was about
-// 0.25 µs of the 3 µs of CPU a replay adds in the load harness's profile.
+// them exactly is matched without the ServeMux, a noticeable part of
+// what a replay costs (docs/bench/MIDDLEWARE.md).
 type exactRoute struct {
 	method, path string
 	route        int

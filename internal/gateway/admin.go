@@ -78,23 +78,7 @@ type AdminOptions struct {
 	// Scope, when set, lets the key endpoints take method, path and tenant
 	// instead of scope, and find the scope as the proxy's routes do.
 	Scope func(method, target, tenant string) (string, bool)
-	// OutcomeUnknown says whether a record's outcome is unknown, for the
-	// page's list of keys an operator may release. nil means
-	// DefaultOutcomeUnknown.
-	OutcomeUnknown func(r store.Record) bool
-	Logger         *slog.Logger
-}
-
-// DefaultOutcomeUnknown reports a record the engine failed with an
-// unknown outcome (idem.OutcomeUnknown: the call was started and nothing
-// says whether it took effect), or one whose holder's lease is over (stale
-// in_progress, its holder likely dead): the keys an operator may release.
-func DefaultOutcomeUnknown(r store.Record) bool {
-	if r.Stale() {
-		return true
-	}
-	_, ok := idem.OutcomeUnknown(r)
-	return ok
+	Logger *slog.Logger
 }
 
 // healthScope and healthKey name the record /readyz looks up. It never
@@ -120,9 +104,6 @@ func Admin(o AdminOptions) http.Handler {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-	if o.OutcomeUnknown == nil {
-		o.OutcomeUnknown = DefaultOutcomeUnknown
 	}
 	a := &admin{o: o}
 	mux := http.NewServeMux()
@@ -299,7 +280,7 @@ func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		inspect.Record
 		OutcomeUnknown bool `json:"outcome_unknown"`
-	}{v, a.o.OutcomeUnknown(rec)})
+	}{v, idem.Releasable(rec)})
 }
 
 func (a *admin) release(w http.ResponseWriter, r *http.Request) {
@@ -492,7 +473,7 @@ func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
 				}
 				continue
 			}
-			if a.o.OutcomeUnknown(rec) {
+			if idem.Releasable(rec) {
 				k.State = string(rec.State)
 				s.OutcomeUnknown = append(s.OutcomeUnknown, k)
 			}

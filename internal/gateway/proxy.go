@@ -195,9 +195,9 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	p.log.Warn("idem: upstream failed", "url", upstream.Redacted(), "path", r.URL.Path,
 		"request_id", r.Header.Get(p.reqIDHeader), "sent", e.sent, "err", err)
 	if e.sent {
-		idemhttp.OutcomeUnknown(w)
+		idemhttp.ReportOutcomeUnknown(w)
 	} else {
-		idemhttp.NotExecuted(w)
+		idemhttp.ReportNotExecuted(w)
 	}
 	pr := &idemhttp.Problem{Kind: e.kind, Detail: e.detail}
 	if k, ok, perr := httpfield.ParseKey(keyValues(r.Header)); ok && perr == nil {

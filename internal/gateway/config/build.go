@@ -240,9 +240,9 @@ func (c *Config) answerWithin(r Route) (time.Duration, error) {
 }
 
 func statusSet(l StringList) (idemhttp.StatusSet, error) {
-	s, err := idemhttp.ParseStatusSet(l)
+	s, err := parseStatusSet(l)
 	if err != nil {
-		return nil, fmt.Errorf("cache_statuses: %s", strings.TrimPrefix(err.Error(), "idemhttp: "))
+		return nil, fmt.Errorf("cache_statuses: %w", err)
 	}
 	if len(s) == 0 {
 		return nil, errors.New("cache_statuses is empty: list the statuses to replay, e.g. [2xx, 409]")
@@ -310,9 +310,10 @@ func profile(name string) (*idemhttp.Profile, error) {
 	if name == "" {
 		name = "ietf"
 	}
-	ps := idemhttp.Profiles()
-	if p, ok := ps[name]; ok {
-		return p, nil
+	for _, p := range []*idemhttp.Profile{idemhttp.IETF(), idemhttp.Stripe(), idemhttp.Mobile(), idemhttp.WorkflowAdmin()} {
+		if p.Name == name {
+			return p, nil
+		}
 	}
 	return nil, fmt.Errorf("profile %q: want one of ietf, stripe, mobile, workflow-admin", name)
 }
