@@ -78,6 +78,7 @@ type AdminOptions struct {
 	// Scope, when set, lets the key endpoints take method, path and tenant
 	// instead of scope, and find the scope as the proxy's routes do.
 	Scope func(method, target, tenant string) (string, bool)
+	// Logger logs the admin API's actions; nil means slog.Default().
 	Logger *slog.Logger
 }
 
