@@ -178,3 +178,26 @@ func ExampleWithOnFreed() {
 	// Output:
 	// ch_1 0
 }
+
+// An operator's tool reads a key's record with Lookup and asks the engine
+// what it means: OutcomeUnknown tells a call whose outcome is unknown from
+// a plain failure, and Releasable says whether Release would free it.
+func ExampleOutcomeUnknown() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	ctx := context.Background()
+	_, _ = eng.Do(ctx, idem.Call{Scope: "charges", Key: "charge-ORD-9"}, func(ctx context.Context) ([]byte, error) {
+		return nil, fmt.Errorf("upstream: connection reset after the request was sent: %w", idem.ErrOutcomeUnknown)
+	})
+
+	rec, err := eng.Lookup(ctx, "charges", "charge-ORD-9")
+	if err != nil {
+		panic(err)
+	}
+	failure, unknown := idem.OutcomeUnknown(rec)
+	fmt.Println(rec.State, unknown, string(failure))
+	fmt.Println("releasable:", idem.Releasable(rec))
+	// Output:
+	// failed true upstream: connection reset after the request was sent: idem: the operation started and its outcome is unknown
+	// releasable: true
+}

@@ -140,3 +140,36 @@ func ExampleProblemListener() {
 	// 400 application/problem+json
 	// {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#malformed_request","title":"Request is not valid HTTP","status":400,"detail":"missing required Host header; nothing ran"}
 }
+
+// A handler that forwards the call elsewhere tells the middleware when it
+// cannot know the outcome: after ReportOutcomeUnknown the key is never run
+// again, and retries get 409 outcome_unknown; after ReportNotExecuted it is
+// released, and a retry runs.
+func ExampleReportOutcomeUnknown() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	calls := 0
+	h := idemhttp.Middleware(eng, idemhttp.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls == 1 {
+			// The request left, and the upstream's answer never came.
+			idemhttp.ReportOutcomeUnknown(w)
+			w.WriteHeader(http.StatusGatewayTimeout)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+
+	for range 2 {
+		req := httptest.NewRequest("POST", "/transfers", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "transfer-1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Println(rec.Code)
+	}
+	fmt.Println("handler calls:", calls)
+	// Output:
+	// 504
+	// 409
+	// handler calls: 1
+}
