@@ -3,12 +3,11 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/gateway"
 )
 
 // Tenant says where the caller's identity comes from:
@@ -88,35 +87,15 @@ func (t *Tenant) validate() error {
 }
 
 // build returns the tenant function and a description of it for the
-// start-up log. nil t is the default: a keyed hash of Authorization.
+// start-up log: the choice itself is the gateway's (gateway.Tenant). nil t
+// is the default: a keyed hash of Authorization.
 func (t *Tenant) build(mac func([]byte) string) (idemhttp.TenantFunc, string) {
-	switch {
-	case t == nil:
-		return idemhttp.TenantFromHeadersMAC(mac, "Authorization"),
-			"keyed hash of Authorization (default; requests without it share the anonymous scope)"
-	case t.None:
-		return idemhttp.TenantNone, "none: every caller shares every key"
-	case len(t.Sources) == 1 && t.Sources[0].Header != "":
-		return idemhttp.TenantHeader(t.Sources[0].Header), "header " + t.Sources[0].Header
+	if t == nil {
+		return gateway.Tenant(false, nil, mac)
 	}
-	var names []string
-	for _, s := range t.Sources {
-		if s.Authorization != "" {
-			names = append(names, "Authorization")
-		} else {
-			names = append(names, s.Header)
-		}
+	sources := make([]gateway.TenantSource, len(t.Sources))
+	for i, s := range t.Sources {
+		sources[i] = gateway.TenantSource{Header: s.Header, Authorization: s.Authorization != ""}
 	}
-	from := idemhttp.TenantFromHeadersMAC(mac, names...)
-	desc := "keyed hash of " + strings.Join(names, " + ")
-	if len(names) > 1 {
-		return from, desc
-	}
-	// authorization: hash alone: a request without credentials gets 401.
-	return func(r *http.Request) (string, bool) {
-		if strings.TrimSpace(r.Header.Get("Authorization")) == "" {
-			return "", false
-		}
-		return from(r)
-	}, desc + " (required)"
+	return gateway.Tenant(t.None, sources, mac)
 }
