@@ -395,6 +395,12 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 	if inOrder {
 		return append(dst, '}'), nil
 	}
+	return reorder(dst, mark, members)
+}
+
+// reorder appends the members written after dst[mark] again in name order,
+// and moves that over the first copies.
+func reorder(dst []byte, mark int, members []canonMember) ([]byte, error) {
 	slices.SortFunc(members, func(a, b canonMember) int { return bytes.Compare(a.name, b.name) })
 	sorted := len(dst)
 	dst = append(dst, '{')
@@ -518,52 +524,69 @@ func (p *canonParser) str() ([]byte, error) {
 			p.i++
 			continue
 		}
-		if p.i+1 >= len(p.b) {
-			return nil, errEOF
-		}
-		e := p.b[p.i+1]
-		p.i += 2
-		switch e {
-		case '"', '\\', '/':
-			buf = append(buf, e)
-		case 'b':
-			buf = append(buf, '\b')
-		case 'f':
-			buf = append(buf, '\f')
-		case 'n':
-			buf = append(buf, '\n')
-		case 'r':
-			buf = append(buf, '\r')
-		case 't':
-			buf = append(buf, '\t')
-		case 'u':
-			r, ok := p.hex4()
-			if !ok {
-				return nil, errSyntax
-			}
-			switch {
-			case r >= 0xD800 && r < 0xDC00:
-				// A high surrogate must be followed by an escaped low one;
-				// a decoder would turn a lone one into U+FFFD, making
-				// "\ud800" equal "\udc00".
-				if p.i+1 >= len(p.b) || p.b[p.i] != '\\' || p.b[p.i+1] != 'u' {
-					return nil, errSurrogate
-				}
-				p.i += 2
-				lo, ok := p.hex4()
-				if !ok || lo < 0xDC00 || lo > 0xDFFF {
-					return nil, errSurrogate
-				}
-				r = utf16.DecodeRune(r, lo)
-			case r >= 0xDC00 && r <= 0xDFFF:
-				return nil, errSurrogate
-			}
-			buf = utf8.AppendRune(buf, r)
-		default:
-			return nil, errSyntax
+		var err error
+		if buf, err = p.escape(buf); err != nil {
+			return nil, err
 		}
 	}
 	return nil, errEOF
+}
+
+// escape appends to buf the character of the escape sequence at p.i.
+func (p *canonParser) escape(buf []byte) ([]byte, error) {
+	if p.i+1 >= len(p.b) {
+		return nil, errEOF
+	}
+	e := p.b[p.i+1]
+	p.i += 2
+	switch e {
+	case '"', '\\', '/':
+		return append(buf, e), nil
+	case 'b':
+		return append(buf, '\b'), nil
+	case 'f':
+		return append(buf, '\f'), nil
+	case 'n':
+		return append(buf, '\n'), nil
+	case 'r':
+		return append(buf, '\r'), nil
+	case 't':
+		return append(buf, '\t'), nil
+	case 'u':
+		r, err := p.unicodeEscape()
+		if err != nil {
+			return nil, err
+		}
+		return utf8.AppendRune(buf, r), nil
+	}
+	return nil, errSyntax
+}
+
+// unicodeEscape reads the four hex digits after \u at p.i, and the low
+// surrogate's escape after a high one.
+func (p *canonParser) unicodeEscape() (rune, error) {
+	r, ok := p.hex4()
+	if !ok {
+		return 0, errSyntax
+	}
+	switch {
+	case r >= 0xD800 && r < 0xDC00:
+		// A high surrogate must be followed by an escaped low one; a
+		// decoder would turn a lone one into U+FFFD, making "\ud800"
+		// equal "\udc00".
+		if p.i+1 >= len(p.b) || p.b[p.i] != '\\' || p.b[p.i+1] != 'u' {
+			return 0, errSurrogate
+		}
+		p.i += 2
+		lo, ok := p.hex4()
+		if !ok || lo < 0xDC00 || lo > 0xDFFF {
+			return 0, errSurrogate
+		}
+		return utf16.DecodeRune(r, lo), nil
+	case r >= 0xDC00 && r <= 0xDFFF:
+		return 0, errSurrogate
+	}
+	return r, nil
 }
 
 func (p *canonParser) hex4() (rune, bool) {
