@@ -436,51 +436,63 @@ func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		byName := map[string]*dto.MetricFamily{}
-		for _, mf := range mfs {
-			byName[mf.GetName()] = mf
-		}
-		for name, metric := range totals {
-			if mf := byName[metric]; mf != nil {
-				for _, m := range mf.GetMetric() {
-					s.Totals[name] += int64(m.GetCounter().GetValue())
-				}
-			}
-		}
-		if mf := byName["idem_conflicts_total"]; mf != nil {
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "conflict_type" {
-						s.Conflicts[l.GetValue()] += int64(m.GetCounter().GetValue())
-					}
-				}
-			}
-		}
-		if mf := byName["idem_store_operation_duration_seconds"]; mf != nil {
-			s.Store = mergeHistograms(mf)
-		}
+		s.addMetrics(mfs)
 	}
 	if t := a.o.Tracker; t != nil {
 		s.InProgress = t.InProgress()
-		// Look up the recently failed and stale keys: the list shows
-		// only those whose outcome is still unknown now.
-		ctx, cancel := context.WithTimeout(r.Context(), a.o.HealthTimeout)
-		defer cancel()
-		for _, k := range t.Candidates(now) {
-			rec, err := a.o.Store.Get(ctx, k.Scope, store.HashKey(k.Scope, k.Key))
-			if err != nil {
-				if errors.Is(err, store.ErrNotFound) {
-					t.forget(k.Scope, store.HashKey(k.Scope, k.Key))
-				}
-				continue
-			}
-			if idem.Releasable(rec) {
-				k.State = string(rec.State)
-				s.OutcomeUnknown = append(s.OutcomeUnknown, k)
+		s.OutcomeUnknown = a.releasable(r.Context(), t, now, s.OutcomeUnknown)
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+// addMetrics adds the page's totals, conflicts and store latencies from
+// the gathered metric families.
+func (s *Stats) addMetrics(mfs []*dto.MetricFamily) {
+	byName := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		byName[mf.GetName()] = mf
+	}
+	for name, metric := range totals {
+		if mf := byName[metric]; mf != nil {
+			for _, m := range mf.GetMetric() {
+				s.Totals[name] += int64(m.GetCounter().GetValue())
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, s)
+	if mf := byName["idem_conflicts_total"]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "conflict_type" {
+					s.Conflicts[l.GetValue()] += int64(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	if mf := byName["idem_store_operation_duration_seconds"]; mf != nil {
+		s.Store = mergeHistograms(mf)
+	}
+}
+
+// releasable appends to keys the tracker's recently failed and stale keys
+// that an operator may release now (idem.Releasable): the list shows only
+// those whose outcome is still unknown.
+func (a *admin) releasable(ctx context.Context, t *Tracker, now time.Time, keys []TrackedKey) []TrackedKey {
+	ctx, cancel := context.WithTimeout(ctx, a.o.HealthTimeout)
+	defer cancel()
+	for _, k := range t.Candidates(now) {
+		rec, err := a.o.Store.Get(ctx, k.Scope, store.HashKey(k.Scope, k.Key))
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				t.forget(k.Scope, store.HashKey(k.Scope, k.Key))
+			}
+			continue
+		}
+		if idem.Releasable(rec) {
+			k.State = string(rec.State)
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 func mergeHistograms(mf *dto.MetricFamily) Histogram {
