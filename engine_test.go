@@ -546,14 +546,6 @@ func TestPolicyValidate(t *testing.T) {
 	if err := (idem.Policy{}).WithDefaults().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"release", "cache", "conflict"} {
-		if o, err := idem.ParseOnFailure(s); err != nil || o.String() != s {
-			t.Errorf("%s: %v %v", s, o, err)
-		}
-	}
-	if _, err := idem.ParseOnFailure("retry"); err == nil {
-		t.Error("ParseOnFailure(retry) accepted")
-	}
 }
 
 // lostReply performs each write, then (once per kind) reports a network

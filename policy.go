@@ -184,7 +184,8 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// String forms, used by configuration files and logs.
+// String forms, used by logs and by the gateway's configuration file
+// (on_failure: cache).
 
 func (o OnFailure) String() string {
 	switch o {
@@ -198,16 +199,6 @@ func (o OnFailure) String() string {
 	return fmt.Sprintf("OnFailure(%d)", int(o))
 }
 
-// ParseOnFailure parses "release", "cache" or "conflict".
-func ParseOnFailure(s string) (OnFailure, error) {
-	for _, o := range []OnFailure{OnFailureRelease, OnFailureCache, OnFailureConflict} {
-		if s == o.String() {
-			return o, nil
-		}
-	}
-	return 0, fmt.Errorf("idem: on_failure %q: want release, cache or conflict", s)
-}
-
 func (o OnStale) String() string {
 	switch o {
 	case OnStaleRetry:
@@ -216,16 +207,6 @@ func (o OnStale) String() string {
 		return "conflict"
 	}
 	return fmt.Sprintf("OnStale(%d)", int(o))
-}
-
-// ParseOnStale parses "retry" or "conflict".
-func ParseOnStale(s string) (OnStale, error) {
-	for _, o := range []OnStale{OnStaleRetry, OnStaleConflict} {
-		if s == o.String() {
-			return o, nil
-		}
-	}
-	return 0, fmt.Errorf("idem: on_stale %q: want retry or conflict", s)
 }
 
 func (o OnStoreError) String() string {
@@ -238,16 +219,6 @@ func (o OnStoreError) String() string {
 	return fmt.Sprintf("OnStoreError(%d)", int(o))
 }
 
-// ParseOnStoreError parses "fail_closed" or "fail_open".
-func ParseOnStoreError(s string) (OnStoreError, error) {
-	for _, o := range []OnStoreError{OnStoreErrorFailClosed, OnStoreErrorFailOpen} {
-		if s == o.String() {
-			return o, nil
-		}
-	}
-	return 0, fmt.Errorf("idem: on_store_error %q: want fail_closed or fail_open", s)
-}
-
 func (o OnUnknown) String() string {
 	switch o {
 	case OnUnknownConflict:
@@ -256,14 +227,4 @@ func (o OnUnknown) String() string {
 		return "release"
 	}
 	return fmt.Sprintf("OnUnknown(%d)", int(o))
-}
-
-// ParseOnUnknown parses "conflict" or "release".
-func ParseOnUnknown(s string) (OnUnknown, error) {
-	for _, o := range []OnUnknown{OnUnknownConflict, OnUnknownRelease} {
-		if s == o.String() {
-			return o, nil
-		}
-	}
-	return 0, fmt.Errorf("idem: on_unknown %q: want conflict or release", s)
 }

@@ -266,23 +266,23 @@ func (p *Policy) apply(pol *idem.Policy) error {
 		pol.MaxKeyBytes = int(p.MaxKeyBytes)
 	}
 	if p.OnFailure != "" {
-		v, err := idem.ParseOnFailure(p.OnFailure)
-		errs = append(errs, trim(err))
+		v, err := parseOnFailure(p.OnFailure)
+		errs = append(errs, err)
 		pol.OnFailure = v
 	}
 	if p.OnStale != "" {
-		v, err := idem.ParseOnStale(p.OnStale)
-		errs = append(errs, trim(err))
+		v, err := parseOnStale(p.OnStale)
+		errs = append(errs, err)
 		pol.OnStale = v
 	}
 	if p.OnStoreError != "" {
-		v, err := idem.ParseOnStoreError(p.OnStoreError)
-		errs = append(errs, trim(err))
+		v, err := parseOnStoreError(p.OnStoreError)
+		errs = append(errs, err)
 		pol.OnStoreError = v
 	}
 	if p.OnUnknown != "" {
-		v, err := idem.ParseOnUnknown(p.OnUnknown)
-		errs = append(errs, trim(err))
+		v, err := parseOnUnknown(p.OnUnknown)
+		errs = append(errs, err)
 		pol.OnUnknown = v
 	}
 	for _, d := range []struct {
@@ -297,13 +297,6 @@ func (p *Policy) apply(pol *idem.Policy) error {
 		errs = append(errs, errors.New("max_key_bytes must not be negative"))
 	}
 	return errors.Join(errs...)
-}
-
-func trim(err error) error {
-	if err == nil {
-		return nil
-	}
-	return errors.New(strings.TrimPrefix(err.Error(), "idem: "))
 }
 
 func profile(name string) (*idemhttp.Profile, error) {
