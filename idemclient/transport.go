@@ -219,32 +219,12 @@ func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending, fro
 			}
 		} else {
 			e.MayHaveRun = true
-			body, rerr := io.ReadAll(io.LimitReader(res.Body, 64<<10+1))
-			if rerr != nil || len(body) > 64<<10 {
-				// Too long for a problem or unreadable: not one of idem's
-				// answers; hand it on as it is.
-				res.Body = struct {
-					io.Reader
-					io.Closer
-				}{io.MultiReader(bytes.NewReader(body), res.Body), res.Body}
-				body = nil
-			} else {
-				res.Body.Close()
-				res.Body = io.NopCloser(bytes.NewReader(body))
-			}
+			body := bufferBody(res)
 			v, kind := classify(res, body)
 			if exp, ok := keyExpires(res.Header, body, t.now()); ok && v != final {
 				e.KeyExpires = exp
-				if v != conflict && t.Outbox != nil && !exp.Equal(p.KeyExpires) {
-					// Still pending: SendPending must know it too,
-					// after a restart.
-					old := p
-					p.KeyExpires, p.file = exp, "" // Put writes under the ID
-					err := t.Outbox.Put(t.stored(p))
-					if err == nil && old.file != "" && old.file != p.ID()+".json" {
-						err = t.Outbox.Remove(old) // an entry of the old layout, named by its key
-					}
-					if err != nil {
+				if v != conflict {
+					if err := t.noteExpiry(&p, exp); err != nil {
 						return nil, errors.Join(e, err)
 					}
 				}
@@ -268,29 +248,74 @@ func (t *Transport) send(ctx context.Context, orig *http.Request, p Pending, fro
 			e.Status, e.Header, e.Body, e.Kind = res.StatusCode, res.Header, body, kind
 			wait = retryAfter(res.Header.Get("Retry-After"))
 		}
-		if attempt >= max && !t.keyGone(e.KeyExpires, 0) {
-			return nil, e
-		}
-		if wait <= 0 && attempt < max {
-			wait = t.backoff(attempt)
-		}
-		if t.keyGone(e.KeyExpires, wait) {
-			// The next attempt would reach a server that forgot the key.
-			e.Err = errors.Join(ErrKeyExpired, e.Err)
-			if err := t.done(p); err != nil {
-				return nil, errors.Join(e, err)
-			}
-			return nil, e
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			e.Err = errors.Join(e.Err, ctx.Err())
-			return nil, e
-		case <-timer.C:
+		if err := t.pause(ctx, e, p, attempt, max, wait); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// bufferBody reads res's body into memory, up to 64 KiB, and puts it back
+// for the caller. It returns the body when it could be one of idem's
+// answers, nil when it is too long or unreadable: then res keeps streaming
+// it as it is.
+func bufferBody(res *http.Response) []byte {
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10+1))
+	if err != nil || len(body) > 64<<10 {
+		res.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), res.Body), res.Body}
+		return nil
+	}
+	res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	return body
+}
+
+// noteExpiry records in the outbox that the still pending p's key expires
+// at exp, so that SendPending knows it too after a restart.
+func (t *Transport) noteExpiry(p *Pending, exp time.Time) error {
+	if t.Outbox == nil || exp.Equal(p.KeyExpires) {
+		return nil
+	}
+	old := *p
+	p.KeyExpires, p.file = exp, "" // Put writes under the ID
+	err := t.Outbox.Put(t.stored(*p))
+	if err == nil && old.file != "" && old.file != p.ID()+".json" {
+		err = t.Outbox.Remove(old) // an entry of the old layout, named by its key
+	}
+	return err
+}
+
+// pause ends attempt of p, which failed with e, and waits before the next:
+// wait when the server said, else the backoff. It returns the error that
+// ends the request instead: e after the last attempt, ErrKeyExpired when
+// the next attempt would reach a server that forgot the key, the context's
+// error.
+func (t *Transport) pause(ctx context.Context, e *Error, p Pending, attempt, max int, wait time.Duration) error {
+	if attempt >= max && !t.keyGone(e.KeyExpires, 0) {
+		return e
+	}
+	if wait <= 0 && attempt < max {
+		wait = t.backoff(attempt)
+	}
+	if t.keyGone(e.KeyExpires, wait) {
+		// The next attempt would reach a server that forgot the key.
+		e.Err = errors.Join(ErrKeyExpired, e.Err)
+		if err := t.done(p); err != nil {
+			return errors.Join(e, err)
+		}
+		return e
+	}
+	timer := time.NewTimer(wait)
+	select {
+	case <-ctx.Done():
+		timer.Stop()
+		e.Err = errors.Join(e.Err, ctx.Err())
+		return e
+	case <-timer.C:
+	}
+	return nil
 }
 
 // done clears p from the outbox.
