@@ -56,6 +56,7 @@ var (
 
 // KeyError explains why a key is invalid. It matches ErrInvalidKey.
 type KeyError struct {
+	// Reason completes "key ...": "is empty", "is longer than 255 bytes".
 	Reason string
 }
 
@@ -84,7 +85,9 @@ const (
 // ErrFingerprintMismatch, ErrKeyReused, ErrPreviousFailure or
 // ErrOutcomeUnknown.
 type ConflictError struct {
-	Type  ConflictType
+	// Type says why the key could not be used.
+	Type ConflictType
+	// Scope and Key are the call's, the key trimmed.
 	Scope string
 	Key   string
 	// Record is the record that caused the conflict; its RequestID names
@@ -167,7 +170,10 @@ func (e *ConflictError) RetryAfter() time.Duration {
 // StoreError wraps a failure of the store. It matches ErrStoreUnavailable
 // and unwraps to the store's error.
 type StoreError struct {
-	Op  string
+	// Op is the store operation that failed: "reserve", "get",
+	// "complete", "release", "cleanup".
+	Op string
+	// Err is the store's error.
 	Err error
 }
 
@@ -185,8 +191,10 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // instead of err's message. HTTP middleware uses it to keep the failed
 // response.
 type Failure struct {
+	// Value is stored as the failed record's value.
 	Value []byte
-	Err   error
+	// Err is the operation's error, returned by Do.
+	Err error
 }
 
 func (f *Failure) Error() string {

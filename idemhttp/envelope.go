@@ -8,8 +8,8 @@ import (
 // Text is the code and message of one kind of problem in an application's
 // error envelope.
 type Text struct {
-	Code    string
-	Message string
+	Code    string // the envelope's error.code
+	Message string // the envelope's error.message
 }
 
 // Envelope returns a Profile.WriteProblem that writes idem's answers in the

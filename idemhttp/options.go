@@ -37,10 +37,10 @@ const (
 
 // Event describes one request, for metrics.
 type Event struct {
-	Route   string
-	Outcome Outcome
-	Kind    Kind // set for OutcomeRejected
-	Status  int
+	Route   string  // the pattern of the route that covered the request; "" for none
+	Outcome Outcome // what the middleware did
+	Kind    Kind    // set for OutcomeRejected
+	Status  int     // the status the client got; 0 when it got none
 }
 
 // Options configures the middleware. The zero value of every field but the

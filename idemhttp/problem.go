@@ -79,8 +79,11 @@ var problemTitles = map[Kind]string{
 // Problem is an answer idem gives itself. Profiles write it in their shape;
 // the default is RFC 9457 application/problem+json.
 type Problem struct {
-	Kind   Kind
+	// Kind names the answer.
+	Kind Kind
+	// Status is the HTTP status; 0 means the route profile's for Kind.
 	Status int
+	// Detail explains this occurrence to the client.
 	Detail string
 	// Key is the idempotency key, when there is one.
 	Key string
@@ -100,9 +103,9 @@ type Problem struct {
 
 // PreviousFailure is the first response to a key that failed.
 type PreviousFailure struct {
-	Status int             `json:"status"`
-	Body   json.RawMessage `json:"body,omitempty"`
-	Text   string          `json:"text,omitempty"`
+	Status int             `json:"status"`         // its status
+	Body   json.RawMessage `json:"body,omitempty"` // its body, when JSON
+	Text   string          `json:"text,omitempty"` // its body, when not JSON
 }
 
 func newPreviousFailure(r *StoredResponse) *PreviousFailure {

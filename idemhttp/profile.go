@@ -46,11 +46,13 @@ func escapeTenant(t string) string {
 // outcomes, which headers mark a replay, and the shape of errors. Routes
 // pick one; the built-in ones are IETF, Stripe, Mobile and WorkflowAdmin.
 type Profile struct {
+	// Name names the profile in configuration files and logs.
 	Name string
 	// Policy is the engine policy of routes using the profile (TTL,
 	// OnFailure, MaxKeyBytes, Wait...).
 	Policy idem.Policy
-	Scope  Scope
+	// Scope says what, besides the tenant, separates keys.
+	Scope Scope
 	// Cache reports whether a response status is an outcome to record and
 	// replay; other statuses follow Policy.OnFailure. nil means 2xx and 409.
 	Cache StatusSet

@@ -21,7 +21,9 @@ type Route struct {
 	// "POST /api/funnels/{slug}/assessments/{id}/answers/save"). Empty
 	// matches every request.
 	Pattern string
-	Key     KeyMode
+	// Key says whether a request without a key passes (KeyOptional, the
+	// default) or gets 400 (KeyRequired).
+	Key KeyMode
 	// Profile is the route's profile; nil means Options.Profile.
 	Profile *Profile
 	// Policy, when not nil, is the route's whole policy. When nil, the

@@ -9,9 +9,9 @@ import (
 
 // StoredResponse is what a record keeps of an HTTP response.
 type StoredResponse struct {
-	Status int
+	Status int         // the handler's status
 	Header http.Header // only the kept headers
-	Body   []byte
+	Body   []byte      // the body as the handler wrote it
 	// NotStored: the body was too large or streamed, so it was not kept;
 	// a replay answers 409 response_not_stored instead.
 	NotStored bool
