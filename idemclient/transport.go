@@ -422,18 +422,8 @@ func (t *Transport) SendPending(ctx context.Context) ([]Result, error) {
 	sem := make(chan struct{}, n)
 	for i, p := range pending {
 		results[i].Pending = p
-		if t.keyGone(p.KeyExpires, 0) {
-			results[i].Err = &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: true, KeyExpires: p.KeyExpires, Err: ErrKeyExpired}
-			if err := t.Outbox.Remove(p); err != nil {
-				results[i].Err = errors.Join(results[i].Err, err)
-			}
-			continue
-		}
-		if t.now().Sub(p.Created) > maxAge {
-			results[i].Err = ErrExpired
-			if err := t.Outbox.Remove(p); err != nil {
-				results[i].Err = errors.Join(ErrExpired, err)
-			}
+		if err := t.tooOld(p, maxAge); err != nil {
+			results[i].Err = err
 			continue
 		}
 		select {
@@ -454,17 +444,9 @@ func (t *Transport) SendPending(ctx context.Context) ([]Result, error) {
 				results[i].Err = offlineError(p)
 				return
 			}
-			res, err := t.send(ctx, nil, p, true)
+			res, err := t.sendPending(ctx, p)
 			if errors.Is(err, ErrOffline) {
 				down.Store(true)
-			}
-			if res != nil {
-				body, rerr := io.ReadAll(res.Body)
-				res.Body.Close()
-				res.Body = io.NopCloser(bytes.NewReader(body))
-				if rerr != nil {
-					res, err = nil, &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: true, Err: errors.Join(ErrGaveUp, rerr)}
-				}
 			}
 			results[i].Response, results[i].Err = res, err
 		}()
@@ -475,6 +457,39 @@ func (t *Transport) SendPending(ctx context.Context) ([]Result, error) {
 		errs = append(errs, ErrOffline)
 	}
 	return results, errors.Join(errs...)
+}
+
+// tooOld removes p from the outbox and returns why when it must not be
+// sent again: its key expired on the server (ErrKeyExpired), or it is
+// older than maxAge (ErrExpired).
+func (t *Transport) tooOld(p Pending, maxAge time.Duration) error {
+	var why error
+	switch {
+	case t.keyGone(p.KeyExpires, 0):
+		why = &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: true, KeyExpires: p.KeyExpires, Err: ErrKeyExpired}
+	case t.now().Sub(p.Created) > maxAge:
+		why = ErrExpired
+	default:
+		return nil
+	}
+	if err := t.Outbox.Remove(p); err != nil {
+		return errors.Join(why, err)
+	}
+	return why
+}
+
+// sendPending sends p from the outbox, its response's body read whole.
+func (t *Transport) sendPending(ctx context.Context, p Pending) (*http.Response, error) {
+	res, err := t.send(ctx, nil, p, true)
+	if res != nil {
+		body, rerr := io.ReadAll(res.Body)
+		res.Body.Close()
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		if rerr != nil {
+			return nil, &Error{Key: p.Key, Method: p.Method, URL: p.URL, MayHaveRun: true, Err: errors.Join(ErrGaveUp, rerr)}
+		}
+	}
+	return res, err
 }
 
 // offlineError is the Result of a request SendPending did not send. It may
