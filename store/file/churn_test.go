@@ -13,11 +13,13 @@ import (
 )
 
 // churn writes reserve+complete pairs of new keys with ttl from 8
-// goroutines for d, and runs Cleanup every every; before each Cleanup
-// and after it, it reads the log's size and its live bytes. It returns
-// the largest ratio of log to live data seen after a Cleanup, and before
-// one, and the pairs written; check, if set, runs after each Cleanup.
-func churn(t *testing.T, s *Store, ttl, d, every time.Duration, check func(total, live int64)) (after, before float64, pairs int64) {
+// goroutines for d, and runs Cleanup every every (with clean; without,
+// none runs, as when the gateway's interval outlasts the run); before
+// each Cleanup and after it, it reads the log's size and its live bytes.
+// It returns the largest ratio of log to live data seen after a Cleanup,
+// and before one, and the pairs written; check, if set, runs after each
+// Cleanup.
+func churn(t *testing.T, s *Store, ttl, d, every time.Duration, clean bool, check func(total, live int64)) (after, before float64, pairs int64) {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var n atomic.Int64
@@ -54,8 +56,10 @@ func churn(t *testing.T, s *Store, ttl, d, every time.Duration, check func(total
 		if time.Now().After(warm) && live > 0 {
 			before = max(before, float64(total)/float64(live))
 		}
-		if _, err := s.Cleanup(ctx, 0); err != nil {
-			t.Fatal(err)
+		if clean {
+			if _, err := s.Cleanup(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
 		}
 		total, live = s.log.sizes()
 		if time.Now().After(warm) && live > 0 {
@@ -78,7 +82,7 @@ func TestChurnDiskBound(t *testing.T) {
 	t.Parallel()
 	const seg = 64 << 10
 	s := openT(t, t.TempDir(), func(o *Options) { o.SegmentBytes = seg })
-	after, before, pairs := churn(t, s, 300*time.Millisecond, 2*time.Second, 50*time.Millisecond, func(total, live int64) {
+	after, before, pairs := churn(t, s, 300*time.Millisecond, 2*time.Second, 50*time.Millisecond, true, func(total, live int64) {
 		if total > 2*live+2*seg {
 			t.Errorf("after Cleanup the log holds %d bytes for %d live", total, live)
 		}
@@ -88,18 +92,21 @@ func TestChurnDiskBound(t *testing.T) {
 
 // TestChurnRatios measures (IDEM_FILE_CHURN=1, not part of make test) the
 // log's size against its live data under churn, over several TTLs, each
-// run for four TTLs with Cleanup every second (the gateway cleans every 300 s by default), on
-// 4 MiB segments. docs/bench/FILE-INDEX.md quotes it.
+// run for four TTLs on 4 MiB segments, with Cleanup every second and
+// with none (the gateway cleans every 300 s by default), sampled every
+// second. docs/bench/FILE-INDEX.md quotes it.
 func TestChurnRatios(t *testing.T) {
 	if os.Getenv("IDEM_FILE_CHURN") == "" {
 		t.Skip("a measurement: IDEM_FILE_CHURN=1 runs it")
 	}
-	for _, ttl := range []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second} {
-		s := openT(t, t.TempDir(), func(o *Options) { o.SegmentBytes = 4 << 20 })
-		after, before, pairs := churn(t, s, ttl, 4*ttl, time.Second, nil)
-		total, live := s.log.sizes()
-		t.Logf("TTL %v: %d pairs (%.0f/s); log/live at most %.2f after a Cleanup, %.2f before one; at the end %d MiB for %d MiB live",
-			ttl, pairs, float64(pairs)/(4*ttl).Seconds(), after, before, total>>20, live>>20)
-		s.Close()
+	for _, clean := range []bool{true, false} {
+		for _, ttl := range []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second} {
+			s := openT(t, t.TempDir(), func(o *Options) { o.SegmentBytes = 4 << 20 })
+			after, before, pairs := churn(t, s, ttl, 4*ttl, time.Second, clean, nil)
+			total, live := s.log.sizes()
+			t.Logf("Cleanup %v, TTL %v: %d pairs (%.0f/s); log/live at most %.2f after a Cleanup (or a sample), %.2f before one; at the end %d MiB for %d MiB live",
+				clean, ttl, pairs, float64(pairs)/(4*ttl).Seconds(), after, before, total>>20, live>>20)
+			s.Close()
+		}
 	}
 }

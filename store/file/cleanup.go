@@ -32,7 +32,7 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err != nil {
 		return n, fmt.Errorf("file: cleanup: %w", err)
 	}
-	if err := s.reclaim(ctx); err != nil {
+	if err := s.reclaim(ctx, true); err != nil {
 		return n, fmt.Errorf("file: cleanup: %w", err)
 	}
 	if s.snapshotDue() {
@@ -82,9 +82,7 @@ func (s *Store) sweep(ctx context.Context, now time.Time, limit int) (int, error
 		var keep []uint32
 		for i, r := range items {
 			if err := ctx.Err(); err != nil {
-				for _, r := range items[i:] {
-					s.exp.add(sec, r)
-				}
+				s.exp.putBack(sec, items[i:])
 				return n, err
 			}
 			s.scanned++
@@ -106,9 +104,7 @@ func (s *Store) sweep(ctx context.Context, now time.Time, limit int) (int, error
 			}
 			st.mu.Unlock()
 		}
-		for _, r := range keep {
-			s.exp.add(sec, r)
-		}
+		s.exp.putBack(sec, keep)
 		if len(keep) > 0 {
 			// Now's own second, whose other items are not due yet: the
 			// next Cleanup visits them again.
@@ -120,8 +116,10 @@ func (s *Store) sweep(ctx context.Context, now time.Time, limit int) (int, error
 
 // reclaim drops and compacts the oldest segments; cleanMu is held. Only
 // the oldest segment is ever removed: a delete entry then never outlives
-// an older put of its key, so nothing released comes back on replay.
-func (s *Store) reclaim(ctx context.Context) error {
+// an older put of its key, so nothing released comes back on replay. A
+// segment mostly dead is compacted only with sparse; without, only a log
+// grown past twice its live data is.
+func (s *Store) reclaim(ctx context.Context, sparse bool) error {
 	for ctx.Err() == nil {
 		old, f, size := s.log.oldest()
 		if old == nil {
@@ -129,9 +127,9 @@ func (s *Store) reclaim(ctx context.Context) error {
 		}
 		if old.live.Load() > 0 {
 			total, live := s.log.sizes()
-			sparse := old.live.Load()*2 < size
+			mostlyDead := sparse && old.live.Load()*2 < size
 			bloated := total > 2*live+2*s.log.maxSegment
-			if !sparse && !bloated || s.log.unwritable.Load() != nil {
+			if !mostlyDead && !bloated || s.log.unwritable.Load() != nil {
 				return nil
 			}
 			if err := s.compact(old, f, size); err != nil {

@@ -98,7 +98,12 @@
 // lives in is deleted; one that is mostly dead, or a log grown past twice
 // its live data, has its live entries copied to the head of the log first.
 // Removing only the oldest segment means a delete entry never outlives an
-// older entry of its key, so a released key never comes back.
+// older entry of its key, so a released key never comes back. Cleanup
+// does it, and so does the log's move to a new segment, in the
+// background, after removing the records expired by then: the log stays
+// about twice its live data at the pace of the writes, however long the
+// interval between Cleanups (the gateway's is minutes, a TTL may be
+// seconds).
 //
 // # The index: 40 bytes a key
 //
@@ -119,12 +124,9 @@
 // answer for each other. Reserve of a new key reads nothing from the
 // disk; a replay, Get, Renew, Complete and Release read their frame.
 //
-// Measured with bench/cmd/filescale (docs/bench/FILE-INDEX.md): the
-// process's resident memory grows by about 59 bytes per live key at one
-// million gateway records and 54 at ten million (577 with the packed
-// records in Go maps that this index replaced); the garbage collector has
-// nothing in it to scan. A restart at ten million keys takes about 2 s
-// from the snapshot written at Close, 14-17 s replaying the whole log.
+// The garbage collector has nothing in the index to scan.
+// docs/bench/FILE-INDEX.md has the memory per key and the restart times,
+// measured with bench/cmd/filescale.
 //
 // # Restart: index snapshots
 //
@@ -137,7 +139,12 @@
 // segment that was active when it began, and the sizes of the segments
 // before it. Open loads it and replays only that segment and the later
 // ones: a restart reads the snapshot and the log's tail, not the whole
-// log. The snapshot is taken while the store runs, a stripe at a time,
+// log. The segments to replay are read and decoded on a goroutine of
+// their own while the snapshot loads, and both the snapshot's entries and
+// the replayed frames go into the index from several goroutines, each
+// with stripes of its own, so that a restart after a kill, with a tail
+// to replay, costs little more than one after Close. The snapshot is
+// taken while the store runs, a stripe at a time,
 // and holds only entries whose frames lie before its first segment; any
 // frame written since is in the replayed segments and wins. It is
 // written to a temporary file, synced and renamed; one that is torn,

@@ -49,6 +49,9 @@ type Options struct {
 	// now, in tests, replaces the store's clock: every instant is read
 	// from it, jumps included.
 	now func() time.Time
+	// cleanupOnly, in tests of Cleanup, leaves expired records and the
+	// log's segments to Cleanup alone (see rotated).
+	cleanupOnly bool
 }
 
 // Store is the embedded store. It is safe for concurrent use; Open it once
@@ -65,11 +68,14 @@ type Store struct {
 	// record left in progress to at most its lease from then.
 	opened time.Time
 
+	cleanupOnly bool // Options.cleanupOnly
+
 	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
 	// first segment the last one written or read needs replayed.
-	snapMu      sync.Mutex
-	snapFirst   atomic.Uint64
-	snapRunning atomic.Bool // a background snapshot runs (rotated)
+	snapMu       sync.Mutex
+	snapFirst    atomic.Uint64
+	snapRunning  atomic.Bool // the work of a rotation runs (rotated)
+	rotatedAgain atomic.Bool // a rotation's work is to do (rotated)
 
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
@@ -118,6 +124,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		exp:    newExpiryIndex(),
 		clock:  clock,
 		opened: clock.Now(),
+
+		cleanupOnly: opts.cleanupOnly,
 	}
 	for i := range s.stripes {
 		s.stripes[i].n = uint8(i)

@@ -553,7 +553,7 @@ func TestSegmentsReclaimed(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	small := func(o *Options) { o.SegmentBytes = 4 << 10 }
-	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 4 << 10})
+	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 4 << 10, cleanupOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

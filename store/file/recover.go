@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // recover rebuilds the index by replaying every segment, oldest first:
@@ -38,41 +40,55 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
-	// The snapshot covers the segments before first; replay reads the
-	// rest.
+	// The segments the snapshot does not cover are read and decoded on
+	// their own goroutine while the snapshot loads; should it not load,
+	// the others are decoded then. Either way the index takes them oldest
+	// first.
+	segs := make([]*decoded, len(ids))
+	for i := range segs {
+		segs[i] = &decoded{id: ids[i], done: make(chan struct{})}
+	}
+	peek := snapshotFirst(s.log.dir)
+	from := firstAtLeast(ids, peek)
+	s.decodeAll(segs[from:])
 	first := s.loadSnapshot(ids)
-	var last *segment
+	if first != peek {
+		// The snapshot did not load (or changed under us): every segment
+		// is replayed.
+		s.decodeAll(segs[:from])
+		from = 0
+	}
+	segs = segs[from:]
 	s.log.nextID = max(s.log.nextID, first)
 	if len(ids) > 0 {
 		s.log.nextID = max(s.log.nextID, ids[len(ids)-1]+1)
 	}
-	for len(ids) > 0 && ids[0] < first {
-		ids = ids[1:]
-	}
-	// Only the tail of the log may be torn: the last segment that holds
-	// more than its header (a crash while rotating leaves a new, empty
-	// segment after a torn one).
-	tail := len(ids) - 1
-	for tail > 0 {
-		has, err := hasFrames(filepath.Join(s.log.dir, segmentName(ids[tail])))
-		if err != nil {
-			return err
+	err = s.applyAll(segs)
+	var last *segment
+	for _, d := range segs {
+		<-d.done
+		if d.err != nil {
+			if err == nil {
+				err = d.err
+			}
+			continue
 		}
-		if has {
-			break
-		}
-		tail--
-	}
-	for i, id := range ids {
-		seg, err := s.replay(id, i >= tail)
-		if err != nil {
-			return err
-		}
-		if seg == nil {
+		if d.seg == nil {
 			continue // a segment cut before its header was written: removed
 		}
-		s.log.addSeg(seg)
-		last = seg
+		s.log.addSeg(d.seg)
+		last = d.seg
+		if d.seq > s.seq.Load() {
+			s.seq.Store(d.seq)
+		}
+	}
+	if err != nil {
+		for _, d := range segs {
+			if d.seg != nil && d.seg.f != nil && s.log.segment(uint32(d.id)) != d.seg {
+				d.seg.f.Close()
+			}
+		}
+		return err
 	}
 	s.settle()
 	if last == nil || last.size >= s.log.maxSegment {
@@ -80,7 +96,111 @@ func (s *Store) recover() error {
 	}
 	s.log.active = last
 	if n := s.count(); n > 0 {
-		s.logger.Info("file: recovered the log", "records", n, "segments", len(ids))
+		s.logger.Info("file: recovered the log", "records", n, "segments", len(segs))
+	}
+	return nil
+}
+
+// firstAtLeast returns the index of the first of ids (sorted) that is at
+// least id.
+func firstAtLeast(ids []uint64, id uint64) int {
+	i, _ := slices.BinarySearch(ids, id)
+	return i
+}
+
+// decoded is a segment read and decoded for replay: done is closed once
+// seg (nil for a segment removed as cut before its header), recs, seq
+// and err are set.
+type decoded struct {
+	id   uint64
+	done chan struct{}
+	seg  *segment
+	recs []frameRec
+	seq  uint64 // the highest seq among its frames
+	err  error
+}
+
+// frameRec is what replay takes from a frame into the index.
+type frameRec struct {
+	key   [12]byte // the key hash's first 12 bytes: its stripe and tag
+	state uint8    // stateDeleted for a delete
+	seq   uint64
+	exp   int64
+	lease int64 // already held to the lease's length from this Open
+	off   uint32
+	size  uint32
+}
+
+// recoverWorkers is how many goroutines recovery spreads the index's
+// stripes over: stripe i is worker i%recoverWorkers's alone.
+var recoverWorkers = min(max(runtime.GOMAXPROCS(0), 1), 8)
+
+// parallel runs fn(w) for each worker w and waits for them.
+func parallel(fn func(w int)) {
+	var wg sync.WaitGroup
+	for w := range recoverWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(w)
+		}()
+	}
+	wg.Wait()
+}
+
+// decodeAll decodes segs, oldest first, on a goroutine of its own. Only
+// the tail of the log may be torn: the last segment that holds more than
+// its header (a crash while rotating leaves a new, empty segment after a
+// torn one). After a segment fails, the rest are not read.
+func (s *Store) decodeAll(segs []*decoded) {
+	if len(segs) == 0 {
+		return
+	}
+	go func() {
+		tail := len(segs) - 1
+		var err error
+		var buf []byte
+		for ; tail > 0 && err == nil; tail-- {
+			var has bool
+			if has, err = hasFrames(filepath.Join(s.log.dir, segmentName(segs[tail].id))); has {
+				break
+			}
+		}
+		for i, d := range segs {
+			if err != nil {
+				d.err = err
+			} else {
+				d.seg, d.err = s.decode(d, i >= tail, &buf)
+				err = d.err
+			}
+			close(d.done)
+		}
+	}()
+}
+
+// applyAll makes each frame of segs, oldest segment first, its key's
+// entry unless a frame of the key with a higher seq was applied before
+// (apply), each worker its own stripes. It returns the first segment's
+// error, if one failed.
+func (s *Store) applyAll(segs []*decoded) error {
+	parallel(func(w int) {
+		for _, d := range segs {
+			<-d.done
+			if d.err != nil {
+				return
+			}
+			for i := range d.recs {
+				if r := &d.recs[i]; int(r.key[0])%recoverWorkers == w {
+					s.apply(r, uint32(d.id))
+				}
+			}
+		}
+	})
+	for _, d := range segs {
+		if d.err != nil {
+			return d.err
+		}
+		d.recs = nil
 	}
 	return nil
 }
@@ -89,33 +209,53 @@ func (s *Store) recover() error {
 // and every other entry counts its frame's bytes in its segment and gets
 // its expiry item.
 func (s *Store) settle() {
-	live := map[uint32]int64{}
-	for i := range s.stripes {
-		st := &s.stripes[i]
+	parallel(func(w int) {
+		live := map[uint32]int64{}
 		items := map[int64][]uint32{}
-		var seg *segment // the last entry's, as a rule the next one's too
-		for slot := range st.slots {
-			e := st.at(slot)
-			if e.state == stateFree {
-				continue
+		for i := w; i < stripes; i += recoverWorkers {
+			st := &s.stripes[i]
+			// Entries come in the order they were written, as a rule:
+			// the last entry's segment and second are the next one's too.
+			var seg *segment
+			var segLive int64
+			sec, inSec := int64(noTime), []uint32(nil)
+			for slot := range st.slots {
+				e := st.at(slot)
+				if e.state == stateFree {
+					continue
+				}
+				if seg == nil || uint32(seg.id) != e.seg {
+					if seg != nil {
+						live[uint32(seg.id)] += segLive
+					}
+					seg, segLive = s.log.segment(e.seg), 0
+				}
+				if e.state == stateDeleted || seg == nil {
+					st.remove(slot)
+					continue
+				}
+				segLive += int64(e.size)
+				if es := expSec(e.exp); es != sec {
+					if inSec != nil {
+						items[sec] = inSec
+					}
+					sec, inSec = es, items[es]
+				}
+				inSec = append(inSec, ref(i, slot))
 			}
-			if seg == nil || uint32(seg.id) != e.seg {
-				seg = s.log.segment(e.seg)
+			if seg != nil {
+				live[uint32(seg.id)] += segLive
 			}
-			if e.state == stateDeleted || seg == nil {
-				st.remove(slot)
-				continue
+			if inSec != nil {
+				items[sec] = inSec
 			}
-			live[e.seg] += int64(e.size)
-			sec := expSec(e.exp)
-			items[sec] = append(items[sec], ref(i, slot))
+			st.seqs = nil
 		}
 		s.exp.addMany(items)
-		st.seqs = nil
-	}
-	for id, n := range live {
-		s.log.segment(id).live.Add(n)
-	}
+		for id, n := range live {
+			s.log.segment(id).live.Add(n)
+		}
+	})
 }
 
 func (s *Store) count() int {
@@ -129,52 +269,53 @@ func (s *Store) count() int {
 	return n
 }
 
-// apply makes m, the frame at off in seg, its key's entry if no frame of
+// apply makes r, a frame of segment seg, its key's entry if no frame of
 // the key with a higher seq was replayed. A delete leaves a deleted entry
 // until settle, so that an older put replayed after it (in an older
-// segment's copy) does not bring the key back.
-func (s *Store) apply(m *meta, seg uint32, off, size int) {
-	st := &s.stripes[stripeOf(m.id)]
-	e := entry{tag: tagOf(&m.id), state: m.state, exp: m.exp, lease: m.lease,
-		seg: seg, off: uint32(off), size: uint32(size)}
-	if m.kind == kindDel {
-		e.state = stateDeleted
-	} else if m.state == 1 {
-		// The holder died with the process that wrote it.
-		if bound := nanos(s.opened.Add(max(m.dur, 0))); e.lease > bound {
-			e.lease = bound
-		}
-	}
+// segment's copy) does not bring the key back. Only r's stripe's worker
+// calls it.
+func (s *Store) apply(r *frameRec, seg uint32) {
+	st := &s.stripes[r.key[0]]
+	e := entry{state: r.state, exp: r.exp, lease: r.lease, seg: seg, off: r.off, size: r.size}
+	copy(e.tag[:], r.key[1:12])
 	slot, ok := st.find(e.tag)
 	if !ok {
 		slot = st.insert(e)
-		for int(slot) >= len(st.seqs) {
-			st.seqs = append(st.seqs, 0)
-		}
-		st.seqs[slot] = m.seq
+		st.seqAt(slot, r.seq)
 		return
 	}
-	if int(slot) >= len(st.seqs) || m.seq > st.seqs[slot] {
+	if int(slot) >= len(st.seqs) || r.seq > st.seqs[slot] {
 		// A slot past seqs was loaded from the snapshot: every frame
 		// replayed is newer.
-		for int(slot) >= len(st.seqs) {
-			st.seqs = append(st.seqs, 0)
-		}
 		*st.at(slot) = e
-		st.seqs[slot] = m.seq
+		st.seqAt(slot, r.seq)
 	}
 }
 
-// replay reads segment id into the index. The last segment is the only one
-// whose tail may be torn.
-func (s *Store) replay(id uint64, last bool) (*segment, error) {
+// seqAt sets slot's seq, growing seqs to hold it; the slots it grows
+// over, loaded from the snapshot, get 0: older than any frame.
+func (st *stripe) seqAt(slot uint32, seq uint64) {
+	if n := int(slot) + 1; n > len(st.seqs) {
+		st.seqs = append(st.seqs, make([]uint64, n-len(st.seqs))...)
+	}
+	st.seqs[slot] = seq
+}
+
+// decode reads segment d.id and decodes its frames into d.recs and d.seq.
+// The last segment is the only one whose tail may be torn: it is cut
+// there.
+func (s *Store) decode(d *decoded, last bool, buf *[]byte) (*segment, error) {
+	id := d.id
 	path := filepath.Join(s.log.dir, segmentName(id))
-	data, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	// Read into the buffer of the segment before: decoding keeps nothing
+	// of it, and fresh memory would cost a page fault every 4 KiB.
+	data, err := readAll(f, buf)
 	if err != nil {
+		f.Close()
 		return nil, err
 	}
 	seg := &segment{id: id, path: path, f: f, named: true}
@@ -219,6 +360,8 @@ func (s *Store) replay(id uint64, last bool) (*segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("%w: %s is not an idem log segment", ErrCorrupt, segmentName(id))
 	}
+	// About 300 bytes a frame, as the gateway's records go.
+	d.recs = make([]frameRec, 0, len(data)/256)
 	off := len(segmentMagic)
 	for off < len(data) {
 		if allZero(data[off:min(off+frameHeader, len(data))]) {
@@ -245,13 +388,21 @@ func (s *Store) replay(id uint64, last bool) (*segment, error) {
 			f.Close()
 			return nil, fmt.Errorf("segment %s at byte %d: %w", segmentName(id), off, err)
 		}
-		if m.seq > s.seq.Load() {
-			s.seq.Store(m.seq)
-		}
+		d.seq = max(d.seq, m.seq)
 		if m.kind == kindDel && m.id == (keyID{}) {
 			// Store.Writable's no-op frame.
 		} else {
-			s.apply(&m, uint32(id), off, frameHeader+n)
+			r := frameRec{state: m.state, seq: m.seq, exp: m.exp, lease: m.lease, off: uint32(off), size: uint32(frameHeader + n)}
+			copy(r.key[:], m.id[:12])
+			if m.kind == kindDel {
+				r.state = stateDeleted
+			} else if m.state == 1 {
+				// The holder died with the process that wrote it.
+				if bound := nanos(s.opened.Add(max(m.dur, 0))); r.lease > bound {
+					r.lease = bound
+				}
+			}
+			d.recs = append(d.recs, r)
 		}
 		off += frameHeader + n
 	}
@@ -260,6 +411,25 @@ func (s *Store) replay(id uint64, last bool) (*segment, error) {
 	seg.size, seg.synced, seg.written = int64(off), int64(off), int64(off)
 	seg.ready.Store(int64(off))
 	return seg, nil
+}
+
+// readAll reads f whole into *buf, growing it if need be, and returns
+// what it read.
+func readAll(f *os.File, buf *[]byte) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	n := int(fi.Size())
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
+	k, err := io.ReadFull(f, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, err
+	}
+	return b[:k], nil
 }
 
 // hasFrames reports whether the segment at path holds a frame after its

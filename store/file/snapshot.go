@@ -2,6 +2,7 @@ package file
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,29 +54,69 @@ const (
 
 var snapshotMagic = []byte("IDEMIDX\x01")
 
-// rotated starts a snapshot in the background when the log moved to a
-// new segment and the log written since the last snapshot is due one
-// (snapshotDue): so that a restart after a crash, which has no snapshot
-// from Close, reads about one snapshot's worth of log at most, however
-// long the interval between Cleanups. One runs at a time; it holds
-// closeMu's read lock, so Close waits for it, and none starts after.
+// rotated runs, in the background, what the log's rotation to a new
+// segment calls for, at the pace of the writes rather than of Cleanup
+// (the gateway's runs every few minutes): it removes the records expired
+// by now, drops the oldest segments no record lives in, and compacts
+// while the log holds more than twice its live data plus two segments
+// (as Cleanup does, unless one runs; the compaction of segments that are
+// merely mostly dead is left to Cleanup), so that disk follows the live
+// data whatever the cleanup interval; then it writes a snapshot if one is due
+// (snapshotDue), so that a restart after a crash, which has no snapshot
+// from Close, reads about one snapshot's worth of log at most. One runs
+// at a time (maintain); it holds closeMu's read lock, so Close waits for
+// it, and none starts after.
 func (s *Store) rotated() {
-	if !s.snapRunning.CompareAndSwap(false, true) {
-		return
+	s.rotatedAgain.Store(true)
+	if s.snapRunning.CompareAndSwap(false, true) {
+		go s.maintain()
 	}
-	go func() {
-		defer s.snapRunning.Store(false)
-		if !s.closeMu.TryRLock() {
-			return // closing
+}
+
+// maintain does the work of the rotations since it last ran, until none
+// is left; snapRunning is set. A rotation while it runs makes it run once
+// more, so that none is missed, and none is done twice at once.
+func (s *Store) maintain() {
+	for {
+		for s.rotatedAgain.Swap(false) {
+			if !s.afterRotation() {
+				break // closing
+			}
 		}
-		defer s.closeMu.RUnlock()
-		if s.closed || !s.snapshotDue() {
+		s.snapRunning.Store(false)
+		if !s.rotatedAgain.Load() || !s.snapRunning.CompareAndSwap(false, true) {
 			return
 		}
+	}
+}
+
+// afterRotation sweeps, reclaims and writes a snapshot if one is due (see
+// rotated); it returns false if the store is closing.
+func (s *Store) afterRotation() bool {
+	if !s.closeMu.TryRLock() {
+		return false
+	}
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return false
+	}
+	if !s.cleanupOnly && s.cleanMu.TryLock() {
+		ctx := context.Background()
+		_, err := s.sweep(ctx, s.clock.Now(), 0)
+		if err == nil {
+			err = s.reclaim(ctx, false)
+		}
+		s.cleanMu.Unlock()
+		if err != nil {
+			s.logger.Warn("file: reclaiming the log on its rotation failed; the next Cleanup tries again", "err", err)
+		}
+	}
+	if s.snapshotDue() {
 		if err := s.snapshot(); err != nil {
 			s.logger.Warn("file: index snapshot failed; the last one stands", "err", err)
 		}
-	}()
+	}
+	return true
 }
 
 // snapshot writes an index snapshot; snapMu serializes it.
@@ -236,6 +279,22 @@ func (s *Store) loadSnapshot(ids []uint64) uint64 {
 	return 0
 }
 
+// snapshotFirst returns the first segment that the directory's snapshot
+// leaves to replay, as its header says, or 0 without a readable one.
+// Nothing is checked: loadSnapshot does that.
+func snapshotFirst(dir string) uint64 {
+	f, err := os.Open(filepath.Join(dir, snapshotFile))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var b [16]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil || string(b[:8]) != string(snapshotMagic) {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b[8:])
+}
+
 // snapReader reads a snapshot, checksumming what it reads.
 type snapReader struct {
 	r   *bufio.Reader
@@ -312,36 +371,67 @@ func (s *Store) readSnapshot(ids []uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: bad entry count", errBadSnapshot)
 	}
 	per := int(n/stripes) + 1
-	for i := range s.stripes {
-		s.stripes[i].reserve(per + per/8)
+	// Blocks of entries are read, and checksummed, here, one copy and
+	// one checksum call per block; each worker inserts the entries of its
+	// own stripes (recoverWorkers), so that no stripe is shared.
+	type snapBlock struct {
+		b    []byte
+		left atomic.Int32 // workers yet to read it
 	}
-	// Read a block of entries at a time: one checksum call and one copy
-	// per block, not per entry.
-	block := make([]byte, 0, (1<<20)/snapEntry*snapEntry)
+	work := make([]chan *snapBlock, recoverWorkers)
+	for w := range work {
+		work[w] = make(chan *snapBlock, 4)
+	}
+	free := make(chan []byte, recoverWorkers*4+2)
+	for range cap(free) {
+		free <- make([]byte, 0, (256<<10)/snapEntry*snapEntry)
+	}
+	errs := make([]error, recoverWorkers)
+	held := make([][]uint32, recoverWorkers) // records left in progress
+	var wg sync.WaitGroup
+	for w := range recoverWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < stripes; i += recoverWorkers {
+				s.stripes[i].reserve(per + per/8)
+			}
+			for blk := range work[w] {
+				if errs[w] == nil {
+					held[w], errs[w] = s.loadEntries(blk.b, w, first, held[w])
+				}
+				if blk.left.Add(-1) == 0 {
+					free <- blk.b
+				}
+			}
+		}()
+	}
+	var readErr error
 	for left := n; left > 0; {
-		k := min(left, uint64(cap(block)/snapEntry))
-		block = block[:k*snapEntry]
+		k := min(left, uint64(snapBlockLen))
+		block := (<-free)[:k*snapEntry]
 		if _, err := io.ReadFull(r.r, block); err != nil {
-			return 0, fmt.Errorf("%w: %v", errBadSnapshot, err)
+			readErr = fmt.Errorf("%w: %v", errBadSnapshot, err)
+			break
 		}
 		r.crc.Write(block)
 		left -= k
-		for b := block; len(b) > 0; b = b[snapEntry:] {
-			e := entry{state: b[12], seg: binary.BigEndian.Uint32(b[13:]),
-				exp: int64(binary.BigEndian.Uint64(b[17:])), lease: int64(binary.BigEndian.Uint64(b[25:])),
-				off: binary.BigEndian.Uint32(b[33:]), size: binary.BigEndian.Uint32(b[37:])}
-			copy(e.tag[:], b[1:12])
-			if e.state == stateFree || e.state >= stateDeleted || uint64(e.seg) >= first {
-				return 0, fmt.Errorf("%w: a bad entry", errBadSnapshot)
-			}
-			if s.log.segment(e.seg) == nil {
-				continue // its segment was dropped: the record is gone
-			}
-			st := &s.stripes[b[0]]
-			if _, ok := st.find(e.tag); ok {
-				return 0, fmt.Errorf("%w: an entry twice", errBadSnapshot)
-			}
-			st.insert(e)
+		blk := &snapBlock{b: block}
+		blk.left.Store(int32(recoverWorkers))
+		for _, c := range work {
+			c <- blk
+		}
+	}
+	for _, c := range work {
+		close(c)
+	}
+	wg.Wait()
+	if readErr != nil {
+		return 0, readErr
+	}
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
 		}
 	}
 	entriesCRC := r.crc.Sum32()
@@ -357,14 +447,10 @@ func (s *Store) readSnapshot(ids []uint64) (uint64, error) {
 	}
 	// A record left in progress: its holder died; its lease is held to
 	// its length from this Open, read from its frame.
-	for i := range s.stripes {
-		st := &s.stripes[i]
-		for slot := range st.slots {
-			e := st.at(slot)
-			if e.state != 1 {
-				continue
-			}
-			if err := s.boundLease(e); err != nil {
+	for _, rs := range held {
+		for _, r := range rs {
+			i, slot := unref(r)
+			if err := s.boundLease(s.stripes[i].at(slot)); err != nil {
 				return 0, err
 			}
 		}
@@ -373,6 +459,44 @@ func (s *Store) readSnapshot(ids []uint64) (uint64, error) {
 	s.snapFirst.Store(first)
 	s.logger.Info("file: loaded the index snapshot", "records", n, "took", time.Since(start))
 	return first, nil
+}
+
+// snapBlockLen is how many entries a block of a snapshot's holds.
+const snapBlockLen = (256 << 10) / snapEntry
+
+// loadEntries inserts the entries of block that lie in worker w's
+// stripes into the index, appending the references of those left in
+// progress to held.
+func (s *Store) loadEntries(block []byte, w int, first uint64, held []uint32) ([]uint32, error) {
+	// The last entry's segment, as a rule the next one's too.
+	lastSeg, lastGone := uint32(0), true
+	for b := block; len(b) > 0; b = b[snapEntry:] {
+		if int(b[0])%recoverWorkers != w {
+			continue
+		}
+		e := entry{state: b[12], seg: binary.BigEndian.Uint32(b[13:]),
+			exp: int64(binary.BigEndian.Uint64(b[17:])), lease: int64(binary.BigEndian.Uint64(b[25:])),
+			off: binary.BigEndian.Uint32(b[33:]), size: binary.BigEndian.Uint32(b[37:])}
+		copy(e.tag[:], b[1:12])
+		if e.state == stateFree || e.state >= stateDeleted || uint64(e.seg) >= first {
+			return held, fmt.Errorf("%w: a bad entry", errBadSnapshot)
+		}
+		if e.seg != lastSeg {
+			lastSeg, lastGone = e.seg, s.log.segment(e.seg) == nil
+		}
+		if lastGone {
+			continue // its segment was dropped: the record is gone
+		}
+		st := &s.stripes[b[0]]
+		if _, ok := st.find(e.tag); ok {
+			return held, fmt.Errorf("%w: an entry twice", errBadSnapshot)
+		}
+		slot := st.insert(e)
+		if e.state == 1 {
+			held = append(held, ref(int(b[0]), slot))
+		}
+	}
+	return held, nil
 }
 
 // boundLease holds e's lease, in progress at Open, to its length from
