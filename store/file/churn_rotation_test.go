@@ -106,3 +106,12 @@ func (s *Store) unexpiredBytes(now time.Time) int64 {
 	}
 	return n
 }
+
+// TestRotationCrash: the kills of TestSnapshotCrash on a child that never
+// runs Cleanup, so that the log's rotations sweep the records of short
+// TTLs, drop and compact segments and write snapshots in the background:
+// a kill during any of that leaves every acknowledged key as it was.
+func TestRotationCrash(t *testing.T) {
+	t.Parallel()
+	snapCrash(t, "rotation")
+}

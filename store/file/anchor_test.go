@@ -1,0 +1,66 @@
+package file
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cockroachdb/pebble"
+
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
+)
+
+// BenchmarkAnchor sets the log's group commit against the floor a
+// durable append has on this machine: Pebble's write-ahead log alone,
+// two pebble.LogData(frame, pebble.Sync) per pair (no memtable, no
+// index, no read), the frames as long as this store's reserve and
+// complete frames. "log" runs durable reserve+complete pairs through the
+// store; "wal" the two appends. The ratio log/wal at one concurrency,
+// runs interleaved (-count), says how close the group commit comes to
+// Pebble's commit pipeline; docs/bench/FILE-LOG.md quotes it.
+func BenchmarkAnchor(b *testing.B) {
+	reserveLen, completeLen := anchorFrames()
+	for _, conc := range []int{16, 64} {
+		b.Run(fmt.Sprintf("c%d/log", conc), func(b *testing.B) {
+			s, err := Open(b.TempDir(), quiet)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			storetest.RunRate(b, conc, "pairs/s", pairs(s))
+		})
+		b.Run(fmt.Sprintf("c%d/wal", conc), func(b *testing.B) {
+			db, err := pebble.Open(b.TempDir(), &pebble.Options{Logger: quietWAL{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			reserve, complete := make([]byte, reserveLen), make([]byte, completeLen)
+			storetest.RunRate(b, conc, "pairs/s", func(uint64) error {
+				if err := db.LogData(reserve, pebble.Sync); err != nil {
+					return err
+				}
+				return db.LogData(complete, pebble.Sync)
+			})
+		})
+	}
+}
+
+// anchorFrames returns the lengths of a benchmark pair's two frames.
+func anchorFrames() (int, int) {
+	req := benchRequest(0, 1)
+	id, err := parseKeyHash(req.Record.KeyHash)
+	if err != nil {
+		panic(err)
+	}
+	r := req.Record
+	reserve, _ := appendFrame(nil, kindPut, 1, id, &r, req.Lease)
+	r.State, r.Value = store.Succeeded, benchValue
+	complete, _ := appendFrame(nil, kindPut, 2, id, &r, 0)
+	return len(reserve), len(complete)
+}
+
+type quietWAL struct{}
+
+func (quietWAL) Infof(string, ...any)         {}
+func (quietWAL) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
