@@ -19,8 +19,10 @@ import (
 // segments no record lives in, which frees room, and compacts none.
 // Once the log written since the last index snapshot is twice as large
 // as a snapshot, it writes one (its cost grows with the live records, and
-// it comes once per that much log); the log's rotation to a new segment
-// starts one as well (see rotated).
+// it comes once per that much log). The log's rotation to a new segment
+// does all of this as well, in the background (see rotated), but for
+// the compaction of a segment that is merely mostly dead: Cleanup's
+// interval bounds neither the disk nor the log a restart replays.
 func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, fmt.Errorf("file: cleanup: %w", err)

@@ -114,7 +114,9 @@
 // and where the key's latest frame lies (segment, offset, length).
 // Entries sit in chunks of 256 and never move; an open-addressing table
 // of 4-byte slot numbers per stripe, probed linearly and kept at most 3/4
-// full, finds a key's entry by its tag. The expiry index holds 4-byte
+// full, finds a key's entry by its tag; each place holds the tag's last
+// byte beside the slot number, so that a probe reads another key's entry
+// once in 256 places rather than at each. The expiry index holds 4-byte
 // slot references in buckets of one second. Everything else (scope, key,
 // fingerprint, binding, token, request ID, the stored response) is read
 // back from the frame with one pread, which the page cache makes a copy
@@ -144,9 +146,9 @@
 // the replayed frames go into the index from several goroutines, each
 // with stripes of its own, so that a restart after a kill, with a tail
 // to replay, costs little more than one after Close. The snapshot is
-// taken while the store runs, a stripe at a time,
-// and holds only entries whose frames lie before its first segment; any
-// frame written since is in the replayed segments and wins. It is
+// taken while the store runs, a stripe at a time, and holds only entries
+// whose frames lie before its first segment; any frame written since is
+// in the replayed segments and wins. It is
 // written to a temporary file, synced and renamed; one that is torn,
 // fails its checksums or does not match the segments on disk is ignored,
 // and the whole log is replayed as before. Damage to a sealed segment,
