@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,11 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
-	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/consumetest"
 )
 
 // broker is a queue of its own on a connection of the test's.
@@ -68,14 +64,6 @@ func (b *broker) ready(t *testing.T) int {
 	return q.Messages
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func memStarter(t *testing.T) *trigger.Starter {
-	eng := idem.New(memory.New(), idem.Policy{})
-	t.Cleanup(func() { eng.Close() })
-	return &trigger.Starter{Engine: eng, Scope: "events"}
-}
-
 // run runs c on a channel of its own until cancel is called; wait
 // returns Consume's error once the channel is closed (RabbitMQ has
 // requeued what was not acked), or fails t if Consume does not return.
@@ -87,17 +75,9 @@ func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error
 	if err := ch.Qos(4, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, ch, b.queue, "test") }()
-	wait = sync.OnceValue(func() error {
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(time.Minute):
-			t.Error("Consume did not return within a minute of its context's end")
-			return nil
-		}
+	return consumetest.Run(t, func(ctx context.Context) error {
+		return c.Consume(ctx, ch, b.queue, "test")
+	}, func() {
 		closed := make(chan error, 1)
 		go func() { closed <- ch.Close() }()
 		select {
@@ -105,24 +85,7 @@ func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error
 		case <-time.After(30 * time.Second):
 			t.Error("closing the consumer's channel after Consume returned hung")
 		}
-		return err
 	})
-	t.Cleanup(func() {
-		cancel()
-		wait()
-	})
-	return cancel, wait
-}
-
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("after 30 s, no %s", what)
-		panic("unreachable")
-	}
 }
 
 // An event whose effect committed with its mark in the run log, but
@@ -143,7 +106,7 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 	var handled, effects atomic.Int32
 	second := make(chan struct{})
 	c := &Consumer{
-		Starter:    memStarter(t),
+		Starter:    consumetest.MemStarter(t),
 		ActivityID: activity,
 		Handler: func(ctx context.Context, d amqp091.Delivery) error {
 			if handled.Add(1) == 2 {
@@ -155,12 +118,12 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 			})
 		},
 		RetryDelay: 10 * time.Millisecond,
-		Logger:     quiet(),
+		Logger:     consumetest.Quiet(),
 	}
 	cancel, wait := run(t, c, b)
 	b.publish(t, "evt_1")
 	b.publish(t, "evt_2")
-	waitFor(t, second, "second delivery")
+	consumetest.WaitFor(t, second, "second delivery")
 	cancel() // the second handler finishes, and is acked, before Consume returns
 	wait()
 	if n, e, r := handled.Load(), effects.Load(), b.ready(t); n != 2 || e != 1 || r != 0 {
@@ -182,7 +145,7 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 	var handled atomic.Int32
 	second := make(chan struct{})
 	c := &Consumer{
-		Starter:    memStarter(t),
+		Starter:    consumetest.MemStarter(t),
 		ActivityID: "ingest",
 		Handler: func(ctx context.Context, d amqp091.Delivery) error {
 			switch handled.Add(1) {
@@ -198,15 +161,15 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 			ctxErr <- ctx.Err()
 			return ctx.Err()
 		},
-		Logger: quiet(),
+		Logger: consumetest.Quiet(),
 	}
 	cancel, wait := run(t, c, b)
 	b.publish(t, "evt_1")
 	b.publish(t, "evt_2")
-	waitFor(t, started, "handler start")
+	consumetest.WaitFor(t, started, "handler start")
 	cancel()
 	close(release)
-	if err := waitFor(t, ctxErr, "handler end"); err != nil {
+	if err := consumetest.WaitFor(t, ctxErr, "handler end"); err != nil {
 		t.Errorf("the handler's context ended with the consumer's: %v", err)
 	}
 	if err := wait(); !errors.Is(err, context.Canceled) {
@@ -216,7 +179,7 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 		t.Fatalf("after the drain: %d handler runs, %d messages back in the queue; want the first delivery acked after 1 run, the second back", n, r)
 	}
 	cancel, wait = run(t, c, b)
-	waitFor(t, second, "second delivery")
+	consumetest.WaitFor(t, second, "second delivery")
 	cancel()
 	wait()
 	if n, r := handled.Load(), b.ready(t); n != 2 || r != 0 {
@@ -234,7 +197,7 @@ func TestStopIsBounded(t *testing.T) {
 	ended := make(chan time.Time, 1)
 	const bound = 500 * time.Millisecond
 	c := &Consumer{
-		Starter:    memStarter(t),
+		Starter:    consumetest.MemStarter(t),
 		ActivityID: "ingest",
 		Handler: func(ctx context.Context, d amqp091.Delivery) error {
 			close(started)
@@ -244,14 +207,14 @@ func TestStopIsBounded(t *testing.T) {
 		},
 		DrainTimeout: bound,
 		RetryDelay:   time.Minute,
-		Logger:       quiet(),
+		Logger:       consumetest.Quiet(),
 	}
 	cancel, wait := run(t, c, b)
 	b.publish(t, "evt_1")
-	waitFor(t, started, "handler start")
+	consumetest.WaitFor(t, started, "handler start")
 	stop := time.Now()
 	cancel()
-	if d := waitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
+	if d := consumetest.WaitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
 		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
 	}
 	wait()

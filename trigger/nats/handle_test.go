@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,11 +13,10 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
-	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/consumetest"
 )
 
 // broker is a stream of its own and a durable consumer on it.
@@ -96,45 +92,10 @@ func (b *broker) waitAcked(t *testing.T, n uint64) {
 	}
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func memStarter(t *testing.T) *trigger.Starter {
-	eng := idem.New(memory.New(), idem.Policy{})
-	t.Cleanup(func() { eng.Close() })
-	return &trigger.Starter{Engine: eng, Scope: "events"}
-}
-
 // run runs c on b until cancel is called; wait returns Consume's
 // error, or fails t if it does not return.
 func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, b.cons) }()
-	wait = sync.OnceValue(func() error {
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(time.Minute):
-			t.Error("Consume did not return within a minute of its context's end")
-			return nil
-		}
-	})
-	t.Cleanup(func() {
-		cancel()
-		wait()
-	})
-	return cancel, wait
-}
-
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("after 30 s, no %s", what)
-		panic("unreachable")
-	}
+	return consumetest.Run(t, func(ctx context.Context) error { return c.Consume(ctx, b.cons) }, nil)
 }
 
 // An event whose effect committed with its mark in the run log, but
@@ -154,7 +115,7 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 	}
 	var handled, effects atomic.Int32
 	c := &Consumer{
-		Starter:    memStarter(t),
+		Starter:    consumetest.MemStarter(t),
 		ActivityID: activity,
 		Handler: func(ctx context.Context, msg jetstream.Msg) error {
 			handled.Add(1)
@@ -168,7 +129,7 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 			})
 		},
 		RetryDelay: 10 * time.Millisecond,
-		Logger:     quiet(),
+		Logger:     consumetest.Quiet(),
 	}
 	run(t, c, b)
 	b.publish(t, "evt_1")
@@ -191,7 +152,7 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 	ctxErr := make(chan error, 1)
 	var handled atomic.Int32
 	c := &Consumer{
-		Starter:    memStarter(t),
+		Starter:    consumetest.MemStarter(t),
 		ActivityID: "ingest",
 		Handler: func(ctx context.Context, msg jetstream.Msg) error {
 			if handled.Add(1) > 1 {
@@ -202,15 +163,15 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 			ctxErr <- ctx.Err()
 			return ctx.Err()
 		},
-		Logger: quiet(),
+		Logger: consumetest.Quiet(),
 	}
 	cancel, wait := run(t, c, b)
 	b.publish(t, "evt_1")
 	b.publish(t, "evt_2")
-	waitFor(t, started, "handler start")
+	consumetest.WaitFor(t, started, "handler start")
 	cancel()
 	close(release)
-	if err := waitFor(t, ctxErr, "handler end"); err != nil {
+	if err := consumetest.WaitFor(t, ctxErr, "handler end"); err != nil {
 		t.Errorf("the handler's context ended with the consumer's: %v", err)
 	}
 	if err := wait(); !errors.Is(err, context.Canceled) {
@@ -237,7 +198,7 @@ func TestStopIsBounded(t *testing.T) {
 	ended := make(chan time.Time, 1)
 	const bound = 500 * time.Millisecond
 	c := &Consumer{
-		Starter:    memStarter(t),
+		Starter:    consumetest.MemStarter(t),
 		ActivityID: "ingest",
 		Handler: func(ctx context.Context, msg jetstream.Msg) error {
 			close(started)
@@ -247,14 +208,14 @@ func TestStopIsBounded(t *testing.T) {
 		},
 		DrainTimeout: bound,
 		RetryDelay:   time.Minute,
-		Logger:       quiet(),
+		Logger:       consumetest.Quiet(),
 	}
 	cancel, wait := run(t, c, b)
 	b.publish(t, "evt_1")
-	waitFor(t, started, "handler start")
+	consumetest.WaitFor(t, started, "handler start")
 	stop := time.Now()
 	cancel()
-	if d := waitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
+	if d := consumetest.WaitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
 		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
 	}
 	wait()
