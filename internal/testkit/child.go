@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"os"
 	"os/exec"
@@ -85,4 +86,21 @@ func ReleaseTogether(t testing.TB, children ...*Child) {
 	for _, c := range children {
 		_, _ = io.WriteString(c.Stdin, "go\n")
 	}
+}
+
+// Start starts cmd with its stdout piped to the returned reader and its
+// stderr kept in the returned buffer (for the test's failure message),
+// failing t if it cannot.
+func Start(t testing.TB, cmd *exec.Cmd) (stdout io.Reader, stderr *bytes.Buffer) {
+	t.Helper()
+	stderr = new(bytes.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return out, stderr
 }

@@ -8,14 +8,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 )
 
 // snapRequest is the request of key in the snapshot crash test: a lease
@@ -27,8 +28,8 @@ func snapRequest(key string) store.ReserveRequest {
 	if strings.HasSuffix(key, "3") {
 		ttl = 300 * time.Millisecond
 	}
-	req := leased(key, time.Minute, ttl)
-	req.Record.Token = tokenOf(key)
+	req := localtest.Leased(key, time.Minute, ttl)
+	req.Record.Token = localtest.TokenOf(key)
 	return req
 }
 
@@ -80,15 +81,15 @@ func snapChild(dir, round string) int {
 				}
 				out <- "R " + key
 				if i%5 == 0 {
-					if err := s.Release(ctx, fenceOf(req)); err != nil {
+					if err := s.Release(ctx, localtest.FenceOf(req)); err != nil {
 						fmt.Fprintln(os.Stderr, err)
 						os.Exit(1)
 					}
 					out <- "D " + key
 					continue
 				}
-				if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-					Value: response(key), TTL: req.TTL}); err != nil {
+				if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded,
+					Value: localtest.Response(key), TTL: req.TTL}); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)
 				}
@@ -167,17 +168,8 @@ func TestSnapshotCrash(t *testing.T) {
 	acked := map[string]byte{} // key -> last step reported
 	fromSnap, tornTemp := 0, 0
 	for round := range rounds {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), childEnv+"=snap", "IDEM_FILE_TEST_DIR="+dir, fmt.Sprint("IDEM_FILE_TEST_ROUND=", round))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd := localtest.ChildCommand("snap", dir, round)
+		stdout, stderr := testkit.Start(t, cmd)
 		var lines []string
 		done := make(chan struct{})
 		go func() {
@@ -220,7 +212,7 @@ func TestSnapshotCrash(t *testing.T) {
 			r := recs[req.Record.KeyHash]
 			switch step {
 			case 'A':
-				if r == nil || r.State != store.Succeeded || !bytes.Equal(r.Value, response(key)) {
+				if r == nil || r.State != store.Succeeded || !bytes.Equal(r.Value, localtest.Response(key)) {
 					t.Fatalf("round %d: completed key %s: %+v", round, key, r)
 				}
 			case 'D':
@@ -271,12 +263,12 @@ func TestSnapshotIgnoredWhenDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 200 {
-		req := reserveReq(fmt.Sprint(i), time.Hour)
+		req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
-			complete(t, s, req, fmt.Sprint("v", i), time.Hour)
+			localtest.Complete(t, s, req, fmt.Sprint("v", i), time.Hour)
 		}
 	}
 	want := checkIndex(t, s)
@@ -320,11 +312,11 @@ func TestTagCollision(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	a := reserveReq("a", time.Hour)
+	a := localtest.ReserveReq("a", time.Hour)
 	if _, err := s.Reserve(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	b := reserveReq("b", time.Hour)
+	b := localtest.ReserveReq("b", time.Hour)
 	b.Record.KeyHash = a.Record.KeyHash[:24] + strings.Repeat("0", 40)
 	if _, err := s.Get(ctx, "", b.Record.KeyHash); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Get of a colliding key: %v, want ErrCorrupt", err)
@@ -332,7 +324,7 @@ func TestTagCollision(t *testing.T) {
 	if res, err := s.Reserve(ctx, b); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Reserve of a colliding key: %+v %v, want ErrCorrupt", res, err)
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(b), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, ErrCorrupt) {
+	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(b), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Complete of a colliding key: %v, want ErrCorrupt", err)
 	}
 	if r, err := s.Get(ctx, "", a.Record.KeyHash); err != nil || r.State != store.InProgress {
@@ -353,17 +345,17 @@ func TestSnapshotBoundsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := leased("held", 2*time.Second, 24*time.Hour)
+	req := localtest.Leased("held", 2*time.Second, 24*time.Hour)
 	if _, err := s.Reserve(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Renew(ctx, fenceOf(req), 3*time.Second); err != nil {
+	if err := s.Renew(ctx, localtest.FenceOf(req), 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// Then enough records that the holder's frame is in a sealed
 	// segment, which the snapshot covers.
 	for i := range 100 {
-		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint(i), time.Hour)); err != nil {
+		if _, err := s.Reserve(ctx, localtest.ReserveReq(fmt.Sprint(i), time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -393,14 +385,14 @@ func TestSnapshotOnRotation(t *testing.T) {
 	ctx := context.Background()
 	s := openT(t, dir, func(o *Options) { o.SegmentBytes = 4 << 10 })
 	i := 0
-	eventually(t, "a snapshot written on a rotation", func() bool {
+	localtest.Eventually(t, "a snapshot written on a rotation", func() bool {
 		for range 20 {
-			req := reserveReq(fmt.Sprint(i), time.Hour)
+			req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 			i++
 			if _, err := s.Reserve(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			complete(t, s, req, "v", time.Hour)
+			localtest.Complete(t, s, req, "v", time.Hour)
 		}
 		return s.snapFirst.Load() > 0
 	})

@@ -1,72 +1,56 @@
 package pebblestore
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"os/exec"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/storetest"
+	"github.com/idem-dev/idem/store/internal/localtest"
 )
-
-// childEnv makes the test binary act as a lock holder instead of running
-// the tests; see TestMain. (storetest.CrashChild makes it a crash victim.)
-const childEnv = "IDEM_FILE_TEST_CHILD"
-
-func TestMain(m *testing.M) {
-	storetest.CrashChild(openCrash)
-	switch os.Getenv(childEnv) {
-	case "":
-		testkit.VerifyTestMain(m) // Close must stop every engine goroutine
-	case "hold":
-		os.Exit(holdChild(os.Getenv("IDEM_FILE_TEST_DIR")))
-	case "reserve":
-		os.Exit(reserveChild(os.Getenv("IDEM_FILE_TEST_DIR")))
-	case "fill":
-		os.Exit(fullChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
-	default:
-		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
-		os.Exit(2)
-	}
-}
 
 var quiet = Options{Logger: slog.New(slog.DiscardHandler)}
 
-func openT(t testing.TB, dir string) *Store { return openWith(t, dir) }
-
-func openWith(t testing.TB, dir string, opts ...func(*Options)) *Store {
-	t.Helper()
-	o := quiet
-	for _, f := range opts {
-		f(&o)
-	}
-	s, err := Open(dir, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+// harness is the store as the tests it shares with store/file open it.
+var harness = localtest.Harness{
+	Open:              localtest.Opener(Open, quiet, func(o *Options, wall func() time.Time) { o.WallClock = wall }),
+	Format1:           "v1db",
+	IndexKeys:         func(t *testing.T, s store.Store) []string { return allKeys(t, s.(*Store)) },
+	Records:           func(t testing.TB, s store.Store) map[string]*store.Record { return checkIndex(t, s.(*Store)) },
+	FailedCallMayLand: true,
+	CountExpired:      func(ctx context.Context, s store.Store) (int, error) { return s.(*Store).CountExpired(ctx) },
+	// Every synced commit costs a WAL fsync when alone (Pebble counts a
+	// sync just after waking its waiters, so a count may lag by one); at
+	// once, the commits share them.
+	Syncs:         func(t *testing.T, s store.Store) uint64 { return fsyncs(t, s.(*Store)) },
+	SyncLag:       1,
+	GroupShare:    4,
+	GroupAttempts: 5,
+	Scanned:       func(s store.Store) *int { return &s.(*Store).scanned },
+	ErrLocked:     ErrLocked,
 }
 
-func TestConformance(t *testing.T) {
+// openT opens the store on dir, with the tests' options changed by opts.
+func openT(t testing.TB, dir string, opts ...func(*Options)) *Store {
+	t.Helper()
+	return localtest.OpenT(t, Open, dir, quiet, opts...)
+}
+
+// TestMain: Close must stop every engine goroutine.
+func TestMain(m *testing.M) { localtest.Main(m, harness, nil) }
+
+// TestLocal runs the tests the embedded stores share (localtest.Run):
+// the conformance suite, locking, wall-clock jumps, format 1, the expiry
+// index, group commit, kill -9, and kill -9 on a full disk.
+func TestLocal(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, storetest.Harness{
-		New:       func(t *testing.T) store.Store { return openT(t, t.TempDir()) },
-		IndexKeys: func(t *testing.T, s store.Store) []string { return allKeys(t, s.(*Store)) },
-	})
+	localtest.Run(t, harness)
 }
 
 // allKeys lists every key of the engine: records, index and metadata.
@@ -135,173 +119,6 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	return records
 }
 
-var tokens atomic.Uint64
-
-// reserveReq reserves key with a lease of a minute (it never runs out
-// during a test) and a lifetime of ttl, on a token of its own.
-func reserveReq(key string, ttl time.Duration) store.ReserveRequest {
-	return store.ReserveRequest{
-		Record: store.Record{
-			KeyHash: store.HashKey("s", key), Scope: "s", Key: key,
-			Fingerprint: "fp", Binding: "POST /x", State: store.InProgress,
-			Token: tokens.Add(1), RequestID: "req-" + key,
-		},
-		Lease: time.Minute, TTL: ttl, TakeOverStale: true,
-	}
-}
-
-// leased is reserveReq with the lease lease.
-func leased(key string, lease, ttl time.Duration) store.ReserveRequest {
-	r := reserveReq(key, ttl)
-	r.Lease = lease
-	return r
-}
-
-func fenceOf(req store.ReserveRequest) store.Fence {
-	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
-}
-
-// short is a lease or lifetime that a test waits out.
-const short = 30 * time.Millisecond
-
-// eventually polls cond until it holds, failing the test after a
-// deadline generous enough for a loaded machine.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20 s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// gone waits until the record of req has expired.
-func gone(t testing.TB, s *Store, req store.ReserveRequest) {
-	t.Helper()
-	eventually(t, "record "+req.Record.Key+" expires", func() bool {
-		_, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
-		return errors.Is(err, store.ErrNotFound)
-	})
-}
-
-// stale waits until the record of req is stale.
-func stale(t testing.TB, s *Store, req store.ReserveRequest) {
-	t.Helper()
-	eventually(t, "lease of "+req.Record.Key+" runs out", func() bool {
-		r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
-		return err == nil && r.Stale()
-	})
-}
-
-// TestIndexConsistent runs every kind of write, including the ones that
-// move or drop a record's expiry, and checks the index after each.
-func TestIndexConsistent(t *testing.T) {
-	t.Parallel()
-	s := openT(t, t.TempDir())
-	ctx := context.Background()
-	step := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		checkIndex(t, s)
-	}
-	a := reserveReq("a", time.Hour)
-	_, err := s.Reserve(ctx, a)
-	step("reserve a", err)
-	step("renew a", s.Renew(ctx, fenceOf(a), 2*time.Minute))
-	step("complete a", s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded,
-		Value: []byte("A"), TTL: 24 * time.Hour}))
-	b := leased("b", short, time.Hour)
-	_, err = s.Reserve(ctx, b)
-	step("reserve b", err)
-	stale(t, s, b)
-	take := reserveReq("b", short) // b's lease is over
-	res, err := s.Reserve(ctx, take)
-	step("take over b", err)
-	if !res.TookOver {
-		t.Fatalf("no takeover: %+v", res)
-	}
-	gone(t, s, take)
-	again := reserveReq("b", time.Hour) // b expired
-	res, err = s.Reserve(ctx, again)
-	step("replace expired b", err)
-	if !res.Acquired || res.TookOver {
-		t.Fatalf("replacing an expired record: %+v", res)
-	}
-	step("release b", s.Release(ctx, fenceOf(again)))
-	c := reserveReq("c", short)
-	_, err = s.Reserve(ctx, c)
-	step("reserve c", err)
-	gone(t, s, c)
-	n, err := s.Cleanup(ctx, 0)
-	step("cleanup", err)
-	if n != 1 {
-		t.Fatalf("cleanup removed %d, want 1 (c)", n)
-	}
-	if recs := checkIndex(t, s); len(recs) != 1 || recs[a.Record.KeyHash] == nil {
-		t.Fatalf("left %d records, want a alone", len(recs))
-	}
-}
-
-// TestCleanupReadsOnlyDue checks that Cleanup reads the expiry index
-// entries that are due and no others, however many records are live.
-func TestCleanupReadsOnlyDue(t *testing.T) {
-	t.Parallel()
-	s := openT(t, t.TempDir())
-	ctx := context.Background()
-	var last store.ReserveRequest
-	for i := range 2000 {
-		ttl := 48 * time.Hour
-		if i%100 == 0 {
-			ttl = short
-		}
-		req := reserveReq(fmt.Sprint(i), ttl)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		if ttl == short {
-			last = req
-		}
-	}
-	gone(t, s, last)
-	n, err := s.Cleanup(ctx, 0)
-	if err != nil || n != 20 {
-		t.Fatalf("Cleanup: %d, %v; want 20", n, err)
-	}
-	if s.scanned != 20 {
-		t.Fatalf("Cleanup read %d index entries for 20 expired records", s.scanned)
-	}
-	if recs := checkIndex(t, s); len(recs) != 1980 {
-		t.Fatalf("%d records left, want 1980", len(recs))
-	}
-	// In chunks under a limit, the same.
-	for i := range 600 {
-		last = reserveReq(fmt.Sprint("b", i), short)
-		if _, err := s.Reserve(ctx, last); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gone(t, s, last)
-	s.scanned = 0
-	total := 0
-	for {
-		n, err := s.Cleanup(ctx, 500)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		total += n
-	}
-	if total != 600 || s.scanned != 600 {
-		t.Fatalf("Cleanup with limit 500 removed %d and read %d entries, want 600 and 600", total, s.scanned)
-	}
-}
-
 func TestReopen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -310,11 +127,11 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := reserveReq("k", time.Hour)
+	req := localtest.ReserveReq("k", time.Hour)
 	if _, err := s.Reserve(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
+	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded,
 		Value: []byte("v"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -388,125 +205,6 @@ func TestExpKeyOrder(t *testing.T) {
 	}
 }
 
-// TestLocked opens a directory that another process holds.
-func TestLocked(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	// In this process: a second Store on the same directory is refused.
-	s := openT(t, dir)
-	if _, err := Open(dir, quiet); !errors.Is(err, ErrLocked) {
-		t.Fatalf("second Open in one process: %v, want ErrLocked", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// In another process.
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=hold", "IDEM_FILE_TEST_DIR="+dir)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe() // the child holds the store until it closes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if line != "open\n" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
-	_, err = Open(dir, quiet)
-	if !errors.Is(err, ErrLocked) {
-		t.Fatalf("Open of a directory another process holds: %v, want ErrLocked", err)
-	}
-	if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, "another process") {
-		t.Fatalf("message %q does not name the directory and the other process", msg)
-	}
-	// The kernel drops the lock when the holder dies, even by SIGKILL.
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	openT(t, dir)
-}
-
-// holdChild opens dir, says so, and holds it until stdin closes.
-func holdChild(dir string) int {
-	s, err := Open(dir, quiet)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer s.Close()
-	fmt.Println("open")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return 0
-}
-
-// TestGroupCommit runs 64 reserve+complete pairs one after another, then
-// 64 at once. Every synced commit costs a WAL fsync when alone; at once,
-// the commits share them.
-func TestGroupCommit(t *testing.T) {
-	t.Parallel()
-	s := openT(t, t.TempDir())
-	ctx := context.Background()
-	pair := func(key string) error {
-		req := reserveReq(key, time.Hour)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			return err
-		}
-		return s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-			Value: []byte(key), TTL: time.Hour})
-	}
-	const n = 64
-	syncs0, begin := fsyncs(t, s), time.Now()
-	for i := range n {
-		if err := pair(fmt.Sprint("seq-", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seqTime, seqSyncs := time.Since(begin), fsyncs(t, s)-syncs0
-
-	// The racers overlap only if the scheduler lets them: on a loaded
-	// machine with two cores it may run them one after another, and then
-	// no group forms. Up to five attempts give them the chance to overlap.
-	var concTime time.Duration
-	var concSyncs uint64
-	for attempt := range 5 {
-		errs := make(chan error, n)
-		syncs0, begin = fsyncs(t, s), time.Now()
-		testkit.FanOut(n, func(i int) { errs <- pair(fmt.Sprint("conc-", attempt, "-", i)) })
-		concTime, concSyncs = time.Since(begin), fsyncs(t, s)-syncs0
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		// The times are for the reader (the machine may be shared); the
-		// fsync counts are what group commit promises, and are asserted.
-		t.Logf("sequential: %v, %d fsyncs; concurrent (attempt %d): %v, %d fsyncs", seqTime, seqSyncs, attempt+1, concTime, concSyncs)
-		if concSyncs*4 <= 2*n {
-			break
-		}
-	}
-	// Durable: each lone commit waited for its own fsync. (Pebble counts a
-	// sync just after waking its waiters, so a count may lag by one.)
-	if seqSyncs < 2*n-1 {
-		t.Errorf("%d sequential pairs took %d fsyncs, want %d", n, seqSyncs, 2*n)
-	}
-	if concSyncs*4 > 2*n {
-		t.Errorf("%d concurrent pairs took %d fsyncs, want at most %d", n, concSyncs, 2*n/4)
-	}
-}
-
 // fsyncs returns how many WAL fsyncs the engine has done.
 func fsyncs(t *testing.T, s *Store) uint64 {
 	t.Helper()
@@ -515,34 +213,4 @@ func fsyncs(t *testing.T, s *Store) uint64 {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
-}
-
-func TestCountExpired(t *testing.T) {
-	t.Parallel()
-	s, err := Open(t.TempDir(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
-	var last store.ReserveRequest
-	for i := range 30 {
-		req := benchRequest(99, uint64(i))
-		req.TTL = time.Hour
-		if i <= 10 {
-			req.TTL = short
-			last = req
-		}
-		if _, err := s.Reserve(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gone(t, s, last)
-	n, err := s.CountExpired(ctx)
-	if err != nil || n != 11 {
-		t.Fatalf("CountExpired = %d, %v; want 11", n, err)
-	}
-	if removed, _ := s.Cleanup(ctx, 0); removed != n {
-		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -154,15 +155,7 @@ func killChild(t *testing.T, spec crashSpec, afterOpen bool, delay time.Duration
 	}
 	cmd := exec.Command(os.Args[0], "-test.run="+testPattern(t.Name()))
 	cmd.Env = append(os.Environ(), crashEnv+"="+string(js))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdout, stderr := testkit.Start(t, cmd)
 	opened := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
