@@ -2,7 +2,6 @@ package amqp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -62,6 +61,21 @@ func (b *broker) ready(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return q.Messages
+}
+
+// harness is b as consumetest's scenarios use it: their consumers share
+// one Starter.
+func (b *broker) harness(t *testing.T) consumetest.Harness {
+	base := &Consumer{Starter: consumetest.MemStarter(t), ActivityID: "ingest", Logger: consumetest.Quiet()}
+	return consumetest.Harness{
+		Publish: func(id string) { b.publish(t, id) },
+		Run: func(cfg consumetest.Config) (func(), func() error) {
+			c := *base
+			c.Handler = func(ctx context.Context, d amqp091.Delivery) error { return cfg.Handler(ctx) }
+			c.RetryDelay, c.DrainTimeout = cfg.RetryDelay, cfg.DrainTimeout
+			return run(t, &c, b)
+		},
+	}
 }
 
 // run runs c on a channel of its own until cancel is called; wait
@@ -140,45 +154,12 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 func TestStopLetsHandlerFinish(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started, release := make(chan struct{}), make(chan struct{})
-	ctxErr := make(chan error, 1)
-	var handled atomic.Int32
-	second := make(chan struct{})
-	c := &Consumer{
-		Starter:    consumetest.MemStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, d amqp091.Delivery) error {
-			switch handled.Add(1) {
-			case 1:
-			case 2:
-				close(second)
-				return nil
-			default:
-				return nil
-			}
-			close(started)
-			<-release
-			ctxErr <- ctx.Err()
-			return ctx.Err()
-		},
-		Logger: consumetest.Quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
-	consumetest.WaitFor(t, started, "handler start")
-	cancel()
-	close(release)
-	if err := consumetest.WaitFor(t, ctxErr, "handler end"); err != nil {
-		t.Errorf("the handler's context ended with the consumer's: %v", err)
-	}
-	if err := wait(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Consume returned %v", err)
-	}
+	h := b.harness(t)
+	c, handled, second := consumetest.StopLetsHandlerFinish(t, h)
 	if n, r := handled.Load(), b.ready(t); n != 1 || r != 1 {
 		t.Fatalf("after the drain: %d handler runs, %d messages back in the queue; want the first delivery acked after 1 run, the second back", n, r)
 	}
-	cancel, wait = run(t, c, b)
+	cancel, wait := h.Run(c)
 	consumetest.WaitFor(t, second, "second delivery")
 	cancel()
 	wait()
@@ -193,31 +174,7 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 func TestStopIsBounded(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started := make(chan struct{})
-	ended := make(chan time.Time, 1)
-	const bound = 500 * time.Millisecond
-	c := &Consumer{
-		Starter:    consumetest.MemStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, d amqp091.Delivery) error {
-			close(started)
-			<-ctx.Done()
-			ended <- time.Now()
-			return ctx.Err()
-		},
-		DrainTimeout: bound,
-		RetryDelay:   time.Minute,
-		Logger:       consumetest.Quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	consumetest.WaitFor(t, started, "handler start")
-	stop := time.Now()
-	cancel()
-	if d := consumetest.WaitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
-		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
-	}
-	wait()
+	consumetest.StopIsBounded(t, b.harness(t))
 	if r := b.ready(t); r != 1 {
 		t.Fatalf("%d messages back in the queue; want the delivery of the handler cut off", r)
 	}

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -92,6 +91,21 @@ func (b *broker) waitAcked(t *testing.T, n uint64) {
 	}
 }
 
+// harness is b as consumetest's scenarios use it: their consumers share
+// one Starter.
+func (b *broker) harness(t *testing.T) consumetest.Harness {
+	base := &Consumer{Starter: consumetest.MemStarter(t), ActivityID: "ingest", Logger: consumetest.Quiet()}
+	return consumetest.Harness{
+		Publish: func(id string) { b.publish(t, id) },
+		Run: func(cfg consumetest.Config) (func(), func() error) {
+			c := *base
+			c.Handler = func(ctx context.Context, msg jetstream.Msg) error { return cfg.Handler(ctx) }
+			c.RetryDelay, c.DrainTimeout = cfg.RetryDelay, cfg.DrainTimeout
+			return run(t, &c, b)
+		},
+	}
+}
+
 // run runs c on b until cancel is called; wait returns Consume's
 // error, or fails t if it does not return.
 func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error) {
@@ -148,40 +162,13 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 func TestStopLetsHandlerFinish(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started, release := make(chan struct{}), make(chan struct{})
-	ctxErr := make(chan error, 1)
-	var handled atomic.Int32
-	c := &Consumer{
-		Starter:    consumetest.MemStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			if handled.Add(1) > 1 {
-				return nil
-			}
-			close(started)
-			<-release
-			ctxErr <- ctx.Err()
-			return ctx.Err()
-		},
-		Logger: consumetest.Quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
-	consumetest.WaitFor(t, started, "handler start")
-	cancel()
-	close(release)
-	if err := consumetest.WaitFor(t, ctxErr, "handler end"); err != nil {
-		t.Errorf("the handler's context ended with the consumer's: %v", err)
-	}
-	if err := wait(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Consume returned %v", err)
-	}
+	h := b.harness(t)
+	c, handled, _ := consumetest.StopLetsHandlerFinish(t, h)
 	if info := b.info(t); info.AckFloor.Stream != 1 || handled.Load() != 1 {
 		t.Fatalf("after the drain: ack floor %d, %d handler runs; want the first message acked after 1 run, the second not begun",
 			info.AckFloor.Stream, handled.Load())
 	}
-	run(t, c, b)
+	h.Run(c)
 	b.waitAcked(t, 2)
 	if n := handled.Load(); n != 2 {
 		t.Fatalf("%d handler runs; want 2, each message once", n)
@@ -194,31 +181,7 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 func TestStopIsBounded(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started := make(chan struct{})
-	ended := make(chan time.Time, 1)
-	const bound = 500 * time.Millisecond
-	c := &Consumer{
-		Starter:    consumetest.MemStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			close(started)
-			<-ctx.Done()
-			ended <- time.Now()
-			return ctx.Err()
-		},
-		DrainTimeout: bound,
-		RetryDelay:   time.Minute,
-		Logger:       consumetest.Quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	consumetest.WaitFor(t, started, "handler start")
-	stop := time.Now()
-	cancel()
-	if d := consumetest.WaitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
-		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
-	}
-	wait()
+	consumetest.StopIsBounded(t, b.harness(t))
 	if info := b.info(t); info.AckFloor.Stream != 0 {
 		t.Fatalf("the message of a handler cut off was acked (ack floor %d)", info.AckFloor.Stream)
 	}
