@@ -282,10 +282,7 @@ func TestCorruptMiddle(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, dir, func(o *Options) { o.SegmentBytes = 512 })
 	for i := range 20 {
 		req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
@@ -313,10 +310,7 @@ func TestCorruptSealedLiveFrame(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, dir, func(o *Options) { o.SegmentBytes = 512 })
 	var reqs []store.ReserveRequest
 	for i := range 20 {
 		req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
@@ -587,10 +581,7 @@ func TestTooLarge(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	a := localtest.ReserveReq("a", time.Hour)
-	if _, err := s.Reserve(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	a := localtest.Reserved(t, s, "a", time.Hour)
 	huge := make([]byte, 1<<32)
 	err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(a), State: store.Succeeded, Value: huge, TTL: time.Hour})
 	if !errors.Is(err, ErrTooLarge) {

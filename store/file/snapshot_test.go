@@ -312,10 +312,7 @@ func TestTagCollision(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	a := localtest.ReserveReq("a", time.Hour)
-	if _, err := s.Reserve(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	a := localtest.Reserved(t, s, "a", time.Hour)
 	b := localtest.ReserveReq("b", time.Hour)
 	b.Record.KeyHash = a.Record.KeyHash[:24] + strings.Repeat("0", 40)
 	if _, err := s.Get(ctx, "", b.Record.KeyHash); !errors.Is(err, ErrCorrupt) {

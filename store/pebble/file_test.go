@@ -127,10 +127,7 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := localtest.ReserveReq("k", time.Hour)
-	if _, err := s.Reserve(ctx, req); err != nil {
-		t.Fatal(err)
-	}
+	req := localtest.Reserved(t, s, "k", time.Hour)
 	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded,
 		Value: []byte("v"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)

@@ -72,20 +72,7 @@ func GroupCommit(t *testing.T, h Harness) {
 func CountExpired(t *testing.T, h Harness) {
 	s := h.OpenT(t, t.TempDir())
 	ctx := context.Background()
-	var last store.ReserveRequest
-	for i := range 30 {
-		ttl := time.Hour
-		if i <= 10 {
-			ttl = Short
-		}
-		req := ReserveReq(fmt.Sprint(i), ttl)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		if ttl == Short {
-			last = req
-		}
-	}
+	last := ReserveMany(t, s, 30, time.Hour, func(i int) bool { return i <= 10 })
 	Gone(t, s, last)
 	n, err := h.CountExpired(ctx, s)
 	if err != nil || n != 11 {

@@ -65,20 +65,7 @@ func CleanupReadsOnlyDue(t *testing.T, h Harness) {
 	s := h.OpenT(t, t.TempDir())
 	scanned := h.Scanned(s)
 	ctx := context.Background()
-	var last store.ReserveRequest
-	for i := range 2000 {
-		ttl := 48 * time.Hour
-		if i%100 == 0 {
-			ttl = Short
-		}
-		req := ReserveReq(fmt.Sprint(i), ttl)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		if ttl == Short {
-			last = req
-		}
-	}
+	last := ReserveMany(t, s, 2000, 48*time.Hour, func(i int) bool { return i%100 == 0 })
 	Gone(t, s, last)
 	n, err := s.Cleanup(ctx, 0)
 	if err != nil || n != 20 {

@@ -3,6 +3,7 @@ package localtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,6 +39,34 @@ func Leased(key string, lease, ttl time.Duration) store.ReserveRequest {
 // FenceOf is the fence of the reservation req makes.
 func FenceOf(req store.ReserveRequest) store.Fence {
 	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
+}
+
+// Reserved reserves key on s with ReserveReq, failing t if it cannot.
+func Reserved(t testing.TB, s store.Store, key string, ttl time.Duration) store.ReserveRequest {
+	t.Helper()
+	req := ReserveReq(key, ttl)
+	if _, err := s.Reserve(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// ReserveMany reserves keys "0" to n-1 on s, for a lifetime of Short when
+// short says so and of long otherwise, and returns the last of the short
+// ones.
+func ReserveMany(t testing.TB, s store.Store, n int, long time.Duration, short func(i int) bool) (last store.ReserveRequest) {
+	t.Helper()
+	for i := range n {
+		ttl := long
+		if short(i) {
+			ttl = Short
+		}
+		req := Reserved(t, s, fmt.Sprint(i), ttl)
+		if ttl == Short {
+			last = req
+		}
+	}
+	return last
 }
 
 // Complete stores value as the outcome of req, for ttl.
