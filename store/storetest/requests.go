@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/idem-dev/idem/store"
@@ -38,4 +39,20 @@ func Taker(req store.ReserveRequest) store.ReserveRequest {
 // FenceOf is the fence of the reservation req makes.
 func FenceOf(req store.ReserveRequest) store.Fence {
 	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
+}
+
+// Counter returns a check that a call makes want round trips to the
+// backend, as n counts them; unit names them in failures ("statements",
+// "commands").
+func Counter(t *testing.T, unit string, n func() int64) func(what string, want int64, call func() error) {
+	return func(what string, want int64, call func() error) {
+		t.Helper()
+		before := n()
+		if err := call(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := n() - before; got != want {
+			t.Errorf("%s: %d %s, want %d", what, got, unit, want)
+		}
+	}
 }

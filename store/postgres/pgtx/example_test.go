@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store/postgres"
 	"github.com/idem-dev/idem/store/postgres/pgtx"
@@ -126,20 +126,7 @@ func ExampleDoSteps() {
 // TestExamples runs the examples against the test server and checks what
 // they print. The examples' schema is dropped before and after.
 func TestExamples(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	t.Setenv("DATABASE_URL", dsn)
-	pool, err := pgxpool.New(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	drop := func() {
-		if _, err := pool.Exec(bg, "DROP SCHEMA IF EXISTS idem_pgtx_example CASCADE"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	drop()
-	defer drop()
+	testenv.PostgresExample(t, "idem_pgtx_example")
 	for _, ex := range []struct {
 		run  func()
 		want string
@@ -147,17 +134,7 @@ func TestExamples(t *testing.T) {
 		{Example, "replayed: false\nreplayed: true\npayments: 1\n"},
 		{ExampleDoSteps, "order-42 paid by ch_1\n"},
 	} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout := os.Stdout
-		os.Stdout = w
-		ex.run()
-		os.Stdout = stdout
-		w.Close()
-		got, _ := io.ReadAll(r)
-		if string(got) != ex.want {
+		if got := testkit.Stdout(t, ex.run); got != ex.want {
 			t.Errorf("printed:\n%s\nwant:\n%s", got, ex.want)
 		}
 	}

@@ -101,22 +101,10 @@ func runCrash(t *testing.T, open func(dir string) (store.Store, error)) *History
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v\nchild's stderr: %s", round, err, stderr)
 		}
-		var mu sync.Mutex
-		var after []event
-		w := newWorkload(cfg, prefix, gens, uint64(2*round+2)<<32, wallClock, func(e event) {
-			mu.Lock()
-			after = append(after, e)
-			mu.Unlock()
-		})
-		var wg sync.WaitGroup
-		for i := range cfg.Clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.client((3*round+2)*cfg.Clients+i, s).run(context.Background(), cfg.Ops)
-			}()
-		}
-		wg.Wait()
+		var log eventLog
+		w := newWorkload(cfg, prefix, gens, uint64(2*round+2)<<32, wallClock, log.add)
+		w.runClients(context.Background(), cfg, (3*round+2)*cfg.Clients, func(int) store.Store { return s })
+		after := log.events
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
