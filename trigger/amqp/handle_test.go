@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-dev/idem/internal/testkit/killtest"
@@ -63,19 +61,15 @@ func (b *broker) ready(t *testing.T) int {
 	return q.Messages
 }
 
-// harness is b as consumetest's scenarios use it: their consumers share
-// one Starter.
+// harness is b as consumetest's scenarios use it.
 func (b *broker) harness(t *testing.T) consumetest.Harness {
-	base := &Consumer{Starter: consumetest.MemStarter(t), ActivityID: "ingest", Logger: consumetest.Quiet()}
-	return consumetest.Harness{
-		Publish: func(id string) { b.publish(t, id) },
-		Run: func(cfg consumetest.Config) (func(), func() error) {
-			c := *base
-			c.Handler = func(ctx context.Context, d amqp091.Delivery) error { return cfg.Handler(ctx) }
-			c.RetryDelay, c.DrainTimeout = cfg.RetryDelay, cfg.DrainTimeout
-			return run(t, &c, b)
-		},
-	}
+	return consumetest.NewHarness(t, func(id string) { b.publish(t, id) }, func(starter *trigger.Starter, c consumetest.Config) (func(), func() error) {
+		return run(t, &Consumer{
+			Handler: func(ctx context.Context, d amqp091.Delivery) error { return c.Handler(ctx, d.MessageId) },
+			Starter: starter, ActivityID: consumetest.Activity, Logger: consumetest.Quiet(),
+			RetryDelay: c.RetryDelay, DrainTimeout: c.DrainTimeout,
+		}, b)
+	})
 }
 
 // run runs c on a channel of its own until cancel is called; wait
@@ -110,33 +104,8 @@ func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error
 // does not run again.
 func TestHandledBeforeIsAcked(t *testing.T) {
 	t.Parallel()
-	db := killtest.Setup(t)
 	b := newBroker(t)
-	ctx := context.Background()
-	const activity = "ingest"
-	if err := db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, "evt_1"), func(context.Context, pgx.Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	var handled, effects atomic.Int32
-	second := make(chan struct{})
-	c := &Consumer{
-		Starter:    consumetest.MemStarter(t),
-		ActivityID: activity,
-		Handler: func(ctx context.Context, d amqp091.Delivery) error {
-			if handled.Add(1) == 2 {
-				close(second)
-			}
-			return db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, d.MessageId), func(context.Context, pgx.Tx) error {
-				effects.Add(1)
-				return nil
-			})
-		},
-		RetryDelay: 10 * time.Millisecond,
-		Logger:     consumetest.Quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
+	cancel, wait, handled, effects, second := consumetest.HandledBefore(t, b.harness(t), killtest.Setup(t))
 	consumetest.WaitFor(t, second, "second delivery")
 	cancel() // the second handler finishes, and is acked, before Consume returns
 	wait()

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -91,19 +89,22 @@ func (b *broker) waitAcked(t *testing.T, n uint64) {
 	}
 }
 
-// harness is b as consumetest's scenarios use it: their consumers share
-// one Starter.
+// harness is b as consumetest's scenarios use it; its handlers are given
+// the message's EventID.
 func (b *broker) harness(t *testing.T) consumetest.Harness {
-	base := &Consumer{Starter: consumetest.MemStarter(t), ActivityID: "ingest", Logger: consumetest.Quiet()}
-	return consumetest.Harness{
-		Publish: func(id string) { b.publish(t, id) },
-		Run: func(cfg consumetest.Config) (func(), func() error) {
-			c := *base
-			c.Handler = func(ctx context.Context, msg jetstream.Msg) error { return cfg.Handler(ctx) }
-			c.RetryDelay, c.DrainTimeout = cfg.RetryDelay, cfg.DrainTimeout
-			return run(t, &c, b)
-		},
-	}
+	return consumetest.NewHarness(t, func(id string) { b.publish(t, id) }, func(starter *trigger.Starter, c consumetest.Config) (func(), func() error) {
+		return run(t, &Consumer{
+			Handler: func(ctx context.Context, msg jetstream.Msg) error {
+				id, err := EventID(msg)
+				if err != nil {
+					return err
+				}
+				return c.Handler(ctx, id)
+			},
+			Starter: starter, ActivityID: consumetest.Activity, Logger: consumetest.Quiet(),
+			RetryDelay: c.RetryDelay, DrainTimeout: c.DrainTimeout,
+		}, b)
+	})
 }
 
 // run runs c on b until cancel is called; wait returns Consume's
@@ -120,34 +121,8 @@ func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error
 // effect does not run again.
 func TestHandledBeforeIsAcked(t *testing.T) {
 	t.Parallel()
-	db := killtest.Setup(t)
 	b := newBroker(t)
-	ctx := context.Background()
-	const activity = "ingest"
-	if err := db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, "evt_1"), func(context.Context, pgx.Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	var handled, effects atomic.Int32
-	c := &Consumer{
-		Starter:    consumetest.MemStarter(t),
-		ActivityID: activity,
-		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			handled.Add(1)
-			id, err := EventID(msg)
-			if err != nil {
-				return err
-			}
-			return db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, id), func(context.Context, pgx.Tx) error {
-				effects.Add(1)
-				return nil
-			})
-		},
-		RetryDelay: 10 * time.Millisecond,
-		Logger:     consumetest.Quiet(),
-	}
-	run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
+	_, _, handled, effects, _ := consumetest.HandledBefore(t, b.harness(t), killtest.Setup(t))
 	b.waitAcked(t, 2)
 	if n, e := handled.Load(), effects.Load(); n != 2 || e != 1 {
 		t.Fatalf("handler ran %d times with %d effects; want 2 runs (each event once), 1 effect (evt_2's)", n, e)

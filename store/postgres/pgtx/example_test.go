@@ -22,20 +22,9 @@ import (
 // the outcome commit together. A retry replays the first payment.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, ps := openStore(ctx)
 	defer pool.Close()
-	opts := postgres.Options{Schema: "idem_pgtx_example"}
-	if err := postgres.Migrate(ctx, pool, opts); err != nil {
-		log.Fatal(err)
-	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_pgtx_example.payments (id uuid PRIMARY KEY, cents bigint)`); err != nil {
-		log.Fatal(err)
-	}
-	ps, err := postgres.New(pool, opts)
-	if err != nil {
 		log.Fatal(err)
 	}
 	eng := idem.New(pgtx.New(ps), idem.Policy{})
@@ -74,20 +63,9 @@ func Example() {
 // repeated after a crash inside its step is charged once.
 func ExampleDoSteps() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, ps := openStore(ctx)
 	defer pool.Close()
-	opts := postgres.Options{Schema: "idem_pgtx_example"}
-	if err := postgres.Migrate(ctx, pool, opts); err != nil {
-		log.Fatal(err)
-	}
-	if err := pgtx.Migrate(ctx, pool, opts); err != nil {
-		log.Fatal(err)
-	}
-	ps, err := postgres.New(pool, opts)
-	if err != nil {
+	if err := pgtx.Migrate(ctx, pool, ps.Options()); err != nil {
 		log.Fatal(err)
 	}
 	eng := idem.New(pgtx.New(ps), idem.Policy{})
@@ -121,6 +99,24 @@ func ExampleDoSteps() {
 	// It prints:
 	//
 	// order-42 paid by ch_1
+}
+
+// openStore connects to the database (DATABASE_URL) and returns its pool
+// and idem's store in the schema idem_pgtx_example, migrated.
+func openStore(ctx context.Context) (*pgxpool.Pool, *postgres.Store) {
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts := postgres.Options{Schema: "idem_pgtx_example"}
+	if err := postgres.Migrate(ctx, pool, opts); err != nil {
+		log.Fatal(err)
+	}
+	ps, err := postgres.New(pool, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return pool, ps
 }
 
 // TestExamples runs the examples against the test server and checks what

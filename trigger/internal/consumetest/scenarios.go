@@ -6,15 +6,34 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-dev/idem/internal/testkit/killtest"
+	"github.com/idem-dev/idem/trigger"
 )
 
-// Config is a consumer as a scenario sets it up: its handler and delays.
-// Harness.Run builds the adapter's Consumer from it, with the Starter
-// MemStarter(t), the ActivityID "ingest" and the logger Quiet().
+// Activity is the ActivityID of the scenarios' consumers.
+const Activity = "ingest"
+
+// Config is a consumer as a scenario sets it up: its handler, given the
+// event's ID, and its delays. Harness.Run builds the adapter's Consumer
+// from it, with the harness's Starter, the ActivityID Activity and the
+// logger Quiet().
 type Config struct {
-	Handler      func(ctx context.Context) error
+	Handler      func(ctx context.Context, eventID string) error
 	RetryDelay   time.Duration
 	DrainTimeout time.Duration
+}
+
+// NewHarness is the Harness of an adapter whose events publish publishes
+// and whose consumers run runs, all over one Starter, MemStarter(t).
+func NewHarness(t *testing.T, publish func(id string), run func(starter *trigger.Starter, c Config) (cancel func(), wait func() error)) Harness {
+	starter := MemStarter(t)
+	return Harness{
+		Run:     func(c Config) (func(), func() error) { return run(starter, c) },
+		Publish: publish,
+	}
 }
 
 // Harness is one broker adapter under the scenarios, on a queue (or
@@ -35,7 +54,7 @@ func StopIsBounded(t *testing.T, h Harness) {
 	ended := make(chan time.Time, 1)
 	const bound = 500 * time.Millisecond
 	cancel, wait := h.Run(Config{
-		Handler: func(ctx context.Context) error {
+		Handler: func(ctx context.Context, _ string) error {
 			close(started)
 			<-ctx.Done()
 			ended <- time.Now()
@@ -66,7 +85,7 @@ func StopLetsHandlerFinish(t *testing.T, h Harness) (c Config, handled *atomic.I
 	handled = new(atomic.Int32)
 	again := make(chan struct{})
 	c = Config{
-		Handler: func(ctx context.Context) error {
+		Handler: func(ctx context.Context, _ string) error {
 			switch handled.Add(1) {
 			case 1:
 			case 2:
@@ -94,4 +113,37 @@ func StopLetsHandlerFinish(t *testing.T, h Harness) (c Config, handled *atomic.I
 		t.Errorf("Consume returned %v", err)
 	}
 	return c, handled, again
+}
+
+// HandledBefore: an event whose effect committed with its mark in the run
+// log, but whose consumer died before idem's record was written, is
+// delivered again; the handler, written as the package documents, gets
+// trigger.ErrAlreadyStarted from RunLog.Once and returns it. It publishes
+// evt_1, marked in db's run log beforehand, and evt_2, and returns the
+// running consumer, how many times its handler ran and how many effects it
+// had, and a channel closed at its second run. The caller waits for both
+// to be handled and checks that each ran once, evt_2's effect alone, and
+// that both were acked.
+func HandledBefore(t *testing.T, h Harness, db *killtest.DB) (cancel func(), wait func() error, handled, effects *atomic.Int32, second <-chan struct{}) {
+	ctx := context.Background()
+	if err := db.RunLog.Once(ctx, db.Pool, trigger.EventKey(Activity, "evt_1"), func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	handled, effects = new(atomic.Int32), new(atomic.Int32)
+	again := make(chan struct{})
+	cancel, wait = h.Run(Config{
+		Handler: func(ctx context.Context, id string) error {
+			if handled.Add(1) == 2 {
+				close(again)
+			}
+			return db.RunLog.Once(ctx, db.Pool, trigger.EventKey(Activity, id), func(context.Context, pgx.Tx) error {
+				effects.Add(1)
+				return nil
+			})
+		},
+		RetryDelay: 10 * time.Millisecond,
+	})
+	h.Publish("evt_1")
+	h.Publish("evt_2")
+	return cancel, wait, handled, effects, again
 }
