@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
@@ -139,7 +140,7 @@ func TestSwappedValuesFail(t *testing.T) {
 // pgPool connects to the test server; the pool closes when t ends.
 func pgPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return testenv.PostgresPool(t, testenv.Postgres(t), 4)
+	return testdb.PostgresPool(t, testenv.Postgres(t), 4)
 }
 
 // pgStore migrates a schema no other test uses and drops it when t ends.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 )
 
 // TestDynamoDBGateway: `idem migrate` creates a DynamoDB table on dynalite
@@ -17,7 +17,7 @@ import (
 // Not parallel: the gateways read their AWS credentials from the
 // environment, which t.Setenv sets for the test binary and its children.
 func TestDynamoDBGateway(t *testing.T) {
-	endpoint, table := testenv.DynamoDBTable(t, "idem-e2e")
+	endpoint, table := testdb.DynamoDBTable(t, "idem-e2e")
 	dsn := "dynamodb://" + table + "?endpoint=" + endpoint
 
 	out, errOut, err := runIdem(t, "migrate", "--store", dsn)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/internal/testkit"
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/postgres"
 )
@@ -78,7 +78,7 @@ func Example() {
 // TestExample runs Example against the test server and checks what it
 // prints. The example's schema is dropped before and after.
 func TestExample(t *testing.T) {
-	testenv.PostgresExample(t, "idem_example")
+	testdb.PostgresExample(t, "idem_example")
 
 	got := testkit.Stdout(t, Example)
 	want := "first call acquired: true\nretry acquired: false, replays succeeded {\"id\":\"ch_1\"}\n"

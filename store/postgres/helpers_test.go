@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
@@ -30,7 +31,7 @@ func testPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 
 func openPool(t testing.TB, dsn string, maxConns int32, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	return testenv.PostgresPool(t, dsn, maxConns, configure...)
+	return testdb.PostgresPool(t, dsn, maxConns, configure...)
 }
 
 // uniqueName returns a schema name no other test run uses.

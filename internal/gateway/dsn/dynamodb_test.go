@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/store"
 	dynamodbstore "github.com/idem-dev/idem/store/dynamodb"
 )
@@ -75,7 +75,7 @@ func TestParseDynamoDB(t *testing.T) {
 // creates the table (native TTL's absence logged as a warning), without
 // it a missing table is refused, naming the fix.
 func TestOpenDynamoDB(t *testing.T) {
-	endpoint, table := testenv.DynamoDBTable(t, "idem-dsn")
+	endpoint, table := testdb.DynamoDBTable(t, "idem-dsn")
 	ctx := context.Background()
 	dsn := "dynamodb://" + table + "?endpoint=" + endpoint
 

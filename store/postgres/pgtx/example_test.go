@@ -13,7 +13,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit"
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/store/postgres"
 	"github.com/idem-dev/idem/store/postgres/pgtx"
 )
@@ -122,7 +122,7 @@ func openStore(ctx context.Context) (*pgxpool.Pool, *postgres.Store) {
 // TestExamples runs the examples against the test server and checks what
 // they print. The examples' schema is dropped before and after.
 func TestExamples(t *testing.T) {
-	testenv.PostgresExample(t, "idem_pgtx_example")
+	testdb.PostgresExample(t, "idem_pgtx_example")
 	for _, ex := range []struct {
 		run  func()
 		want string
