@@ -23,7 +23,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
@@ -298,12 +297,7 @@ func TestDumpPostgres(t *testing.T) {
 
 func TestDumpRedis(t *testing.T) {
 	t.Parallel()
-	opts, err := goredis.ParseURL(testenv.Redis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := goredis.NewClient(opts)
-	t.Cleanup(func() { client.Close() })
+	client := redisClient(t)
 	prefix := func(ns string) string { return "idem-seal-test:" + ns + ":" }
 	testDump(t, backend{
 		open: func(t *testing.T, ns string) store.Store {

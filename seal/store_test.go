@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
@@ -67,12 +68,7 @@ func TestConformancePostgres(t *testing.T) {
 
 func TestConformanceRedis(t *testing.T) {
 	t.Parallel()
-	opts, err := goredis.ParseURL(testenv.Redis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := goredis.NewClient(opts)
-	t.Cleanup(func() { client.Close() })
+	client := redisClient(t)
 	ring := mustRing(t, secretA)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) store.Store {
@@ -144,19 +140,7 @@ func TestSwappedValuesFail(t *testing.T) {
 // pgPool connects to the test server; the pool closes when t ends.
 func pgPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testenv.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return testdb.PostgresPool(t, testenv.Postgres(t), 4)
 }
 
 // pgStore migrates a schema no other test uses and drops it when t ends.
@@ -186,4 +170,15 @@ func uniqueName(prefix string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s_%d_%s", prefix, os.Getpid(), hex.EncodeToString(b))
+}
+
+// redisClient is a client of the test server, closed when t ends.
+func redisClient(t *testing.T) *goredis.Client {
+	opts, err := goredis.ParseURL(testenv.Redis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewClient(opts)
+	t.Cleanup(func() { client.Close() })
+	return client
 }

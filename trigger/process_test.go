@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/trigger"
 )
@@ -65,17 +66,7 @@ func TestProcessReplicas(t *testing.T) {
 	start := func(tz string) *replica {
 		n++
 		cmd := db.Command(n, "TZ="+tz, envRunnerActivity+"="+activityID)
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		stdin, stdout := testkit.StartPiped(t, cmd)
 		r := &replica{cmd: cmd, stdin: stdin, done: make(chan struct{})}
 		wg.Go(func() {
 			defer close(r.done)

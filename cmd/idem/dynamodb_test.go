@@ -1,20 +1,12 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"math/rand/v2"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 )
 
 // TestDynamoDBGateway: `idem migrate` creates a DynamoDB table on dynalite
@@ -25,20 +17,8 @@ import (
 // Not parallel: the gateways read their AWS credentials from the
 // environment, which t.Setenv sets for the test binary and its children.
 func TestDynamoDBGateway(t *testing.T) {
-	endpoint := testenv.DynamoDB(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", "testkey")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "testsecret")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	table := fmt.Sprintf("idem-e2e-%d", rand.Uint64())
+	endpoint, table := testdb.DynamoDBTable(t, "idem-e2e")
 	dsn := "dynamodb://" + table + "?endpoint=" + endpoint
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	admin := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("testkey", "testsecret", ""),
-		HTTPClient:  &http.Client{Transport: tr}})
-	t.Cleanup(func() {
-		_, _ = admin.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table})
-		tr.CloseIdleConnections()
-	})
 
 	out, errOut, err := runIdem(t, "migrate", "--store", dsn)
 	if err != nil || !strings.Contains(out, "created the table") ||

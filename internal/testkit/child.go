@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"os"
 	"os/exec"
@@ -30,17 +31,7 @@ func StartChild(t testing.TB, env ...string) *Child {
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	DieWithParent(cmd)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := StartPiped(t, cmd)
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	lines := make(chan string, 1024)
 	go func() {
@@ -85,4 +76,57 @@ func ReleaseTogether(t testing.TB, children ...*Child) {
 	for _, c := range children {
 		_, _ = io.WriteString(c.Stdin, "go\n")
 	}
+}
+
+// StartPiped starts cmd with pipes to its stdin and from its stdout,
+// failing t if it cannot.
+func StartPiped(t testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.Reader) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return stdin, out
+}
+
+// Start starts cmd with its stdout piped to the returned reader and its
+// stderr kept in the returned buffer (for the test's failure message),
+// failing t if it cannot.
+func Start(t testing.TB, cmd *exec.Cmd) (stdout io.Reader, stderr *bytes.Buffer) {
+	t.Helper()
+	stderr = new(bytes.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return out, stderr
+}
+
+// Stdout runs fn and returns what it printed on os.Stdout: a runnable
+// example's output, checked by a test that needs set-up the example's
+// Output comment cannot give.
+func Stdout(t testing.TB, fn func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	fn()
+	os.Stdout = stdout
+	w.Close()
+	got, _ := io.ReadAll(r)
+	return string(got)
 }

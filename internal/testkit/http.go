@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"testing"
 )
 
 // Request is the one request a SameKey fan-out sends n times: the mobile
@@ -87,4 +88,20 @@ func SameKey(ctx context.Context, client *http.Client, n int, r Request) []Respo
 		out[i] = Response{Status: res.StatusCode, Header: res.Header, Body: body, Err: err}
 	})
 	return out
+}
+
+// Send sends req with http.DefaultClient and returns its response, whose
+// body is read whole and closed; it fails t if either cannot be done.
+func Send(t testing.TB, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, b
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go/middleware"
 )
 
 // scanPage is how many items one Scan request reads before its filter.
@@ -59,11 +58,7 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	for {
 		sent := s.clock.now()
 		out, err := s.client.Scan(ctx, in)
-		var md *middleware.Metadata
-		if out != nil {
-			md = &out.ResultMetadata
-		}
-		s.heard(sent, md, err)
+		s.heard(sent, metadata(out), err)
 		if err != nil {
 			return deleted, s.wrap(ctx, op, s.table, err)
 		}
@@ -122,11 +117,7 @@ func (s *Store) CountExpired(ctx context.Context) (int, error) {
 	for {
 		sent := s.clock.now()
 		out, err := s.client.Scan(ctx, in)
-		var md *middleware.Metadata
-		if out != nil {
-			md = &out.ResultMetadata
-		}
-		s.heard(sent, md, err)
+		s.heard(sent, metadata(out), err)
 		if err != nil {
 			return n, s.wrap(ctx, op, s.table, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/keyhash"
 	"github.com/idem-dev/idem/store/internal/leasewatch"
 )
 
@@ -103,21 +104,6 @@ func keyOf(keyHash string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: str(keyHash)}
 }
 
-// validKeyHash reports whether h is 64 lowercase hex digits, the only form
-// store.HashKey produces.
-func validKeyHash(h string) bool {
-	if len(h) != 64 {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // answer is what the server's answer to one call says of its clock.
 type answer struct {
 	sent, recv time.Duration // monotonic readings around the call
@@ -135,6 +121,38 @@ func (s *Store) heard(sent time.Duration, md *middleware.Metadata, err error) an
 	return a
 }
 
+// metadata is the metadata of a request's answer, nil when there is
+// none (the request failed before an answer came).
+func metadata(out any) *middleware.Metadata {
+	switch o := out.(type) {
+	case *dynamodb.GetItemOutput:
+		if o != nil {
+			return &o.ResultMetadata
+		}
+	case *dynamodb.PutItemOutput:
+		if o != nil {
+			return &o.ResultMetadata
+		}
+	case *dynamodb.UpdateItemOutput:
+		if o != nil {
+			return &o.ResultMetadata
+		}
+	case *dynamodb.DeleteItemOutput:
+		if o != nil {
+			return &o.ResultMetadata
+		}
+	case *dynamodb.ScanOutput:
+		if o != nil {
+			return &o.ResultMetadata
+		}
+	case *dynamodb.DescribeTableOutput:
+		if o != nil {
+			return &o.ResultMetadata
+		}
+	}
+	return nil
+}
+
 // read returns the item of keyHash (nil when there is none), read with a
 // strongly consistent GetItem, and the bounds of the server's clock when
 // its answer arrived.
@@ -145,11 +163,7 @@ func (s *Store) read(ctx context.Context, keyHash string) (*item, answer, error)
 		Key:            keyOf(keyHash),
 		ConsistentRead: aws.Bool(true),
 	})
-	var md *middleware.Metadata
-	if out != nil {
-		md = &out.ResultMetadata
-	}
-	a := s.heard(sent, md, err)
+	a := s.heard(sent, metadata(out), err)
 	if err != nil {
 		return nil, a, err
 	}
@@ -208,7 +222,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		return store.Reservation{}, err
 	}
 	rec := req.Record
-	if !validKeyHash(rec.KeyHash) {
+	if !keyhash.Valid(rec.KeyHash) {
 		return store.Reservation{}, fmt.Errorf("dynamodbstore: %s: invalid key hash %q (want store.HashKey's 64 hex digits)", op, rec.KeyHash)
 	}
 	rec.State, rec.Value = store.InProgress, nil
@@ -290,11 +304,7 @@ func (s *Store) put(ctx context.Context, it *item, cond string, names map[string
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
-	var md *middleware.Metadata
-	if out != nil {
-		md = &out.ResultMetadata
-	}
-	a := s.heard(sent, md, err)
+	a := s.heard(sent, metadata(out), err)
 	if err != nil {
 		return err
 	}
@@ -334,7 +344,7 @@ func (s *Store) Get(ctx context.Context, scope, keyHash string) (store.Record, e
 	if err := s.check(ctx, op); err != nil {
 		return store.Record{}, err
 	}
-	if !validKeyHash(keyHash) {
+	if !keyhash.Valid(keyHash) {
 		return store.Record{}, fmt.Errorf("dynamodbstore: %s: invalid key hash %q", op, keyHash)
 	}
 	it, a, err := s.read(ctx, keyHash)
@@ -376,11 +386,7 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) e
 			":token": u64(f.Token), ":inprogress": str(string(store.InProgress)),
 		},
 	})
-	var md *middleware.Metadata
-	if out != nil {
-		md = &out.ResultMetadata
-	}
-	s.heard(sent, md, err)
+	s.heard(sent, metadata(out), err)
 	if conditionFailed(err) {
 		return fmt.Errorf("dynamodbstore: %s %s: %w", op, f.KeyHash, store.ErrLeaseLost)
 	}
@@ -479,11 +485,7 @@ func (s *Store) complete(ctx context.Context, c store.Completion, value []byte, 
 		ExpressionAttributeValues: values,
 		ReturnValues:              types.ReturnValueUpdatedNew,
 	})
-	var md *middleware.Metadata
-	if out != nil {
-		md = &out.ResultMetadata
-	}
-	a := s.heard(sent, md, err)
+	a := s.heard(sent, metadata(out), err)
 	if err != nil {
 		return err
 	}
@@ -513,11 +515,7 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 			":token": u64(f.Token), ":succeeded": str(string(store.Succeeded)),
 		},
 	})
-	var md *middleware.Metadata
-	if out != nil {
-		md = &out.ResultMetadata
-	}
-	s.heard(sent, md, err)
+	s.heard(sent, metadata(out), err)
 	if conditionFailed(err) {
 		return fmt.Errorf("dynamodbstore: %s %s: %w (no record, another holder, or succeeded)", op, f.KeyHash, store.ErrLeaseLost)
 	}

@@ -3,7 +3,6 @@ package dynamodbstore_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 	dynamodbstore "github.com/idem-dev/idem/store/dynamodb"
 )
@@ -85,18 +85,9 @@ func TestExample(t *testing.T) {
 	drop()
 	defer drop()
 
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	Example()
-	os.Stdout = stdout
-	w.Close()
-	got, _ := io.ReadAll(r)
+	got := testkit.Stdout(t, Example)
 	want := "{\"id\":\"ch_1\"} replayed=false\n{\"id\":\"ch_1\"} replayed=true\ncharges: 1\n"
-	if string(got) != want {
+	if got != want {
 		t.Fatalf("Example printed:\n%s\nwant:\n%s", got, want)
 	}
 }

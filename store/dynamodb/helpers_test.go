@@ -144,37 +144,6 @@ func numAttr(t testing.TB, m map[string]types.AttributeValue, name string) strin
 	return v.Value
 }
 
-var keySeq atomic.Int64
-
-// request is a reservation of a fresh key in scope "test": lease one
-// minute, TTL one hour.
-func request() store.ReserveRequest {
-	key := fmt.Sprintf("key-%d", keySeq.Add(1))
-	return store.ReserveRequest{
-		Record: store.Record{
-			KeyHash: store.HashKey("test", key), Scope: "test", Key: key,
-			Fingerprint: "sha256:fp", Binding: "POST /charges", State: store.InProgress,
-			Token: uint64(keySeq.Add(1)) << 8, RequestID: "req-" + key,
-		},
-		Lease:         time.Minute,
-		TTL:           time.Hour,
-		TakeOverStale: true,
-	}
-}
-
-// taker is another caller's reservation of req's key, with the same
-// fingerprint and binding: it may take a stale req over.
-func taker(req store.ReserveRequest) store.ReserveRequest {
-	tk := req
-	tk.Record.Token++
-	tk.Record.RequestID += "-taker"
-	return tk
-}
-
-func fenceOf(req store.ReserveRequest) store.Fence {
-	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
-}
-
 func reserve(t testing.TB, s store.Store, req store.ReserveRequest) store.Reservation {
 	t.Helper()
 	res, err := s.Reserve(context.Background(), req)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 	dynamodbstore "github.com/idem-dev/idem/store/dynamodb"
@@ -61,16 +61,7 @@ func (a *api) post(t *testing.T, key string, size int) (*http.Response, []byte) 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res, b
+	return testkit.Send(t, req)
 }
 
 // TestResponsePastTheItemLimit: through idemhttp's middleware, a response

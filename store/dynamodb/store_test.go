@@ -21,6 +21,7 @@ import (
 
 	"github.com/idem-dev/idem/store"
 	dynamodbstore "github.com/idem-dev/idem/store/dynamodb"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // seedNow is where the tests that pin times stop the server's clock: ten
@@ -127,7 +128,7 @@ func TestItemLayout(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	table := s.Options().Table
-	req := request()
+	req := storetest.FreshRequest()
 	req.Record.Token = 18446744073709551557
 	mustAcquire(t, s, req)
 	m := rawItem(t, table, req.Record.KeyHash)
@@ -158,7 +159,7 @@ func TestItemLayout(t *testing.T) {
 		t.Fatalf("native TTL %d s is not after until %d ms", expires, until)
 	}
 
-	if err := s.Complete(context.Background(), store.Completion{Fence: fenceOf(req), State: store.Succeeded,
+	if err := s.Complete(context.Background(), store.Completion{Fence: storetest.FenceOf(req), State: store.Succeeded,
 		Value: []byte("ok"), TTL: 2 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +184,9 @@ func TestExpiryOnServerClock(t *testing.T) {
 	clock := &frozenDate{next: transport, now: seedNow}
 	s := newStore(t, newClient(t, clock))
 	ctx := context.Background()
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, s, req)
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: []byte("v"), TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.Completion{Fence: storetest.FenceOf(req), State: store.Succeeded, Value: []byte("v"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	r := get(t, s, req)
@@ -211,7 +212,7 @@ func TestExpiryOnServerClock(t *testing.T) {
 	}
 	// Absent to Reserve too, with any fingerprint: a new record, not a
 	// takeover.
-	again := taker(req)
+	again := storetest.Taker(req)
 	again.Record.Fingerprint = "sha256:other"
 	res := reserve(t, s, again)
 	if !res.Acquired || res.TookOver {
@@ -231,7 +232,7 @@ func TestLeaseObserveAndWait(t *testing.T) {
 	p := storeOn(t, s, newClient(t, peerTransport))
 	watch := watched(p)
 	ctx := context.Background()
-	req := request()
+	req := storetest.FreshRequest()
 	req.Lease = 10 * time.Second
 	mustAcquire(t, s, req)
 	if r := get(t, p, req); r.LeaseLeft != req.Lease {
@@ -241,10 +242,10 @@ func TestLeaseObserveAndWait(t *testing.T) {
 	if r := get(t, p, req); r.LeaseLeft != time.Second || r.Stale() {
 		t.Fatalf("9 s watched: lease left %v", r.LeaseLeft)
 	}
-	if res := reserve(t, p, taker(req)); res.Acquired {
+	if res := reserve(t, p, storetest.Taker(req)); res.Acquired {
 		t.Fatal("taken over before a whole lease was watched")
 	}
-	if err := s.Renew(ctx, fenceOf(req), 5*time.Second); err != nil {
+	if err := s.Renew(ctx, storetest.FenceOf(req), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if r := get(t, p, req); r.LeaseLeft != 5*time.Second {
@@ -255,11 +256,11 @@ func TestLeaseObserveAndWait(t *testing.T) {
 	if !r.Stale() || r.Token != req.Record.Token {
 		t.Fatalf("a whole lease watched: %+v", r)
 	}
-	tk := taker(req)
+	tk := storetest.Taker(req)
 	if res := reserve(t, p, tk); !res.Acquired || !res.TookOver {
 		t.Fatalf("takeover of a stale record: %+v", res)
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Complete(ctx, store.Completion{Fence: storetest.FenceOf(req), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("the old holder's Complete: %v, want ErrLeaseLost", err)
 	}
 	if r := get(t, s, req); r.Token != tk.Record.Token || r.State != store.InProgress {
@@ -275,7 +276,7 @@ func TestTakeoverLosesToRenewal(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	ctx := context.Background()
-	req := request()
+	req := storetest.FreshRequest()
 	req.Lease = 10 * time.Second
 	mustAcquire(t, s, req)
 	var renewed atomic.Int32
@@ -285,7 +286,7 @@ func TestTakeoverLosesToRenewal(t *testing.T) {
 		},
 		before: func() {
 			renewed.Add(1)
-			if err := s.Renew(ctx, fenceOf(req), 10*time.Second); err != nil {
+			if err := s.Renew(ctx, storetest.FenceOf(req), 10*time.Second); err != nil {
 				t.Errorf("Renew: %v", err)
 			}
 		},
@@ -294,14 +295,14 @@ func TestTakeoverLosesToRenewal(t *testing.T) {
 	watch := watched(p)
 	get(t, p, req)
 	watch.step(req.Lease)
-	res := reserve(t, p, taker(req))
+	res := reserve(t, p, storetest.Taker(req))
 	if renewed.Load() != 1 {
 		t.Fatalf("the takeover's write was not tried (%d renewals)", renewed.Load())
 	}
 	if res.Acquired || res.Existing.Token != req.Record.Token || res.Existing.Stale() {
 		t.Fatalf("takeover against a renewal: %+v", res)
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: []byte("once"), TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.Completion{Fence: storetest.FenceOf(req), State: store.Succeeded, Value: []byte("once"), TTL: time.Hour}); err != nil {
 		t.Fatalf("the holder's Complete: %v", err)
 	}
 }
@@ -327,7 +328,7 @@ func TestLateAnswerRedated(t *testing.T) {
 	if err := s.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, s, req)
 	answered := time.Now()
 	if s.Redated() != 1 {
@@ -344,7 +345,7 @@ func TestLateAnswerRedated(t *testing.T) {
 		t.Fatalf("ver %v, want 2 (the reservation and its re-dating)", m["ver"])
 	}
 	// A write answered in time is not re-dated.
-	mustAcquire(t, s, request())
+	mustAcquire(t, s, storetest.FreshRequest())
 	if s.Redated() != 1 {
 		t.Fatalf("%d writes re-dated, want still 1", s.Redated())
 	}
@@ -366,10 +367,10 @@ func TestLostAnswerOwnWrite(t *testing.T) {
 		},
 	}
 	s := newStore(t, newClient(t, h))
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, s, req)
 	big := make([]byte, dynamodbstore.MaxItemBytes+1)
-	if err := s.Complete(context.Background(), store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: big, TTL: time.Hour}); err != nil {
+	if err := s.Complete(context.Background(), store.Completion{Fence: storetest.FenceOf(req), State: store.Succeeded, Value: big, TTL: time.Hour}); err != nil {
 		t.Fatalf("Complete whose first answer was lost: %v", err)
 	}
 	if lost.Load() != 1 {
@@ -379,7 +380,7 @@ func TestLostAnswerOwnWrite(t *testing.T) {
 		t.Fatalf("record %s with %d bytes, want succeeded and not stored", r.State, len(r.Value))
 	}
 	// Another holder's completion is still a lost lease.
-	if err := s.Complete(context.Background(), store.Completion{Fence: fenceOf(taker(req)), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Complete(context.Background(), store.Completion{Fence: storetest.FenceOf(storetest.Taker(req)), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("a stranger's Complete: %v", err)
 	}
 }
@@ -393,10 +394,10 @@ func TestValuePastTheItemLimit(t *testing.T) {
 	s := newStore(t, nil)
 	table := s.Options().Table
 	for _, n := range []int{dynamodbstore.MaxValueBytes, dynamodbstore.MaxItemBytes - 100, dynamodbstore.MaxItemBytes + 1, 4 << 20} {
-		req := request()
+		req := storetest.FreshRequest()
 		mustAcquire(t, s, req)
 		v := bytes.Repeat([]byte{'x'}, n)
-		if err := s.Complete(context.Background(), store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: v, TTL: time.Hour}); err != nil {
+		if err := s.Complete(context.Background(), store.Completion{Fence: storetest.FenceOf(req), State: store.Succeeded, Value: v, TTL: time.Hour}); err != nil {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
 		r := get(t, s, req)
@@ -444,7 +445,7 @@ func TestMigrate(t *testing.T) {
 	if rep, err := dynamodbstore.Migrate(ctx, c, table); err != nil || rep.Created {
 		t.Fatalf("second migrate: %+v, %v", rep, err)
 	}
-	mustAcquire(t, s, request())
+	mustAcquire(t, s, storetest.FreshRequest())
 
 	other := table + "-other"
 	if _, err := c.CreateTable(ctx, &dynamodb.CreateTableInput{

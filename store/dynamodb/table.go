@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
-	"github.com/aws/smithy-go/middleware"
 )
 
 // ErrTableMissing: the table does not exist.
@@ -76,11 +75,7 @@ func Migrate(ctx context.Context, client *dynamodb.Client, table string) (Migrat
 func (s *Store) Check(ctx context.Context) error {
 	sent := s.clock.now()
 	out, err := s.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &s.table})
-	var md *middleware.Metadata
-	if out != nil {
-		md = &out.ResultMetadata
-	}
-	s.heard(sent, md, err)
+	s.heard(sent, metadata(out), err)
 	if err != nil {
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {

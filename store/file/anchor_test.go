@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkAnchor(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			storetest.RunRate(b, conc, "pairs/s", pairs(s))
+			storetest.RunRate(b, conc, "pairs/s", localtest.Pairs(s))
 		})
 		b.Run(fmt.Sprintf("c%d/wal", conc), func(b *testing.B) {
 			db, err := pebble.Open(b.TempDir(), &pebble.Options{Logger: quietWAL{}})
@@ -48,14 +49,14 @@ func BenchmarkAnchor(b *testing.B) {
 
 // anchorFrames returns the lengths of a benchmark pair's two frames.
 func anchorFrames() (int, int) {
-	req := benchRequest(0, 1)
+	req := localtest.BenchRequest(0, 1)
 	id, err := parseKeyHash(req.Record.KeyHash)
 	if err != nil {
 		panic(err)
 	}
 	r := req.Record
 	reserve, _ := appendFrame(nil, kindPut, 1, id, &r, req.Lease)
-	r.State, r.Value = store.Succeeded, benchValue
+	r.State, r.Value = store.Succeeded, localtest.BenchValue
 	complete, _ := appendFrame(nil, kindPut, 2, id, &r, 0)
 	return len(reserve), len(complete)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 )
 
 // TestChurnWithoutCleanup: records expiring while new ones arrive and no
@@ -44,10 +45,10 @@ func TestChurnWithoutCleanup(t *testing.T) {
 				default:
 				}
 				gate.RLock()
-				req := reserveReq(fmt.Sprintf("rot-%d-%d", w, i), ttl)
+				req := localtest.ReserveReq(fmt.Sprintf("rot-%d-%d", w, i), ttl)
 				_, err := s.Reserve(ctx, req)
 				if err == nil {
-					err = s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: []byte(`{"status":201}`), TTL: ttl})
+					err = s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded, Value: []byte(`{"status":201}`), TTL: ttl})
 				}
 				gate.RUnlock()
 				if err != nil {
@@ -73,9 +74,9 @@ func TestChurnWithoutCleanup(t *testing.T) {
 		clock.Add(int64(step))
 		from := active()
 		gate.Unlock()
-		eventually(t, "a rotation", func() bool { return active() != from })
+		localtest.Eventually(t, "a rotation", func() bool { return active() != from })
 		gate.Lock()
-		eventually(t, "the work of the rotation done", func() bool { return !s.snapRunning.Load() })
+		localtest.Eventually(t, "the work of the rotation done", func() bool { return !s.snapRunning.Load() })
 		total, _ := s.log.sizes()
 		live := s.unexpiredBytes(now())
 		gate.Unlock()

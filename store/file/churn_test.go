@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 )
 
 // churn writes reserve+complete pairs of new keys with ttl from 8
@@ -36,12 +37,12 @@ func churn(t *testing.T, s *Store, ttl, d, every time.Duration, clean bool, chec
 					return
 				default:
 				}
-				req := reserveReq(fmt.Sprintf("churn-%d-%d", w, i), ttl)
+				req := localtest.ReserveReq(fmt.Sprintf("churn-%d-%d", w, i), ttl)
 				if _, err := s.Reserve(ctx, req); err != nil {
 					t.Error(err)
 					return
 				}
-				if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: value, TTL: ttl}); err != nil {
+				if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded, Value: value, TTL: ttl}); err != nil {
 					t.Error(err)
 					return
 				}

@@ -129,26 +129,40 @@ type frame struct {
 	valLen int
 }
 
+// decodeHead decodes the start of a frame's body (its checksum already
+// verified): its kind, sequence number and key, and for a put a reader at
+// the record that follows, whose format is v.
+func decodeHead(body []byte) (kind byte, seq uint64, id keyID, d wire.Reader, v byte, err error) {
+	if len(body) < bodyHeader {
+		return 0, 0, id, d, 0, fmt.Errorf("%w: short entry", ErrCorrupt)
+	}
+	kind = body[0]
+	seq = binary.BigEndian.Uint64(body[1:9])
+	copy(id[:], body[9:41])
+	switch kind {
+	case kindDel:
+		return kind, seq, id, d, 0, nil
+	case kindPut:
+	default:
+		return kind, seq, id, d, 0, fmt.Errorf("%w: entry kind %d", ErrCorrupt, kind)
+	}
+	d = wire.Reader{B: body[bodyHeader:]}
+	v = d.Byte()
+	if v != recordV1 && v != recordV2 {
+		return kind, seq, id, d, v, fmt.Errorf("%w: record format %d", ErrCorrupt, v)
+	}
+	return kind, seq, id, d, v, nil
+}
+
 // decodeBody decodes a frame's body (its checksum already verified).
 func decodeBody(body []byte) (frame, error) {
 	var f frame
-	if len(body) < bodyHeader {
-		return f, fmt.Errorf("%w: short entry", ErrCorrupt)
-	}
-	f.kind = body[0]
-	f.seq = binary.BigEndian.Uint64(body[1:9])
-	copy(f.id[:], body[9:41])
-	switch f.kind {
-	case kindDel:
-		return f, nil
-	case kindPut:
-	default:
-		return f, fmt.Errorf("%w: entry kind %d", ErrCorrupt, f.kind)
-	}
-	d := wire.Reader{B: body[bodyHeader:]}
-	v := d.Byte()
-	if v != recordV1 && v != recordV2 {
-		return f, fmt.Errorf("%w: record format %d", ErrCorrupt, v)
+	var d wire.Reader
+	var v byte
+	var err error
+	f.kind, f.seq, f.id, d, v, err = decodeHead(body)
+	if err != nil || f.kind == kindDel {
+		return f, err
 	}
 	r := &f.rec
 	r.KeyHash = hex.EncodeToString(f.id[:])
@@ -210,23 +224,12 @@ type meta struct {
 // of records at the disk's pace.
 func decodeMeta(body []byte) (meta, error) {
 	var m meta
-	if len(body) < bodyHeader {
-		return m, fmt.Errorf("%w: short entry", ErrCorrupt)
-	}
-	m.kind = body[0]
-	m.seq = binary.BigEndian.Uint64(body[1:9])
-	copy(m.id[:], body[9:41])
-	switch m.kind {
-	case kindDel:
-		return m, nil
-	case kindPut:
-	default:
-		return m, fmt.Errorf("%w: entry kind %d", ErrCorrupt, m.kind)
-	}
-	d := wire.Reader{B: body[bodyHeader:]}
-	v := d.Byte()
-	if v != recordV1 && v != recordV2 {
-		return m, fmt.Errorf("%w: record format %d", ErrCorrupt, v)
+	var d wire.Reader
+	var v byte
+	var err error
+	m.kind, m.seq, m.id, d, v, err = decodeHead(body)
+	if err != nil || m.kind == kindDel {
+		return m, err
 	}
 	for i := range 6 {
 		b := d.Bytes(d.Uvarint())

@@ -77,8 +77,8 @@
 //
 // Segment files are allocated 4 MiB ahead of their writes, so the fsync
 // after an append flushes data without committing a new file size through
-// the filesystem's journal: 43-51 µs of CPU a sync instead of 69-75 µs on
-// this project's machine (ext4 on a virtual disk). Recovery reads the
+// the filesystem's journal, which would cost half as much CPU again a sync
+// (docs/bench/FILE-LOG.md). Recovery reads the
 // zeros after the last entry as the segment's end, and cuts a tail that
 // has entries after a gap (pages of an unacknowledged write reach the disk
 // in any order), so they can never be read later. Zeros are written only
@@ -90,8 +90,8 @@
 // expired. Cleanup takes the due items of an in-memory index of expiry
 // times, bucketed by second, so its cost grows with the expired records,
 // not the live ones. A write that moves a record's expiry to another
-// second appends an item to that second's bucket (an ordered B-tree's
-// insert and delete cost the gateway 5 µs a request under load); an item
+// second appends an item to that second's bucket (cheaper than an ordered
+// B-tree's insert and delete, docs/bench/FILE-LOG.md); an item
 // of an earlier write or a released key is skipped once when its time
 // comes.
 // Disk is reclaimed a segment at a time, oldest first: a segment no record

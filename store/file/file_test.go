@@ -1,72 +1,57 @@
 package file
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
-	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
-// childEnv makes the test binary act as a lock holder instead of running
-// the tests; see TestMain. (storetest.CrashChild makes it a crash victim.)
-const childEnv = "IDEM_FILE_TEST_CHILD"
+var quiet = Options{Logger: slog.New(slog.DiscardHandler)}
 
-func TestMain(m *testing.M) {
-	storetest.CrashChild(openCrash)
-	switch os.Getenv(childEnv) {
-	case "":
-		testkit.VerifyTestMain(m)
-	case "hold":
-		os.Exit(holdChild(os.Getenv("IDEM_FILE_TEST_DIR")))
-	case "reserve":
-		os.Exit(reserveChild(os.Getenv("IDEM_FILE_TEST_DIR")))
-	case "fill":
-		os.Exit(fullChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
-	case "snap":
-		os.Exit(snapChild(os.Getenv("IDEM_FILE_TEST_DIR"), os.Getenv("IDEM_FILE_TEST_ROUND")))
-	default:
-		fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
-		os.Exit(2)
-	}
+// harness is the store as the tests it shares with store/pebble open it.
+var harness = localtest.Harness{
+	Open:      localtest.Opener(Open, quiet, func(o *Options, wall func() time.Time) { o.WallClock = wall }),
+	Format1:   "v1log",
+	IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(s.(*Store)) },
+	Records:   func(t testing.TB, s store.Store) map[string]*store.Record { return checkIndex(t, s.(*Store)) },
+	ENOSPC:    true,
+	Syncs:     func(t *testing.T, s store.Store) uint64 { return s.(*Store).log.syncs.Load() },
+	// Alone, every write waits for its own fdatasync; up to twenty
+	// attempts (a few milliseconds each) let concurrent ones share them.
+	GroupShare:    2,
+	GroupAttempts: 20,
+	CountExpired:  func(ctx context.Context, s store.Store) (int, error) { return s.(*Store).CountExpired(ctx) },
+	Scanned:       func(s store.Store) *int { return &s.(*Store).scanned },
+	ErrLocked:     ErrLocked,
 }
 
-var quiet = Options{Logger: slog.New(slog.DiscardHandler)}
+func TestMain(m *testing.M) {
+	localtest.Main(m, harness, map[string]func(dir, round string) int{"snap": snapChild})
+}
+
+// TestLocal runs the tests the embedded stores share (localtest.Run):
+// the conformance suite, locking, wall-clock jumps, format 1, the expiry
+// index, group commit, kill -9, and kill -9 on a full disk.
+func TestLocal(t *testing.T) {
+	t.Parallel()
+	localtest.Run(t, harness)
+}
 
 func openT(t testing.TB, dir string, opts ...func(*Options)) *Store {
 	t.Helper()
-	o := quiet
-	for _, f := range opts {
-		f(&o)
-	}
-	s, err := Open(dir, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-func TestConformance(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, storetest.Harness{
-		New:       func(t *testing.T) store.Store { return openT(t, t.TempDir()) },
-		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(s.(*Store)) },
-	})
+	return localtest.OpenT(t, Open, dir, quiet, opts...)
 }
 
 // TestConformanceSmallSegments runs the suite with segments a few records
@@ -168,200 +153,23 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	return records
 }
 
-var tokens atomic.Uint64
-
-// reserveReq reserves key with a lease of a minute (it never runs out
-// during a test) and a lifetime of ttl, on a token of its own.
-func reserveReq(key string, ttl time.Duration) store.ReserveRequest {
-	return store.ReserveRequest{
-		Record: store.Record{
-			KeyHash: store.HashKey("s", key), Scope: "s", Key: key,
-			Fingerprint: "fp", Binding: "POST /x", State: store.InProgress,
-			Token: tokens.Add(1), RequestID: "req-" + key,
-		},
-		Lease: time.Minute, TTL: ttl, TakeOverStale: true,
-	}
-}
-
-// leased is reserveReq with the lease lease.
-func leased(key string, lease, ttl time.Duration) store.ReserveRequest {
-	r := reserveReq(key, ttl)
-	r.Lease = lease
-	return r
-}
-
-func fenceOf(req store.ReserveRequest) store.Fence {
-	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
-}
-
-func complete(t testing.TB, s *Store, req store.ReserveRequest, value string, ttl time.Duration) {
-	t.Helper()
-	if err := s.Complete(context.Background(), store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-		Value: []byte(value), TTL: ttl}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// short is a lease or lifetime that a test waits out.
-const short = 30 * time.Millisecond
-
-// eventually polls cond until it holds, failing the test after a
-// deadline generous enough for a loaded machine.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20 s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// gone waits until the record of req has expired.
-func gone(t testing.TB, s *Store, req store.ReserveRequest) {
-	t.Helper()
-	eventually(t, "record "+req.Record.Key+" expires", func() bool {
-		_, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
-		return errors.Is(err, store.ErrNotFound)
-	})
-}
-
-// stale waits until the record of req is stale.
-func stale(t testing.TB, s *Store, req store.ReserveRequest) {
-	t.Helper()
-	eventually(t, "lease of "+req.Record.Key+" runs out", func() bool {
-		r, err := s.Get(context.Background(), req.Record.Scope, req.Record.KeyHash)
-		return err == nil && r.Stale()
-	})
-}
-
-// TestIndexConsistent runs every kind of write, including the ones that
-// move or drop a record's expiry, and checks the index after each.
-func TestIndexConsistent(t *testing.T) {
-	t.Parallel()
-	s := openT(t, t.TempDir())
-	ctx := context.Background()
-	step := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		checkIndex(t, s)
-	}
-	a := reserveReq("a", time.Hour)
-	_, err := s.Reserve(ctx, a)
-	step("reserve a", err)
-	step("renew a", s.Renew(ctx, fenceOf(a), 2*time.Minute))
-	step("complete a", s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded,
-		Value: []byte("A"), TTL: 24 * time.Hour}))
-	b := leased("b", short, time.Hour)
-	_, err = s.Reserve(ctx, b)
-	step("reserve b", err)
-	stale(t, s, b)
-	take := reserveReq("b", short) // b's lease is over
-	res, err := s.Reserve(ctx, take)
-	step("take over b", err)
-	if !res.TookOver {
-		t.Fatalf("no takeover: %+v", res)
-	}
-	gone(t, s, take)
-	again := reserveReq("b", time.Hour) // b expired
-	res, err = s.Reserve(ctx, again)
-	step("replace expired b", err)
-	if !res.Acquired || res.TookOver {
-		t.Fatalf("replacing an expired record: %+v", res)
-	}
-	step("release b", s.Release(ctx, fenceOf(again)))
-	c := reserveReq("c", short)
-	_, err = s.Reserve(ctx, c)
-	step("reserve c", err)
-	gone(t, s, c)
-	n, err := s.Cleanup(ctx, 0)
-	step("cleanup", err)
-	if n != 1 {
-		t.Fatalf("cleanup removed %d, want 1 (c)", n)
-	}
-	if recs := checkIndex(t, s); len(recs) != 1 || recs[a.Record.KeyHash] == nil {
-		t.Fatalf("left %d records, want a alone", len(recs))
-	}
-}
-
-// TestCleanupReadsOnlyDue checks that Cleanup visits the expiry items that
-// are due and no others, however many records are live.
-func TestCleanupReadsOnlyDue(t *testing.T) {
-	t.Parallel()
-	s := openT(t, t.TempDir())
-	ctx := context.Background()
-	var last store.ReserveRequest
-	for i := range 2000 {
-		ttl := 48 * time.Hour
-		if i%100 == 0 {
-			ttl = short
-		}
-		req := reserveReq(fmt.Sprint(i), ttl)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		if ttl == short {
-			last = req
-		}
-	}
-	gone(t, s, last)
-	n, err := s.Cleanup(ctx, 0)
-	if err != nil || n != 20 {
-		t.Fatalf("Cleanup: %d, %v; want 20", n, err)
-	}
-	if s.scanned != 20 {
-		t.Fatalf("Cleanup visited %d expiry items for 20 expired records", s.scanned)
-	}
-	if recs := checkIndex(t, s); len(recs) != 1980 {
-		t.Fatalf("%d records left, want 1980", len(recs))
-	}
-	for i := range 600 {
-		last = reserveReq(fmt.Sprint("b", i), short)
-		if _, err := s.Reserve(ctx, last); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gone(t, s, last)
-	s.scanned = 0
-	total := 0
-	for {
-		n, err := s.Cleanup(ctx, 500)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		total += n
-	}
-	if total != 600 || s.scanned != 600 {
-		t.Fatalf("Cleanup with limit 500 removed %d and visited %d items, want 600 and 600", total, s.scanned)
-	}
-}
-
 // TestReopen checks that the log replays to the same records: completed,
 // in progress, taken over, released (which must stay released).
 func TestReopen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	s := openT(t, dir)
 	ctx := context.Background()
-	s, err := Open(dir, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := reserveReq("done", time.Hour)
-	held := reserveReq("held", time.Hour)
-	gone := reserveReq("gone", time.Hour)
+	done := localtest.ReserveReq("done", time.Hour)
+	held := localtest.ReserveReq("held", time.Hour)
+	gone := localtest.ReserveReq("gone", time.Hour)
 	for _, r := range []store.ReserveRequest{done, held, gone} {
 		if _, err := s.Reserve(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	complete(t, s, done, "the answer", time.Hour)
-	if err := s.Release(ctx, fenceOf(gone)); err != nil {
+	localtest.Complete(t, s, done, "the answer", time.Hour)
+	if err := s.Release(ctx, localtest.FenceOf(gone)); err != nil {
 		t.Fatal(err)
 	}
 	before := checkIndex(t, s)
@@ -382,7 +190,7 @@ func TestReopen(t *testing.T) {
 		t.Fatalf("completed record after reopen: %+v", r)
 	}
 	// New writes after a reopen get seqs above every replayed one.
-	again := reserveReq("gone", time.Hour)
+	again := localtest.ReserveReq("gone", time.Hour)
 	if res, err := s.Reserve(ctx, again); err != nil || !res.Acquired {
 		t.Fatalf("reserve released key: %+v %v", res, err)
 	}
@@ -393,8 +201,8 @@ func TestReopen(t *testing.T) {
 func TestTornTail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a := reserveReq("a", time.Hour)
-	b := reserveReq("b", time.Hour)
+	a := localtest.ReserveReq("a", time.Hour)
+	b := localtest.ReserveReq("b", time.Hour)
 	// Cut inside b's body, inside its frame header, and append garbage
 	// that fails its checksum.
 	for _, damage := range []string{"cut 3", "cut 9", "garbage", "frame after a gap"} {
@@ -474,16 +282,13 @@ func TestCorruptMiddle(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, dir, func(o *Options) { o.SegmentBytes = 512 })
 	for i := range 20 {
-		req := reserveReq(fmt.Sprint(i), time.Hour)
+		req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
-		complete(t, s, req, strings.Repeat("v", 100), time.Hour)
+		localtest.Complete(t, s, req, strings.Repeat("v", 100), time.Hour)
 	}
 	first := filepath.Join(dir, segmentName(1))
 	s.Close()
@@ -505,17 +310,14 @@ func TestCorruptSealedLiveFrame(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := Open(dir, Options{Logger: quiet.Logger, SegmentBytes: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, dir, func(o *Options) { o.SegmentBytes = 512 })
 	var reqs []store.ReserveRequest
 	for i := range 20 {
-		req := reserveReq(fmt.Sprint(i), time.Hour)
+		req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
-		complete(t, s, req, strings.Repeat("v", 100), time.Hour)
+		localtest.Complete(t, s, req, strings.Repeat("v", 100), time.Hour)
 		reqs = append(reqs, req)
 	}
 	id := mustID(t, reqs[0].Record.KeyHash)
@@ -561,29 +363,29 @@ func TestSegmentsReclaimed(t *testing.T) {
 	var released []store.ReserveRequest
 	var last store.ReserveRequest
 	for i := range 400 {
-		ttl := short
+		ttl := localtest.Short
 		if i%10 == 0 {
 			ttl = 30 * 24 * time.Hour // a few long-lived records among short ones
 			keep[store.HashKey("s", fmt.Sprint(i))] = true
 		}
-		req := reserveReq(fmt.Sprint(i), time.Hour)
+		req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		if i%37 == 5 {
 			delete(keep, req.Record.KeyHash)
-			if err := s.Release(ctx, fenceOf(req)); err != nil {
+			if err := s.Release(ctx, localtest.FenceOf(req)); err != nil {
 				t.Fatal(err)
 			}
 			released = append(released, req)
 			continue
 		}
-		complete(t, s, req, strings.Repeat("x", 60), ttl)
-		if ttl == short {
+		localtest.Complete(t, s, req, strings.Repeat("x", 60), ttl)
+		if ttl == localtest.Short {
 			last = req
 		}
 	}
-	gone(t, s, last)
+	localtest.Gone(t, s, last)
 	segsBefore, bytesBefore := segmentFiles(t, dir)
 	n, err := s.Cleanup(ctx, 0)
 	if err != nil {
@@ -653,147 +455,10 @@ func TestRefusesPebbleDirectory(t *testing.T) {
 func TestRejectsMalformedKeyHash(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
-	req := reserveReq("k", time.Hour)
+	req := localtest.ReserveReq("k", time.Hour)
 	req.Record.KeyHash = "not-a-hash"
 	if _, err := s.Reserve(context.Background(), req); err == nil {
 		t.Fatal("a malformed key hash was accepted")
-	}
-}
-
-// TestLocked opens a directory that another process holds.
-func TestLocked(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	s := openT(t, dir)
-	if _, err := Open(dir, quiet); !errors.Is(err, ErrLocked) {
-		t.Fatalf("second Open in one process: %v, want ErrLocked", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=hold", "IDEM_FILE_TEST_DIR="+dir)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe() // the child holds the store until it closes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if line != "open\n" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
-	_, err = Open(dir, quiet)
-	if !errors.Is(err, ErrLocked) {
-		t.Fatalf("Open of a directory another process holds: %v, want ErrLocked", err)
-	}
-	if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, "another process") {
-		t.Fatalf("message %q does not name the directory and the other process", msg)
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	openT(t, dir)
-}
-
-func holdChild(dir string) int {
-	s, err := Open(dir, quiet)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer s.Close()
-	fmt.Println("open")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return 0
-}
-
-// TestGroupCommit runs 64 reserve+complete pairs one after another, then
-// 64 at once: alone, every write waits for its own fdatasync; at once, the
-// writes share them.
-func TestGroupCommit(t *testing.T) {
-	t.Parallel()
-	s := openT(t, t.TempDir())
-	ctx := context.Background()
-	pair := func(key string) error {
-		req := reserveReq(key, time.Hour)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			return err
-		}
-		return s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-			Value: []byte(key), TTL: time.Hour})
-	}
-	const n = 64
-	s0 := s.log.syncs.Load()
-	for i := range n {
-		if err := pair(fmt.Sprint("seq-", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seqSyncs := s.log.syncs.Load() - s0
-	// The racers overlap only if the scheduler lets them: on a loaded
-	// machine with two cores it may run them one after another, and then
-	// no group forms. Up to twenty attempts (a few milliseconds each) give
-	// them the chance to overlap.
-	var concSyncs uint64
-	for attempt := range 20 {
-		errs := make(chan error, n)
-		s0 = s.log.syncs.Load()
-		testkit.FanOut(n, func(i int) { errs <- pair(fmt.Sprint("conc-", attempt, "-", i)) })
-		concSyncs = s.log.syncs.Load() - s0
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		t.Logf("sequential: %d fdatasyncs; concurrent (attempt %d): %d", seqSyncs, attempt+1, concSyncs)
-		if concSyncs*2 <= 2*n {
-			break
-		}
-	}
-	if seqSyncs != 2*n {
-		t.Errorf("%d sequential pairs took %d fdatasyncs, want %d (one per write)", n, seqSyncs, 2*n)
-	}
-	if concSyncs*2 > 2*n {
-		t.Errorf("%d concurrent pairs took %d fdatasyncs, want at most %d", n, concSyncs, n)
-	}
-}
-
-func TestCountExpired(t *testing.T) {
-	t.Parallel()
-	s := openT(t, t.TempDir())
-	ctx := context.Background()
-	var last store.ReserveRequest
-	for i := range 30 {
-		ttl := time.Hour
-		if i <= 10 {
-			ttl = short
-		}
-		req := reserveReq(fmt.Sprint(i), ttl)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		if ttl == short {
-			last = req
-		}
-	}
-	gone(t, s, last)
-	n, err := s.CountExpired(ctx)
-	if err != nil || n != 11 {
-		t.Fatalf("CountExpired = %d, %v; want 11", n, err)
-	}
-	if removed, _ := s.Cleanup(ctx, 0); removed != n {
-		t.Fatalf("Cleanup removed %d, CountExpired said %d", removed, n)
 	}
 }
 
@@ -828,7 +493,7 @@ func TestZeroFilled(t *testing.T) {
 	dir := t.TempDir()
 	// Segments of a little more than one fill each.
 	s := openT(t, dir, func(o *Options) { o.SegmentBytes = zeroAhead + zeroAhead/4 })
-	if _, err := s.Reserve(ctx, reserveReq("a", time.Hour)); err != nil {
+	if _, err := s.Reserve(ctx, localtest.ReserveReq("a", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.log.fills.Wait()
@@ -853,12 +518,12 @@ func TestZeroFilled(t *testing.T) {
 	for w := range writers {
 		go func() {
 			for i := range each {
-				req := reserveReq(fmt.Sprintf("w%d-%d", w, i), time.Hour)
+				req := localtest.ReserveReq(fmt.Sprintf("w%d-%d", w, i), time.Hour)
 				if _, err := s.Reserve(ctx, req); err != nil {
 					errs <- err
 					return
 				}
-				if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
+				if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded,
 					Value: val, TTL: time.Hour}); err != nil {
 					errs <- err
 					return
@@ -878,7 +543,7 @@ func TestZeroFilled(t *testing.T) {
 	// One more write once every fill ended: the last segment gets a
 	// fill of its own, so that the store reopens inside its zeros.
 	s.log.fills.Wait()
-	if _, err := s.Reserve(ctx, reserveReq("c", time.Hour)); err != nil {
+	if _, err := s.Reserve(ctx, localtest.ReserveReq("c", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -890,7 +555,7 @@ func TestZeroFilled(t *testing.T) {
 	if fi, err := os.Stat(last.path); err != nil || fi.Size() <= last.size {
 		t.Fatalf("the last segment (%v) holds no zeros after its frames: the test did not reopen inside zeros", err)
 	}
-	if _, err := s.Reserve(ctx, reserveReq("b", time.Hour)); err != nil {
+	if _, err := s.Reserve(ctx, localtest.ReserveReq("b", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -916,12 +581,9 @@ func TestTooLarge(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	a := reserveReq("a", time.Hour)
-	if _, err := s.Reserve(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	a := localtest.Reserved(t, s, "a", time.Hour)
 	huge := make([]byte, 1<<32)
-	err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: huge, TTL: time.Hour})
+	err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(a), State: store.Succeeded, Value: huge, TTL: time.Hour})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a 4 GiB value: %v", err)
 	}
@@ -929,7 +591,7 @@ func TestTooLarge(t *testing.T) {
 	if err != nil || rec.State != store.InProgress {
 		t.Fatalf("after the refusal: %+v %v", rec, err)
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: []byte("A"), TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(a), State: store.Succeeded, Value: []byte("A"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	checkIndex(t, s)
@@ -943,18 +605,18 @@ func TestLargestFrame(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir)
 	ctx := context.Background()
-	a, b := reserveReq("a", time.Hour), reserveReq("b", time.Hour)
+	a, b := localtest.ReserveReq("a", time.Hour), localtest.ReserveReq("b", time.Hour)
 	for _, r := range []store.ReserveRequest{a, b} {
 		if _, err := s.Reserve(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err := s.Complete(ctx, store.Completion{Fence: fenceOf(a), State: store.Succeeded, Value: make([]byte, maxBody+1), TTL: time.Hour})
+	err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(a), State: store.Succeeded, Value: make([]byte, maxBody+1), TTL: time.Hour})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a value of 64 MiB + 1: %v", err)
 	}
 	big := bytes.Repeat([]byte("v"), maxBody-4096)
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(b), State: store.Succeeded, Value: big, TTL: time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(b), State: store.Succeeded, Value: big, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

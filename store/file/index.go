@@ -3,11 +3,12 @@ package file
 import (
 	"container/heap"
 	"encoding/binary"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/expiry"
+	"github.com/idem-dev/idem/store/internal/packed"
 )
 
 // entry is the index's view of one record: what a write needs to decide
@@ -47,30 +48,12 @@ func stateOf(st store.State) uint8 {
 	return stateFree
 }
 
-const noTime = math.MinInt64
+// Times are kept in Unix nanoseconds, as packed records keep them.
+const noTime = packed.NoTime
 
-// nanos returns t in Unix nanoseconds, clamped to the years 1678-2262
-// that an int64 covers; the zero time is noTime.
-func nanos(t time.Time) int64 {
-	switch {
-	case t.IsZero():
-		return noTime
-	case t.Before(minTime):
-		return noTime + 1
-	case t.After(maxTime):
-		return math.MaxInt64
-	}
-	return t.UnixNano()
-}
+func nanos(t time.Time) int64 { return packed.Nanos(t) }
 
-var minTime, maxTime = time.Unix(0, noTime+1), time.Unix(0, math.MaxInt64)
-
-func fromNanos(n int64) time.Time {
-	if n == noTime {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
+func fromNanos(n int64) time.Time { return packed.FromNanos(n) }
 
 // expSec is the second an expiry time in nanoseconds falls in.
 func expSec(ns int64) int64 {
@@ -343,15 +326,4 @@ func (x *expiryIndex) has(sec int64, r uint32) bool {
 	return false
 }
 
-type secHeap []int64
-
-func (h secHeap) Len() int           { return len(h) }
-func (h secHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h secHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *secHeap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *secHeap) Pop() any {
-	old := *h
-	v := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return v
-}
+type secHeap = expiry.SecHeap

@@ -8,14 +8,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 )
 
 // snapRequest is the request of key in the snapshot crash test: a lease
@@ -30,8 +31,8 @@ func snapRequest(key string) store.ReserveRequest {
 		// compact it.
 		ttl = 300 * time.Millisecond
 	}
-	req := leased(key, time.Minute, ttl)
-	req.Record.Token = tokenOf(key)
+	req := localtest.Leased(key, time.Minute, ttl)
+	req.Record.Token = localtest.TokenOf(key)
 	return req
 }
 
@@ -87,15 +88,15 @@ func snapChild(dir, round string) int {
 				}
 				out <- "R " + key
 				if i%5 == 0 {
-					if err := s.Release(ctx, fenceOf(req)); err != nil {
+					if err := s.Release(ctx, localtest.FenceOf(req)); err != nil {
 						fmt.Fprintln(os.Stderr, err)
 						os.Exit(1)
 					}
 					out <- "D " + key
 					continue
 				}
-				if err := s.Complete(ctx, store.Completion{Fence: fenceOf(req), State: store.Succeeded,
-					Value: response(key), TTL: req.TTL}); err != nil {
+				if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded,
+					Value: localtest.Response(key), TTL: req.TTL}); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)
 				}
@@ -181,22 +182,14 @@ func snapCrash(t *testing.T, mode string) {
 	acked := map[string]byte{} // key -> last step reported
 	fromSnap, tornTemp := 0, 0
 	for round := range rounds {
-		cmd := exec.Command(os.Args[0])
-		name := fmt.Sprint(round)
+		cmd := localtest.ChildCommand("snap", dir, round)
 		if mode == "rotation" {
-			name = fmt.Sprint("rot", round)
+			// The last of a repeated variable wins: the rounds' keys
+			// tell the rotation mode's rounds from the others.
+			cmd.Env = append(cmd.Env, fmt.Sprint("IDEM_FILE_TEST_ROUND=rot", round))
 		}
-		cmd.Env = append(os.Environ(), childEnv+"=snap", "IDEM_FILE_TEST_DIR="+dir, "IDEM_FILE_TEST_ROUND="+name,
-			"IDEM_FILE_TEST_MODE="+mode)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd.Env = append(cmd.Env, "IDEM_FILE_TEST_MODE="+mode)
+		stdout, stderr := testkit.Start(t, cmd)
 		var lines []string
 		done := make(chan struct{})
 		go func() {
@@ -239,7 +232,7 @@ func snapCrash(t *testing.T, mode string) {
 			r := recs[req.Record.KeyHash]
 			switch step {
 			case 'A':
-				if r == nil || r.State != store.Succeeded || !bytes.Equal(r.Value, response(key)) {
+				if r == nil || r.State != store.Succeeded || !bytes.Equal(r.Value, localtest.Response(key)) {
 					t.Fatalf("round %d: completed key %s: %+v", round, key, r)
 				}
 			case 'D':
@@ -290,12 +283,12 @@ func TestSnapshotIgnoredWhenDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 200 {
-		req := reserveReq(fmt.Sprint(i), time.Hour)
+		req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 		if _, err := s.Reserve(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
-			complete(t, s, req, fmt.Sprint("v", i), time.Hour)
+			localtest.Complete(t, s, req, fmt.Sprint("v", i), time.Hour)
 		}
 	}
 	want := checkIndex(t, s)
@@ -339,11 +332,8 @@ func TestTagCollision(t *testing.T) {
 	t.Parallel()
 	s := openT(t, t.TempDir())
 	ctx := context.Background()
-	a := reserveReq("a", time.Hour)
-	if _, err := s.Reserve(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	b := reserveReq("b", time.Hour)
+	a := localtest.Reserved(t, s, "a", time.Hour)
+	b := localtest.ReserveReq("b", time.Hour)
 	b.Record.KeyHash = a.Record.KeyHash[:24] + strings.Repeat("0", 40)
 	if _, err := s.Get(ctx, "", b.Record.KeyHash); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Get of a colliding key: %v, want ErrCorrupt", err)
@@ -351,7 +341,7 @@ func TestTagCollision(t *testing.T) {
 	if res, err := s.Reserve(ctx, b); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Reserve of a colliding key: %+v %v, want ErrCorrupt", res, err)
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(b), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, ErrCorrupt) {
+	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(b), State: store.Succeeded, TTL: time.Hour}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Complete of a colliding key: %v, want ErrCorrupt", err)
 	}
 	if r, err := s.Get(ctx, "", a.Record.KeyHash); err != nil || r.State != store.InProgress {
@@ -372,17 +362,17 @@ func TestSnapshotBoundsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := leased("held", 2*time.Second, 24*time.Hour)
+	req := localtest.Leased("held", 2*time.Second, 24*time.Hour)
 	if _, err := s.Reserve(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Renew(ctx, fenceOf(req), 3*time.Second); err != nil {
+	if err := s.Renew(ctx, localtest.FenceOf(req), 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// Then enough records that the holder's frame is in a sealed
 	// segment, which the snapshot covers.
 	for i := range 100 {
-		if _, err := s.Reserve(ctx, reserveReq(fmt.Sprint(i), time.Hour)); err != nil {
+		if _, err := s.Reserve(ctx, localtest.ReserveReq(fmt.Sprint(i), time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -412,14 +402,14 @@ func TestSnapshotOnRotation(t *testing.T) {
 	ctx := context.Background()
 	s := openT(t, dir, func(o *Options) { o.SegmentBytes = 4 << 10 })
 	i := 0
-	eventually(t, "a snapshot written on a rotation", func() bool {
+	localtest.Eventually(t, "a snapshot written on a rotation", func() bool {
 		for range 20 {
-			req := reserveReq(fmt.Sprint(i), time.Hour)
+			req := localtest.ReserveReq(fmt.Sprint(i), time.Hour)
 			i++
 			if _, err := s.Reserve(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			complete(t, s, req, "v", time.Hour)
+			localtest.Complete(t, s, req, "v", time.Hour)
 		}
 		return s.snapFirst.Load() > 0
 	})

@@ -1,30 +1,12 @@
 package pebblestore
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 	"github.com/idem-dev/idem/store/storetest"
 )
-
-// benchValue is a small stored response, as an API returns.
-var benchValue = []byte(`{"status":201,"headers":{"Content-Type":["application/json"]},"body":"eyJpZCI6ImNoXzEyMyIsImFtb3VudCI6MTAwMH0="}`)
-
-func benchRequest(run, i uint64) store.ReserveRequest {
-	key := fmt.Sprintf("bench-%d-%d", run, i)
-	return store.ReserveRequest{
-		Record: store.Record{
-			KeyHash: store.HashKey("tenant-1", key), Scope: "tenant-1", Key: key,
-			Fingerprint: "sha256:" + strings.Repeat("ab", 32), Binding: "POST /v1/charges",
-			State: store.InProgress, Token: i, RequestID: "req-" + key,
-		},
-		Lease: time.Minute, TTL: 24 * time.Hour,
-	}
-}
 
 // BenchmarkPairs runs durable reserve+complete pairs through the store
 // ("store") and the same synced commits on the bare engine ("pebble", see
@@ -43,16 +25,9 @@ func storePairs(b *testing.B) func(i uint64) error {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	ctx := context.Background()
-	run := benchRun.Add(1)
-	return func(i uint64) error {
-		req := benchRequest(run, i)
-		if _, err := s.Reserve(ctx, req); err != nil {
-			return err
-		}
-		return s.Complete(ctx, store.Completion{
-			Fence: store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token},
-			State: store.Succeeded, Value: benchValue, TTL: 24 * time.Hour,
-		})
-	}
+	return localtest.Pairs(s)
 }
+
+// BenchmarkEngine runs idem's engine on the embedded store: durable first
+// executions and replays at concurrency 1 and 64.
+func BenchmarkEngine(b *testing.B) { localtest.BenchEngine(b, harness) }

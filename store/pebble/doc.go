@@ -113,47 +113,12 @@
 //
 // # Why Pebble
 //
-// Chosen by measurement on the project's 2-core machine (ext4, one fsync
-// about 0.25 ms). The benchmarks (raw_bench_test.go) run durable
-// reserve+complete pairs on the bare engines: per pair, two check-then-
-// writes, each one synced commit of a ~250 B record under a SHA-256 key plus
-// its expiry-index entries, as this store writes them. Pairs per second,
-// medians of 3 (go test -bench 'Pairs|EngineBolt' -benchtime 3s -count 3,
-// on a machine shared with other jobs, load average about 13):
-//
-//	                                       c1      c64
-//	Pebble, striped mutex, pebble.Sync    1,554   16,140
-//	bbolt, db.Update (no group commit)      932      525
-//	bbolt, db.Batch, defaults                40    2,273
-//	bbolt, db.Batch, MaxBatchSize 64         44    4,908
-//
-// An earlier run on a quieter machine with sequential keys gave Pebble
-// 1,898 and 42,029, bbolt Update 1,710 and 1,561, bbolt Batch with
-// MaxBatchSize 64 47 and 48,183: bbolt's best case kept up with Pebble when
-// keys arrived in order, and fell to a third of it with hashed keys.
-//
-// bbolt groups commits only through db.Batch, which waits MaxBatchDelay
-// (10 ms) for a batch to fill: a lone caller pays the full delay (about 45
-// pairs/s), and MaxBatchSize must match a concurrency the store cannot know;
-// a store over bbolt would need its own switch between Update and Batch.
-// Its copy-on-write B+tree also rewrites pages all over the file for keys
-// that arrive in random order, and the file never shrinks. Pebble's commit
-// pipeline groups concurrent synced commits with no delay and no tuning, and
-// its log-structured writes do not care about key order. SQLite (WAL,
-// synchronous=FULL) was not benchmarked here; the project's earlier
-// measurement on this machine gave about 2,300 pairs/s at c1 but 1,000 at
-// c64: it does not group commits across connections.
-//
-// Through this store, in the same run, side by side with the raw Pebble loop
-// (BenchmarkPairs, same writes and sync mode per pair):
-//
-//	               c1      c64
-//	store         1,862   17,932   (c64/c1 = 9.6x)
-//	raw Pebble    1,554   16,140   (store/raw at c64 = 1.11)
-//
-// The store adds no measurable cost over the raw loop: both are bound by
-// fsync and compaction. On the shared machine numbers swing with other jobs'
-// load: a re-run at load 17 gave store 901 and 8,355 against raw 982 and
-// 16,121, and then alternating the two c64 runs (2 s each) gave store
-// 13,265-19,734 against raw 13,844-22,480 pairs/s.
+// Pebble's commit pipeline groups concurrent synced commits with no delay
+// and no tuning, and its log-structured writes do not care about key
+// order. bbolt, the other candidate, groups commits only through db.Batch,
+// which waits for a batch to fill (a lone caller pays the whole delay), and
+// its copy-on-write B+tree rewrites pages all over the file for keys that
+// arrive in random order. The store adds no measurable cost over the bare
+// engine: both are bound by fsync and compaction. The measurements
+// (raw_bench_test.go, BenchmarkPairs) are in docs/bench/STORE-DESIGN.md.
 package pebblestore

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -27,8 +28,8 @@ import (
 
 // rawValue is as long as the store's encoded record in BenchmarkStore.
 var rawValue = func() []byte {
-	r := benchRequest(0, 0).Record
-	r.Value = benchValue
+	r := localtest.BenchRequest(0, 0).Record
+	r.Value = localtest.BenchValue
 	return make([]byte, len(encodeRecord(&r, meta{})))
 }()
 

@@ -101,15 +101,9 @@
 // table: after NOTIFY, no round trip is left to queue behind a busy pool.
 // A record whose payload exceeds Options.NotifyRecordMax (default 7999
 // bytes, PostgreSQL's limit; the value travels in base64) is announced by
-// its key hash alone, and its waiters read it as before. On a shared
-// 2-core machine (TestWake, 200 rounds, the waiter that carries the record
-// and one that reads it alternating round by round, over five runs), a
-// waiter on a second store got its replay 142 to 167 µs after the
-// holder's completion at the median (p99 0.23 to 1.2 ms), against 244 to
-// 303 µs (p99 0.47 to 2.6 ms) for the waiter that reads; with a gateway
-// serving replays on the same machine besides (load average 7 to 9 on 2
-// cores, six runs), 147 to 209 µs against 303 to 394 µs at the median,
-// while p99 (1.3 to 21 ms against 2.8 to 96 ms) followed the CPU starved.
+// its key hash alone, and its waiters read it as before. A waiter that
+// gets the record replays sooner than one that reads it, by about half at
+// the median (TestWake; docs/bench/STORE-DESIGN.md).
 // During a rolling upgrade, gateways of earlier versions do not recognise
 // these notifications and their waiters poll (every 250 ms by default)
 // until every gateway runs this version.

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"testing"
@@ -11,7 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/postgres"
 )
@@ -78,33 +78,11 @@ func Example() {
 // TestExample runs Example against the test server and checks what it
 // prints. The example's schema is dropped before and after.
 func TestExample(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	t.Setenv("DATABASE_URL", dsn)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	drop := func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS idem_example CASCADE"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	drop()
-	defer drop()
+	testdb.PostgresExample(t, "idem_example")
 
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	Example()
-	os.Stdout = stdout
-	w.Close()
-	got, _ := io.ReadAll(r)
+	got := testkit.Stdout(t, Example)
 	want := "first call acquired: true\nretry acquired: false, replays succeeded {\"id\":\"ch_1\"}\n"
-	if string(got) != want {
+	if got != want {
 		t.Fatalf("Example printed:\n%s\nwant:\n%s", got, want)
 	}
 }

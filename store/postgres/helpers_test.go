@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 )
 
@@ -30,23 +31,7 @@ func testPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 
 func openPool(t testing.TB, dsn string, maxConns int32, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	for _, f := range configure {
-		f(cfg)
-	}
-	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return testdb.PostgresPool(t, dsn, maxConns, configure...)
 }
 
 // uniqueName returns a schema name no other test run uses.
@@ -100,4 +85,11 @@ func indexKeys(t testing.TB, s *Store) []string {
 		t.Fatal(err)
 	}
 	return keys
+}
+
+// freshStore is a store over a schema of its own, on a pool of 2.
+func freshStore(t *testing.T) *Store {
+	t.Helper()
+	pool := testPool(t, 2)
+	return newTestStore(t, pool, freshSchema(t, pool))
 }

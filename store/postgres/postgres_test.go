@@ -19,9 +19,14 @@ import (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	pool := testPool(t, 16)
-	peerPool := testPool(t, 16) // a second client, as another process would be
-	storetest.Run(t, storetest.Harness{
+	// The peer is a second client, as another process would be.
+	storetest.Run(t, harness(testPool(t, 16), testPool(t, 16)))
+}
+
+// harness makes the suite's stores on pool, each over a schema of its
+// own, and their peers on peerPool.
+func harness(pool, peerPool *pgxpool.Pool) storetest.Harness {
+	return storetest.Harness{
 		New: func(t *testing.T) store.Store {
 			return newTestStore(t, pool, freshSchema(t, pool))
 		},
@@ -29,7 +34,7 @@ func TestConformance(t *testing.T) {
 			return newTestStore(t, peerPool, s.(*Store).Options())
 		},
 		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(t, s.(*Store)) },
-	})
+	}
 }
 
 // TestConformanceCacheDescribe runs the suite without named prepared
@@ -39,18 +44,9 @@ func TestConformanceCacheDescribe(t *testing.T) {
 	t.Parallel()
 	describe := func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe }
 	dsn := testenv.Postgres(t)
-	pool := openPool(t, dsn, 8, describe)
-	peerPool := openPool(t, dsn, 8, describe)
-	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) store.Store {
-			return newTestStore(t, pool, freshSchema(t, pool))
-		},
-		Peer: func(t *testing.T, s store.Store) store.Store {
-			return newTestStore(t, peerPool, s.(*Store).Options())
-		},
-		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(t, s.(*Store)) },
-		Racers:    32,
-	})
+	h := harness(openPool(t, dsn, 8, describe), openPool(t, dsn, 8, describe))
+	h.Racers = 32
+	storetest.Run(t, h)
 }
 
 // TestConformanceReadFirst runs the suite with every reservation reading
@@ -242,8 +238,7 @@ func TestOptions(t *testing.T) {
 // column, and that fencing compares all 64 bits.
 func TestTokenBits(t *testing.T) {
 	t.Parallel()
-	pool := testPool(t, 2)
-	s := newTestStore(t, pool, freshSchema(t, pool))
+	s := freshStore(t)
 	ctx := context.Background()
 	for _, tok := range []uint64{1<<63 | 12345, ^uint64(0), 1 << 63} {
 		req := request("tok-"+time.Now().String(), tok)
@@ -267,8 +262,7 @@ func TestTokenBits(t *testing.T) {
 
 func TestInvalidKeyHash(t *testing.T) {
 	t.Parallel()
-	pool := testPool(t, 2)
-	s := newTestStore(t, pool, freshSchema(t, pool))
+	s := freshStore(t)
 	ctx := context.Background()
 	req := request("k", 1)
 	req.Record.KeyHash = "not-a-hash"
@@ -287,8 +281,7 @@ func TestInvalidKeyHash(t *testing.T) {
 // takeover, and replacing a stale lease is.
 func TestTookOver(t *testing.T) {
 	t.Parallel()
-	pool := testPool(t, 2)
-	s := newTestStore(t, pool, freshSchema(t, pool))
+	s := freshStore(t)
 	ctx := context.Background()
 	mustReserve := func(req store.ReserveRequest, tookOver bool) {
 		t.Helper()

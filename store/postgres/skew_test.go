@@ -1,219 +1,25 @@
 package postgres
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
-// skewLease is the lease of TestEngineClockSkew: a renewal every third of
-// it must get through on a loaded machine.
-const skewLease = time.Second
-
-// skewOffsets are the retrier's clock minus the holder's, in leases.
-var skewOffsets = []float64{0, 0.5, -0.5, 2, -2, 10, -10}
-
-// TestEngineClockSkew runs two replicas, engines over two store clients of
-// their own (two pools), whose clocks are 0, 0.5, 2 and 10 leases apart in
-// both directions. For 20 keys per offset one holds the key and works 2.5
-// leases, renewing on time, while the other retries the key every quarter
-// lease: no key runs twice. Then 5 holders per offset die half a lease
-// into their work (their store client is closed: not another write), and
-// the other replica, retrying every quarter lease, takes each key over
-// within two leases.
+// TestEngineClockSkew runs storetest.EngineClockSkew on two replicas
+// with store clients of their own (two pools), whose clocks disagree
+// by up to 10 leases: no live holder's key runs twice, and a dead
+// holder's key is taken over within two leases.
 func TestEngineClockSkew(t *testing.T) {
 	t.Parallel()
 	holderPool, retrierPool := testPool(t, 8), testPool(t, 8)
 	opts := freshSchema(t, holderPool)
-	runClockSkew(t, newTestStore(t, holderPool, opts), newTestStore(t, retrierPool, opts), func(t *testing.T) (store.Store, func()) {
+	storetest.EngineClockSkew(t, newTestStore(t, holderPool, opts), newTestStore(t, retrierPool, opts), func(t *testing.T) (store.Store, func()) {
 		pool := testPool(t, 4)
 		s := newTestStore(t, pool, opts)
 		// Closed, the store refuses every call with store.ErrClosed, which
 		// the engine does not retry: the holder is gone at once.
 		return s, func() { _ = s.Close(); pool.Close() }
 	})
-}
-
-// runClockSkew runs TestEngineClockSkew on a holder's and a retrier's store
-// client; dying makes a client of a holder that dies when kill is called.
-func runClockSkew(t *testing.T, holder, retrier store.Store, dying func(t *testing.T) (s store.Store, kill func())) {
-	const liveKeys, deadKeys = 20, 5
-	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
-	quiet := idem.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	clock := func(leases float64) idem.Option {
-		d := time.Duration(leases * float64(skewLease))
-		return idem.WithClock(func() time.Time { return time.Now().Add(d) })
-	}
-	prefix := fmt.Sprintf("skew-%d", time.Now().UnixNano())
-	var (
-		mu      sync.Mutex
-		twice   = map[float64]int{}
-		errs    = map[float64][]string{}
-		takeovr = map[float64]time.Duration{}
-	)
-	note := func(skew float64, format string, args ...any) {
-		mu.Lock()
-		errs[skew] = append(errs[skew], fmt.Sprintf(format, args...))
-		mu.Unlock()
-	}
-	work := func(runs *atomic.Int32, started chan struct{}) idem.Func {
-		return func(ctx context.Context) ([]byte, error) {
-			if runs.Add(1) == 1 {
-				close(started)
-			}
-			select {
-			case <-time.After(skewLease * 5 / 2):
-				return []byte("done"), nil
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
-			}
-		}
-	}
-
-	// Live holders.
-	var wg sync.WaitGroup
-	for _, skew := range skewOffsets {
-		h := idem.New(holder, p, clock(0), quiet)
-		r := idem.New(retrier, p, clock(skew), quiet)
-		t.Cleanup(func() { h.Close(); r.Close() })
-		for k := range liveKeys {
-			wg.Go(func() {
-				call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-live-%v-%d", prefix, skew, k), Fingerprint: "fp"}
-				var runs atomic.Int32
-				started := make(chan struct{})
-				fn := work(&runs, started)
-				held := make(chan error, 1)
-				go func() { _, err := h.Do(context.Background(), call, fn); held <- err }()
-				<-started
-				deadline := time.Now().Add(30 * skewLease)
-				holding := true
-			retry:
-				for {
-					if holding {
-						select {
-						case err := <-held:
-							holding = false
-							if err != nil {
-								note(skew, "holder: %v", err)
-							}
-						case <-time.After(skewLease / 4):
-						}
-					} else {
-						time.Sleep(skewLease / 4)
-					}
-					res, err := r.Do(context.Background(), call, fn)
-					switch {
-					case errors.Is(err, idem.ErrInProgress) && time.Now().Before(deadline):
-					case err != nil:
-						note(skew, "retry: %v", err)
-						break retry
-					case !res.Replayed:
-						break retry // the retrier ran the work: a second run
-					case !holding:
-						if string(res.Value) != "done" {
-							note(skew, "replayed %q", res.Value)
-						}
-						break retry
-					}
-				}
-				if holding {
-					<-held
-				}
-				if n := runs.Load(); n != 1 {
-					mu.Lock()
-					twice[skew]++
-					mu.Unlock()
-				}
-			})
-		}
-	}
-	wg.Wait()
-
-	// Dead holders.
-	type dyingClient struct {
-		s    store.Store
-		kill func()
-	}
-	clients := make([]dyingClient, len(skewOffsets))
-	for i := range clients {
-		clients[i].s, clients[i].kill = dying(t)
-	}
-	for i, skew := range skewOffsets {
-		wg.Go(func() {
-			kill := clients[i].kill
-			d := idem.New(clients[i].s, p, clock(0), quiet)
-			r := idem.New(retrier, p, clock(skew), quiet)
-			defer r.Close()
-			defer d.Close()
-			killed := make(chan struct{})
-			var holders sync.WaitGroup
-			calls := make([]idem.Call, deadKeys)
-			for k := range calls {
-				calls[k] = idem.Call{Scope: "test", Key: fmt.Sprintf("%s-dead-%v-%d", prefix, skew, k), Fingerprint: "fp"}
-				started := make(chan struct{})
-				holders.Go(func() {
-					_, _ = d.Do(context.Background(), calls[k], func(context.Context) ([]byte, error) {
-						close(started)
-						<-killed
-						return []byte("never stored"), nil
-					})
-				})
-				<-started
-			}
-			time.Sleep(skewLease / 2)
-			kill()
-			died := time.Now()
-			close(killed)
-			var retries sync.WaitGroup
-			for _, call := range calls {
-				retries.Go(func() {
-					for {
-						res, err := r.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
-						if errors.Is(err, idem.ErrInProgress) && time.Since(died) < 20*skewLease {
-							time.Sleep(skewLease / 4)
-							continue
-						}
-						took := time.Since(died)
-						if err != nil || !res.TookOver {
-							note(skew, "dead holder's key: %+v %v after %v", res, err, took)
-							return
-						}
-						mu.Lock()
-						takeovr[skew] = max(takeovr[skew], took)
-						mu.Unlock()
-						return
-					}
-				})
-			}
-			retries.Wait()
-			holders.Wait()
-		})
-	}
-	wg.Wait()
-
-	var table []string
-	for _, skew := range skewOffsets {
-		table = append(table, fmt.Sprintf("retrier %+5.1f leases: live keys run twice %2d of %d; dead holders' keys taken over after %.2f leases at most",
-			skew, twice[skew], liveKeys, takeovr[skew].Seconds()/skewLease.Seconds()))
-		if twice[skew] > 0 {
-			t.Errorf("retrier %+v leases off: %d of %d keys ran twice", skew, twice[skew], liveKeys)
-		}
-		if takeovr[skew] > 2*skewLease {
-			t.Errorf("retrier %+v leases off: a dead holder's key taken over after %v, more than two leases", skew, takeovr[skew])
-		}
-	}
-	t.Logf("lease %v:\n%s", skewLease, strings.Join(table, "\n"))
-	for skew, e := range errs {
-		t.Errorf("retrier %+v leases off: %d errors, first: %s", skew, len(e), e[0])
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // statementCounter counts the statements a pool sends.
@@ -38,16 +39,7 @@ func TestStatementsPerCall(t *testing.T) {
 	readFirst.ReadFirstAfter = -1
 	rs := newTestStore(t, pool, readFirst)
 	ctx := context.Background()
-	count := func(what string, want int64, call func() error) {
-		t.Helper()
-		before := counter.n.Load()
-		if err := call(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if got := counter.n.Load() - before; got != want {
-			t.Errorf("%s: %d statements, want %d", what, got, want)
-		}
-	}
+	count := storetest.Counter(t, "statements", counter.n.Load)
 	reserve := func(s *Store, req store.ReserveRequest, acquire bool) func() error {
 		return func() error {
 			res, err := s.Reserve(ctx, req)

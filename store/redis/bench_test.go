@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
-	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -130,23 +128,7 @@ func benchSetup(b *testing.B) benchVariants {
 				ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
 			}
-			key := "k" + strconv.FormatUint(i, 10)
-			r := store.Record{
-				KeyHash: store.HashKey("bench", key), Scope: "bench", Key: key,
-				Fingerprint: "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-				Binding:     "POST /v1/charges", State: store.InProgress, Token: i, RequestID: "req_" + key,
-			}
-			res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Lease: time.Minute, TTL: benchLife, TakeOverStale: true})
-			if err != nil {
-				return err
-			}
-			if !res.Acquired {
-				return fmt.Errorf("fresh key %s not acquired", key)
-			}
-			return s.Complete(ctx, store.Completion{
-				Fence: store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: i},
-				State: store.Succeeded, Value: value, TTL: benchLife,
-			})
+			return storetest.FreshPair(ctx, s, i, "POST /v1/charges", value, benchLife)
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // commandCounter counts the commands a go-redis client sends.
@@ -44,16 +45,7 @@ func TestCommandsPerCall(t *testing.T) {
 	client.AddHook(&counter)
 	s, prefix := newStore(t, client)
 	ctx := context.Background()
-	count := func(what string, want int64, call func() error) {
-		t.Helper()
-		before := counter.n.Load()
-		if err := call(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if got := counter.n.Load() - before; got != want {
-			t.Errorf("%s: %d commands, want %d", what, got, want)
-		}
-	}
+	count := storetest.Counter(t, "commands", counter.n.Load)
 	reserve := func(req store.ReserveRequest, acquire bool) func() error {
 		return func() error {
 			res, err := s.Reserve(ctx, req)

@@ -20,19 +20,9 @@
 // same scripts and pass the same conformance suite, racing each other on
 // the same keys. rueidis pipelines the commands of concurrent callers over
 // one connection per node, where go-redis writes and reads each command on
-// a pooled connection of its own. Measured side by side, the store's two
-// scripts sent by SHA with prebuilt arguments, in alternating chunks
-// (BenchmarkClients, `go test -run '^$' -bench Clients -benchtime 20000x
-// -count 2 ./store/redis`, on the project's 2-core machine shared with
-// other jobs and with the Redis server itself):
-//
-//	                 go-redis                 rueidis
-//	c1    pairs/s    3,887-4,207              4,593-5,028
-//	      CPU/pair   41.8-42.2 µs             31.8-34.6 µs
-//	c16   pairs/s    9,841-21,783             14,741-33,432
-//	      CPU/pair   21.0-23.3 µs             12.5-13.7 µs
-//	c64   pairs/s    5,648-8,167              9,843-10,508
-//	      CPU/pair   23.1-25.7 µs             11.4-12.7 µs
+// a pooled connection of its own; side by side (BenchmarkClients), rueidis
+// takes less CPU a pair and makes more pairs a second at every concurrency
+// measured (docs/bench/STORE-DESIGN.md).
 //
 // rueidis honours every context deadline itself, so a store on it never
 // needs the watchdog goroutine described below.

@@ -89,6 +89,14 @@ func dropPrefix(t testing.TB, c redis.UniversalClient, prefix string) {
 // harness runs the conformance suite through client; peers are made by
 // newPeer. Each store gets a prefix of its own, which its peers share.
 func harness(client redis.UniversalClient, newPeer func(t *testing.T) redis.UniversalClient) storetest.Harness {
+	return harnessOn(func(prefix string) (*redisstore.Store, error) {
+		return redisstore.New(client, redisstore.Options{Prefix: prefix})
+	}, client, newPeer)
+}
+
+// harnessOn is harness with the stores under test made by open; client
+// inspects and drops their keys.
+func harnessOn(open func(prefix string) (*redisstore.Store, error), client redis.UniversalClient, newPeer func(t *testing.T) redis.UniversalClient) storetest.Harness {
 	var (
 		mu       sync.Mutex
 		prefixes = map[store.Store]string{}
@@ -105,7 +113,7 @@ func harness(client redis.UniversalClient, newPeer func(t *testing.T) redis.Univ
 	return storetest.Harness{
 		New: func(t *testing.T) store.Store {
 			prefix := uniquePrefix()
-			s, err := redisstore.New(client, redisstore.Options{Prefix: prefix})
+			s, err := open(prefix)
 			if err != nil {
 				t.Fatal(err)
 			}

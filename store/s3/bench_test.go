@@ -31,25 +31,7 @@ func BenchmarkPairs(b *testing.B) {
 		value := []byte(`{"task_id":"6f1c1e0e-3c9a-4a53-9d39-1a4b1d0f5e11","task_key":"tasks/6/6f1c1e0e.json"}`)
 		var seq atomic.Uint64
 		storePair := func() error {
-			i := seq.Add(1)
-			key := "k" + strconv.FormatUint(i, 10)
-			r := store.Record{
-				KeyHash: store.HashKey("bench", key), Scope: "bench", Key: key,
-				Fingerprint: "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-				Binding:     "charge_customer", State: store.InProgress, Token: i, RequestID: "req_" + key,
-			}
-			ctx := context.Background()
-			res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Lease: time.Minute, TTL: time.Hour, TakeOverStale: true})
-			if err != nil {
-				return err
-			}
-			if !res.Acquired {
-				return fmt.Errorf("fresh key %s not acquired", key)
-			}
-			return s.Complete(ctx, store.Completion{
-				Fence: store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: i},
-				State: store.Succeeded, Value: value, TTL: time.Hour,
-			})
+			return storetest.FreshPair(context.Background(), s, seq.Add(1), "charge_customer", value, time.Hour)
 		}
 		rawPair := func() error {
 			key := prefix + "raw/" + strconv.FormatUint(seq.Add(1), 10) + ".json"

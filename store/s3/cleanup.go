@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/idem-dev/idem/store/internal/keyhash"
 )
 
 // cleanupWorkers is how many objects Cleanup examines at once: its time is
@@ -67,7 +68,7 @@ func (s *Store) isRecord(key string) bool {
 	}
 	seg, name, ok := strings.Cut(rest, "/")
 	hash, isJSON := strings.CutSuffix(name, ".json")
-	return ok && seg != "" && isJSON && validKeyHash(hash)
+	return ok && seg != "" && isJSON && keyhash.Valid(hash)
 }
 
 // sweep is one Cleanup: it deletes expired records, at most limit of them.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-dev/idem/store"
 	s3store "github.com/idem-dev/idem/store/s3"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // TestExpiryOnServerClock: a record lives its TTL from its write on the
@@ -28,7 +29,7 @@ func TestExpiryOnServerClock(t *testing.T) {
 	clock := newFrozenClock(seedNow)
 	s := clockStore(t, srv, clock)
 	ctx := context.Background()
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, s, req)
 	clock.add(10 * time.Second)
 	if err := s.Complete(ctx, completion(req, "v")); err != nil {
@@ -58,11 +59,11 @@ func TestExpiryOnServerClock(t *testing.T) {
 	// Reserve judges alike: over the record in its last second, then
 	// replacing it (no takeover: it is absent to every reader).
 	clock.set(written.Add(time.Hour))
-	if res := reserve(t, s, taker(req)); res.Acquired || res.Existing.State != store.Succeeded {
+	if res := reserve(t, s, storetest.Taker(req)); res.Acquired || res.Existing.State != store.Succeeded {
 		t.Fatalf("reserve in the record's last second: %+v", res)
 	}
 	clock.set(written.Add(time.Hour + time.Second))
-	if res := reserve(t, s, taker(req)); !res.Acquired || res.TookOver {
+	if res := reserve(t, s, storetest.Taker(req)); !res.Acquired || res.TookOver {
 		t.Fatalf("reserve after the record expired: %+v", res)
 	}
 }
@@ -80,11 +81,11 @@ func TestRenewKeepsExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, a, req)
 	for range 2 {
 		clock.add(20 * time.Minute)
-		if err := a.Renew(ctx, fenceOf(req), time.Hour); err != nil {
+		if err := a.Renew(ctx, storetest.FenceOf(req), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +121,7 @@ func TestRenewRestartsWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	watch := watched(b)
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, a, req)
 	key := a.ObjectKey(req.Record.Scope, req.Record.KeyHash)
 	if r := get(t, b, req); r.LeaseLeft != time.Minute {
@@ -132,7 +133,7 @@ func TestRenewRestartsWatch(t *testing.T) {
 		if r := get(t, b, req); r.LeaseLeft != 10*time.Second {
 			t.Fatalf("renewal %d: after 50 s watched: lease left %v, want 10s", i, r.LeaseLeft)
 		}
-		if err := a.Renew(ctx, fenceOf(req), time.Minute); err != nil {
+		if err := a.Renew(ctx, storetest.FenceOf(req), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		etag := etagOf(t, srv, key)
@@ -145,14 +146,14 @@ func TestRenewRestartsWatch(t *testing.T) {
 		}
 	}
 	watch.step(59 * time.Second)
-	if res := reserve(t, b, taker(req)); res.Acquired || res.Existing.Stale() {
+	if res := reserve(t, b, storetest.Taker(req)); res.Acquired || res.Existing.Stale() {
 		t.Fatalf("a second before the renewed lease ends: %+v", res)
 	}
 	watch.step(time.Second)
-	if res := reserve(t, b, taker(req)); !res.TookOver {
+	if res := reserve(t, b, storetest.Taker(req)); !res.TookOver {
 		t.Fatalf("a whole lease after the renewal: %+v, want a takeover", res)
 	}
-	if err := a.Renew(ctx, fenceOf(req), time.Minute); !errors.Is(err, store.ErrLeaseLost) {
+	if err := a.Renew(ctx, storetest.FenceOf(req), time.Minute); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("the old holder's renewal: %v", err)
 	}
 }
@@ -171,15 +172,15 @@ func TestTakeoverLosesToRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, a, req)
 	watchOver(t, b, watched(b), req)
 	f.add(&rule{match: ifMatch, times: 1, before: func(*http.Request) {
-		if err := a.Renew(ctx, fenceOf(req), time.Minute); err != nil {
+		if err := a.Renew(ctx, storetest.FenceOf(req), time.Minute); err != nil {
 			t.Errorf("the holder's renewal: %v", err)
 		}
 	}})
-	res := reserve(t, b, taker(req))
+	res := reserve(t, b, storetest.Taker(req))
 	if res.Acquired || res.Existing.Token != req.Record.Token || res.Existing.Stale() {
 		t.Fatalf("takeover racing a renewal: %+v; want the holder's live record", res)
 	}
@@ -205,10 +206,10 @@ func TestTornReadNotExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := request()
+	old := storetest.FreshRequest()
 	mustAcquire(t, a, old)
 	clock.add(2 * time.Hour)
-	fresh := taker(old)
+	fresh := storetest.Taker(old)
 	if res := reserve(t, a, fresh); !res.Acquired || res.TookOver {
 		t.Fatalf("reserve over the expired record: %+v", res)
 	}
@@ -219,7 +220,7 @@ func TestTornReadNotExpired(t *testing.T) {
 		}})
 	}
 	tr := torn()
-	other := taker(fresh)
+	other := storetest.Taker(fresh)
 	if res := reserve(t, b, other); res.Acquired || res.Existing.Token != fresh.Record.Token {
 		t.Fatalf("reserve after a torn read: %+v; want the fresh holder's record", res)
 	}
@@ -310,20 +311,20 @@ func TestOldFormatObjects(t *testing.T) {
 
 	// Completed, from the writer behind, TTL one hour: the old code
 	// judged it expired years ago on any reader with a right clock.
-	done := request()
+	done := storetest.FreshRequest()
 	putOld(t, c, s, done, store.Succeeded, behind, time.Minute, time.Hour)
 	// Completed, from the writer ahead, TTL three hours: the old code kept
 	// it 10 years.
-	doneAhead := request()
+	doneAhead := storetest.FreshRequest()
 	putOld(t, c, s, doneAhead, store.Succeeded, ahead, time.Minute, 3*time.Hour)
 	// In progress, lease 30 s, from the writer ahead: the old code never
 	// judged it stale on a reader with a right clock.
-	held := request()
+	held := storetest.FreshRequest()
 	held.Lease = 30 * time.Second
 	putOld(t, c, s, held, store.InProgress, ahead, 30*time.Second, time.Hour)
 	// In progress with a lease_until not after its updated_at: a minute,
 	// the engine's default lease.
-	odd := request()
+	odd := storetest.FreshRequest()
 	putOld(t, c, s, odd, store.InProgress, behind, -time.Second, time.Hour)
 
 	clock.add(59 * time.Minute)
@@ -331,7 +332,7 @@ func TestOldFormatObjects(t *testing.T) {
 	if r.State != store.Succeeded || string(r.Value) != "old outcome" || !r.ExpiresAt.Equal(seedNow.Add(time.Hour)) || !r.UpdatedAt.Equal(seedNow) {
 		t.Fatalf("the old record from a writer behind: %+v", r)
 	}
-	if res := reserve(t, s, taker(done)); res.Acquired || string(res.Existing.Value) != "old outcome" {
+	if res := reserve(t, s, storetest.Taker(done)); res.Acquired || string(res.Existing.Value) != "old outcome" {
 		t.Fatalf("reserve over the old record: %+v, want its outcome", res)
 	}
 
@@ -346,7 +347,7 @@ func TestOldFormatObjects(t *testing.T) {
 	}
 	// The takers' records outlive what Cleanup is checked on below.
 	longTaker := func(req store.ReserveRequest) store.ReserveRequest {
-		tk := taker(req)
+		tk := storetest.Taker(req)
 		tk.TTL = 24 * time.Hour
 		return tk
 	}
@@ -386,7 +387,7 @@ func TestOldFormatObjects(t *testing.T) {
 	}
 	clock.set(seedNow.Add(3*time.Hour + time.Second))
 	wantGone(t, s, doneAhead)
-	if res := reserve(t, s, taker(done)); !res.Acquired || res.TookOver {
+	if res := reserve(t, s, storetest.Taker(done)); !res.Acquired || res.TookOver {
 		t.Fatalf("reserve over the expired old record: %+v", res)
 	}
 }

@@ -64,21 +64,6 @@ func ScopeSegment(scope string) string {
 	return seg
 }
 
-// validKeyHash reports whether h is 64 lowercase hex digits, the only form
-// store.HashKey produces; anything else could name another object.
-func validKeyHash(h string) bool {
-	if len(h) != 64 {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // formatVersion is written into every object, so that a later format can
 // tell the objects of this one apart. The durations (ttl, lease) were
 // added to version 1 as optional fields rather than as a version 2, so

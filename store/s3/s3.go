@@ -20,6 +20,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/keyhash"
 	"github.com/idem-dev/idem/store/internal/leasewatch"
 )
 
@@ -146,7 +147,7 @@ func (s *Store) ObjectKey(scope, keyHash string) string {
 }
 
 func (s *Store) objectKey(op, scope, keyHash string) (string, error) {
-	if !validKeyHash(keyHash) {
+	if !keyhash.Valid(keyHash) {
 		return "", fmt.Errorf("s3store: %s: invalid key hash %q (want store.HashKey's 64 hex digits)", op, keyHash)
 	}
 	return s.ObjectKey(scope, keyHash), nil

@@ -12,25 +12,14 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store"
 	s3store "github.com/idem-dev/idem/store/s3"
+	"github.com/idem-dev/idem/store/storetest"
 )
-
-// skewLease is the lease of the clock-skew tests: short enough to pass
-// several within a test, long enough for a renewal every third of it on a
-// loaded machine.
-const skewLease = time.Second
 
 // skewKeys is how many keys each skew runs at once.
 const skewKeys = 16
 
-// clockSkews are the offsets, in leases, of the second replica's clock
-// from the first's: equal, half a lease, and the 2 and 10 leases at which
-// every key once ran twice, in both directions.
-var clockSkews = []float64{0, 0.5, -0.5, 2, -2, 10, -10}
-
-func skewedClock(leases float64) func() time.Time {
-	d := time.Duration(leases * float64(skewLease))
-	return func() time.Time { return time.Now().Add(d) }
-}
+// keySeq makes the tests' keys unique.
+var keySeq atomic.Int64
 
 // skewStores returns two clients of one prefix on the real server, each
 // with a connection pool of its own, as two replicas would have.
@@ -63,12 +52,12 @@ func skewStores(t *testing.T) (a, b *s3store.Store) {
 // that the holders' renewals are not starved by the rest.
 func TestEngineClockSkew(t *testing.T) {
 	a, b := skewStores(t)
-	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
+	p := idem.Policy{Lease: storetest.SkewLease, TTL: time.Hour, CleanupInterval: -1}
 	twice := map[float64]int{}
-	for _, skew := range clockSkews {
+	for _, skew := range storetest.Skews {
 		t.Run(fmt.Sprintf("%+g_leases", skew), func(t *testing.T) {
-			holder := idem.New(a, p, idem.WithClock(skewedClock(0)))
-			retrier := idem.New(b, p, idem.WithClock(skewedClock(skew)))
+			holder := idem.New(a, p, idem.WithClock(storetest.Skewed(0)))
+			retrier := idem.New(b, p, idem.WithClock(storetest.Skewed(skew)))
 			defer holder.Close()
 			defer retrier.Close()
 			var (
@@ -99,7 +88,7 @@ func TestEngineClockSkew(t *testing.T) {
 						}
 						mu.Unlock()
 						select {
-						case <-time.After(skewLease * 5 / 2):
+						case <-time.After(storetest.SkewLease * 5 / 2):
 							return []byte("done"), nil
 						case <-ctx.Done():
 							return nil, context.Cause(ctx)
@@ -145,7 +134,7 @@ func TestEngineClockSkew(t *testing.T) {
 								return
 							}
 							holderDone = true
-						case <-time.After(skewLease / 4):
+						case <-time.After(storetest.SkewLease / 4):
 						}
 						res, err := retrier.Do(context.Background(), call, work)
 						switch {
@@ -180,10 +169,10 @@ func TestEngineClockSkew(t *testing.T) {
 // a lease after the reservation, and within two.
 func TestEngineDeadHolderSkew(t *testing.T) {
 	a, b := skewStores(t)
-	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
-	for _, skew := range clockSkews {
+	p := idem.Policy{Lease: storetest.SkewLease, TTL: time.Hour, CleanupInterval: -1}
+	for _, skew := range storetest.Skews {
 		t.Run(fmt.Sprintf("%+g_leases", skew), func(t *testing.T) {
-			retrier := idem.New(b, p, idem.WithClock(skewedClock(skew)))
+			retrier := idem.New(b, p, idem.WithClock(storetest.Skewed(skew)))
 			defer retrier.Close()
 			var (
 				wg         sync.WaitGroup
@@ -196,7 +185,7 @@ func TestEngineDeadHolderSkew(t *testing.T) {
 					dead := store.ReserveRequest{
 						Record: store.Record{KeyHash: store.HashKey(call.Scope, call.Key), Scope: call.Scope, Key: call.Key,
 							Fingerprint: call.Fingerprint, State: store.InProgress, Token: uint64(keySeq.Add(1)) << 8, RequestID: "dead"},
-						Lease: skewLease, TTL: time.Hour,
+						Lease: storetest.SkewLease, TTL: time.Hour,
 					}
 					sent := time.Now()
 					if res, err := a.Reserve(context.Background(), dead); err != nil || !res.Acquired {
@@ -207,19 +196,19 @@ func TestEngineDeadHolderSkew(t *testing.T) {
 						res, err := retrier.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
 						took := time.Since(sent)
 						if errors.Is(err, idem.ErrInProgress) {
-							if took > 30*skewLease {
+							if took > 30*storetest.SkewLease {
 								t.Errorf("key %d: the dead holder's key still held after %v", k, took)
 								return
 							}
-							time.Sleep(skewLease / 4)
+							time.Sleep(storetest.SkewLease / 4)
 							continue
 						}
 						switch {
 						case err != nil || !res.TookOver:
 							t.Errorf("key %d: %+v, %v; want a takeover", k, res, err)
-						case took < skewLease:
-							t.Errorf("key %d: taken over %v after the reservation, before its lease of %v", k, took, skewLease)
-						case took > 2*skewLease:
+						case took < storetest.SkewLease:
+							t.Errorf("key %d: taken over %v after the reservation, before its lease of %v", k, took, storetest.SkewLease)
+						case took > 2*storetest.SkewLease:
 							t.Errorf("key %d: taken over %v after the reservation, more than two leases", k, took)
 						}
 						mu.Lock()
@@ -234,7 +223,7 @@ func TestEngineDeadHolderSkew(t *testing.T) {
 			}
 			wg.Wait()
 			t.Logf("retrier %+g leases off: %d dead holders' keys taken over %v to %v after their reservation (lease %v)",
-				skew, skewKeys, fast.Round(time.Millisecond), slow.Round(time.Millisecond), skewLease)
+				skew, skewKeys, fast.Round(time.Millisecond), slow.Round(time.Millisecond), storetest.SkewLease)
 		})
 	}
 }

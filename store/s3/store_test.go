@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,45 +16,15 @@ import (
 
 	"github.com/idem-dev/idem/store"
 	s3store "github.com/idem-dev/idem/store/s3"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // seedNow is where the tests that pin times stop the server's clock
 // (frozenClock): the S3 task queue's created_at.
 var seedNow = time.Date(2026, 1, 27, 12, 0, 0, 0, time.UTC)
 
-var keySeq atomic.Int64
-
-// request is a reservation of a fresh key in scope "test": lease one
-// minute, TTL one hour.
-func request() store.ReserveRequest {
-	key := fmt.Sprintf("key-%d", keySeq.Add(1))
-	return store.ReserveRequest{
-		Record: store.Record{
-			KeyHash: store.HashKey("test", key), Scope: "test", Key: key,
-			Fingerprint: "sha256:fp", Binding: "POST /charges", State: store.InProgress,
-			Token: uint64(keySeq.Add(1)) << 8, RequestID: "req-" + key,
-		},
-		Lease:         time.Minute,
-		TTL:           time.Hour,
-		TakeOverStale: true,
-	}
-}
-
-// taker is another caller's reservation of req's key, with the same
-// fingerprint and binding: it may take a stale req over.
-func taker(req store.ReserveRequest) store.ReserveRequest {
-	tk := req
-	tk.Record.Token++
-	tk.Record.RequestID += "-taker"
-	return tk
-}
-
-func fenceOf(req store.ReserveRequest) store.Fence {
-	return store.Fence{KeyHash: req.Record.KeyHash, Scope: req.Record.Scope, Token: req.Record.Token}
-}
-
 func completion(req store.ReserveRequest, value string) store.Completion {
-	return store.Completion{Fence: fenceOf(req), State: store.Succeeded, Value: []byte(value), TTL: time.Hour}
+	return store.Completion{Fence: storetest.FenceOf(req), State: store.Succeeded, Value: []byte(value), TTL: time.Hour}
 }
 
 func reserve(t *testing.T, s store.Store, req store.ReserveRequest) store.Reservation {
@@ -128,7 +96,7 @@ func TestObjectLayout(t *testing.T) {
 	srv := realServer(t)
 	clock := newFrozenClock(seedNow)
 	s := clockStore(t, srv, clock)
-	req := request()
+	req := storetest.FreshRequest()
 	req.Record.Scope = "tenant 7/POST /v1/charges"
 	req.Record.KeyHash = store.HashKey(req.Record.Scope, req.Record.Key)
 	req.Record.Token = 18446744073709551557 // beyond a double's exact integers
@@ -269,7 +237,7 @@ func TestLostResponses(t *testing.T) {
 			watch := watched(s)
 
 			create := f.add(&rule{match: ifNoneMatch, times: 1, lose: true})
-			req := request()
+			req := storetest.FreshRequest()
 			if res := reserve(t, s, req); !res.Acquired || res.TookOver {
 				t.Fatalf("create: %+v", res)
 			}
@@ -278,7 +246,7 @@ func TestLostResponses(t *testing.T) {
 			}
 
 			renew := f.add(&rule{match: ifMatch, times: 1, lose: true})
-			if err := s.Renew(ctx, fenceOf(req), 2*time.Minute); err != nil {
+			if err := s.Renew(ctx, storetest.FenceOf(req), 2*time.Minute); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
 			if f.hits(renew) != 1 {
@@ -297,10 +265,10 @@ func TestLostResponses(t *testing.T) {
 			}
 
 			// A stale takeover whose answer is lost.
-			old := request()
+			old := storetest.FreshRequest()
 			mustAcquire(t, s, old)
 			watchOver(t, s, watch, old)
-			tk := taker(old)
+			tk := storetest.Taker(old)
 			take := f.add(&rule{match: ifMatch, times: 1, lose: true})
 			if res := reserve(t, s, tk); !res.Acquired || !res.TookOver {
 				t.Fatalf("takeover: %+v", res)
@@ -311,7 +279,7 @@ func TestLostResponses(t *testing.T) {
 
 			// A release whose answer is lost: the retry deletes nothing.
 			del := f.add(&rule{match: isDelete, times: 1, lose: true})
-			if err := s.Release(ctx, fenceOf(tk)); err != nil {
+			if err := s.Release(ctx, storetest.FenceOf(tk)); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			if f.hits(del) != 1 {
@@ -335,7 +303,7 @@ func TestConflictAnswers(t *testing.T) {
 	// The create meets a 412, but the object is not there when read: the
 	// other writer released it meanwhile. Create again.
 	f.add(&rule{match: ifNoneMatch, times: 1, answer: s3Error(412, "PreconditionFailed")})
-	req := request()
+	req := storetest.FreshRequest()
 	if res := reserve(t, s, req); !res.Acquired {
 		t.Fatalf("Reserve after a 412 on an absent key: %+v", res)
 	}
@@ -349,15 +317,15 @@ func TestConflictAnswers(t *testing.T) {
 	}
 	// A release whose delete went through but whose retry met 404, as AWS
 	// answers a conditional delete of a missing key.
-	rel := request()
+	rel := storetest.FreshRequest()
 	mustAcquire(t, s, rel)
 	f.add(&rule{match: isDelete, times: 1, lose: true})
 	f.add(&rule{match: isDelete, times: 1, answer: s3Error(404, "NoSuchKey")})
-	if err := s.Release(ctx, fenceOf(rel)); err != nil {
+	if err := s.Release(ctx, storetest.FenceOf(rel)); err != nil {
 		t.Fatalf("Release after a lost delete and a 404: %v", err)
 	}
 	// Other errors are errors, and leave the record as it was.
-	other := request()
+	other := storetest.FreshRequest()
 	mustAcquire(t, s, other)
 	f.add(&rule{match: ifMatch, times: 0, answer: s3Error(403, "AccessDenied")})
 	err := s.Complete(ctx, completion(other, "v"))
@@ -377,7 +345,7 @@ func TestHolderMemory(t *testing.T) {
 
 	// From memory: Reserve then Complete is two PUTs, no GET.
 	gets := f.add(&rule{match: isGet})
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, a, req)
 	if err := a.Complete(ctx, completion(req, "v")); err != nil {
 		t.Fatal(err)
@@ -389,9 +357,9 @@ func TestHolderMemory(t *testing.T) {
 	// Another client renews the same holder's lease (the ETag changes);
 	// the holder's memory is stale, its write fails, it re-reads (one
 	// GET) and completes.
-	req = request()
+	req = storetest.FreshRequest()
 	mustAcquire(t, a, req)
-	if err := b.Renew(ctx, fenceOf(req), 2*time.Minute); err != nil {
+	if err := b.Renew(ctx, storetest.FenceOf(req), 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Complete(ctx, completion(req, "after renew")); err != nil {
@@ -405,14 +373,14 @@ func TestHolderMemory(t *testing.T) {
 	}
 
 	// Another client took the key over: the holder is fenced off.
-	req = request()
+	req = storetest.FreshRequest()
 	mustAcquire(t, a, req)
 	watchOver(t, b, watched(b), req)
-	tk := taker(req)
+	tk := storetest.Taker(req)
 	if res := reserve(t, b, tk); !res.TookOver {
 		t.Fatalf("takeover: %+v", res)
 	}
-	if err := a.Renew(ctx, fenceOf(req), 3*time.Minute); !errors.Is(err, store.ErrLeaseLost) {
+	if err := a.Renew(ctx, storetest.FenceOf(req), 3*time.Minute); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Renew by the old holder: %v", err)
 	}
 	if err := a.Complete(ctx, completion(req, "stale")); !errors.Is(err, store.ErrLeaseLost) {
@@ -436,16 +404,16 @@ func TestReleaseFencedByServer(t *testing.T) {
 	srv := realServer(t)
 	ctx := context.Background()
 	f, a, b := peerStores(t, srv)
-	old := request()
+	old := storetest.FreshRequest()
 	mustAcquire(t, a, old)
 	watchOver(t, b, watched(b), old)
-	tk := taker(old)
+	tk := storetest.Taker(old)
 	f.add(&rule{match: isDelete, times: 1, before: func(*http.Request) {
 		if res, err := b.Reserve(ctx, tk); err != nil || !res.TookOver {
 			t.Errorf("takeover during the release: %+v, %v", res, err)
 		}
 	}})
-	if err := a.Release(ctx, fenceOf(old)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := a.Release(ctx, storetest.FenceOf(old)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Release racing a takeover: %v, want ErrLeaseLost", err)
 	}
 	if r := get(t, b, tk); r.Token != tk.Record.Token || r.State != store.InProgress {
@@ -467,10 +435,10 @@ func TestCleanupRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := request()
+	old := storetest.FreshRequest()
 	mustAcquire(t, a, old)
 	clock.add(3 * time.Hour)
-	fresh := taker(old)
+	fresh := storetest.Taker(old)
 	f.add(&rule{match: isDelete, times: 1, before: func(*http.Request) {
 		if res, err := b.Reserve(ctx, fresh); err != nil || !res.Acquired || res.TookOver {
 			t.Errorf("reserve of the expired key during cleanup: %+v, %v", res, err)
@@ -496,12 +464,12 @@ func TestCleanupLeavesOtherObjects(t *testing.T) {
 	s := newStore(t, srv, c)
 	prefix := s.Options().Prefix
 
-	expired := request()
+	expired := storetest.FreshRequest()
 	mustAcquire(t, s, expired)
 	// The same record copied in by hand, without metadata.
 	key := s.ObjectKey(expired.Record.Scope, expired.Record.KeyHash)
 	_, body := rawObject(t, srv, key)
-	bare := request()
+	bare := storetest.FreshRequest()
 	bareKey := s.ObjectKey(bare.Record.Scope, bare.Record.KeyHash)
 	body = bytes.ReplaceAll(body, []byte(expired.Record.KeyHash), []byte(bare.Record.KeyHash))
 	put := func(k string, b []byte) {
@@ -544,7 +512,7 @@ func TestContextDeadlineInFlight(t *testing.T) {
 	f.add(&rule{match: isPut, before: func(r *http.Request) { <-r.Context().Done() }})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := s.Reserve(ctx, request())
+	_, err := s.Reserve(ctx, storetest.FreshRequest())
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Reserve past its deadline: %v", err)
 	}
@@ -557,14 +525,14 @@ func TestClosed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	req := request()
+	req := storetest.FreshRequest()
 	ctx := context.Background()
 	checks := map[string]error{}
 	_, checks["Reserve"] = s.Reserve(ctx, req)
 	_, checks["Get"] = s.Get(ctx, "test", req.Record.KeyHash)
-	checks["Renew"] = s.Renew(ctx, fenceOf(req), time.Minute)
+	checks["Renew"] = s.Renew(ctx, storetest.FenceOf(req), time.Minute)
 	checks["Complete"] = s.Complete(ctx, completion(req, ""))
-	checks["Release"] = s.Release(ctx, fenceOf(req))
+	checks["Release"] = s.Release(ctx, storetest.FenceOf(req))
 	_, checks["Cleanup"] = s.Cleanup(ctx, 0)
 	for op, err := range checks {
 		if !errors.Is(err, store.ErrClosed) {
@@ -587,13 +555,13 @@ func TestInvalidInput(t *testing.T) {
 	}
 	s := newStore(t, srv, nil)
 	for _, h := range []string{"", "../../etc", strings.Repeat("A", 64), strings.Repeat("a", 63) + "/"} {
-		req := request()
+		req := storetest.FreshRequest()
 		req.Record.KeyHash = h
 		if _, err := s.Reserve(context.Background(), req); err == nil {
 			t.Errorf("Reserve with key hash %q succeeded", h)
 		}
 	}
-	req := request()
+	req := storetest.FreshRequest()
 	mustAcquire(t, s, req)
 	c := completion(req, "")
 	c.State = store.InProgress
@@ -649,7 +617,7 @@ func TestCleanupReadsOnlyExpired(t *testing.T) {
 	s := newStore(t, srv, srv.clockClient(clock, f))
 	var live []string
 	for i := range 6 {
-		req := request()
+		req := storetest.FreshRequest()
 		if i < 2 {
 			req.TTL = time.Minute
 		} else {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,4 +110,27 @@ func RunRate(b *testing.B, conc int, unit string, fn func(i uint64) error) {
 	if cpu > 0 {
 		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 	}
+}
+
+// FreshPair reserves key "k<i>" in scope "bench", which must be fresh, for
+// binding, and completes it with value, both for ttl: one pair of a
+// backend benchmark.
+func FreshPair(ctx context.Context, s store.Store, i uint64, binding string, value []byte, ttl time.Duration) error {
+	key := "k" + strconv.FormatUint(i, 10)
+	r := store.Record{
+		KeyHash: store.HashKey("bench", key), Scope: "bench", Key: key,
+		Fingerprint: "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+		Binding:     binding, State: store.InProgress, Token: i, RequestID: "req_" + key,
+	}
+	res, err := s.Reserve(ctx, store.ReserveRequest{Record: r, Lease: time.Minute, TTL: ttl, TakeOverStale: true})
+	if err != nil {
+		return err
+	}
+	if !res.Acquired {
+		return fmt.Errorf("fresh key %s not acquired", key)
+	}
+	return s.Complete(ctx, store.Completion{
+		Fence: store.Fence{KeyHash: r.KeyHash, Scope: r.Scope, Token: i},
+		State: store.Succeeded, Value: value, TTL: ttl,
+	})
 }

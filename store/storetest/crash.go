@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -237,15 +238,7 @@ func runAndKill(t *testing.T, dir string, round int, afterOpen bool, delay time.
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, fmt.Sprint(crashRoundEnv, "=", round))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdout, stderr := testkit.Start(t, cmd)
 	opened := make(chan struct{})
 	done := make(chan []string)
 	go func() {
@@ -268,7 +261,7 @@ func runAndKill(t *testing.T, dir string, round int, afterOpen bool, delay time.
 	time.Sleep(delay)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	lines := <-done
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("round %d: child ended with %v, not by SIGKILL\nstderr: %s", round, err, stderr.String())

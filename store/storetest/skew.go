@@ -14,19 +14,34 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-// skewLease is the lease of the clock-skew tests: short, so that the
+// SkewLease is the lease of the clock-skew tests: short, so that the
 // holders' renewals and the takeovers they allow happen within a test, and
 // long enough for a renewal every third of it on a loaded machine.
-const skewLease = time.Second
+const SkewLease = time.Second
 
-// skews are the offsets of the retrier's clock from the holder's, in
+// Skews are the offsets of the retrier's clock from the holder's, in
 // leases: equal, half a lease, and the 2 and 10 leases at which every key
 // once ran twice, in both directions.
-var skews = []float64{0, 0.5, -0.5, 2, -2, 10, -10}
+var Skews = []float64{0, 0.5, -0.5, 2, -2, 10, -10}
 
-func skewed(leases float64) func() time.Time {
-	d := time.Duration(leases * float64(skewLease))
+// Skewed is a wall clock leases leases (of SkewLease) off this machine's.
+func Skewed(leases float64) func() time.Time {
+	d := time.Duration(leases * float64(SkewLease))
 	return func() time.Time { return time.Now().Add(d) }
+}
+
+// skewWork is the work of a clock-skew test's key: it closes started on
+// the key's first run, then works 2.5 leases unless ctx ends first.
+func skewWork(ctx context.Context, runs *atomic.Int32, started chan struct{}) ([]byte, error) {
+	if runs.Add(1) == 1 {
+		close(started)
+	}
+	select {
+	case <-time.After(SkewLease * 5 / 2):
+		return []byte("done"), nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }
 
 // peerOf returns a second client of s's backend when the harness has one,
@@ -49,7 +64,7 @@ func testClockSkew(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	peer := peerOf(t, h, s)
 	const keysPerSkew = 3
-	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
+	p := idem.Policy{Lease: SkewLease, TTL: time.Hour, CleanupInterval: -1}
 	var wg sync.WaitGroup
 	type result struct {
 		skew      float64
@@ -60,10 +75,10 @@ func testClockSkew(t *testing.T, h Harness) {
 		replayed  bool
 		err       error
 	}
-	results := make(chan result, len(skews)*keysPerSkew)
-	for _, skew := range skews {
-		holder := idem.New(s, p, idem.WithClock(skewed(0)))
-		retrier := idem.New(peer, p, idem.WithClock(skewed(skew)))
+	results := make(chan result, len(Skews)*keysPerSkew)
+	for _, skew := range Skews {
+		holder := idem.New(s, p, idem.WithClock(Skewed(0)))
+		retrier := idem.New(peer, p, idem.WithClock(Skewed(skew)))
 		t.Cleanup(func() { holder.Close(); retrier.Close() })
 		for k := range keysPerSkew {
 			wg.Add(1)
@@ -103,15 +118,7 @@ func testClockSkew(t *testing.T, h Harness) {
 						active = slices.DeleteFunc(active, func(o *skewRun) bool { return o == me })
 						mu.Unlock()
 					}()
-					if runs.Add(1) == 1 {
-						close(started)
-					}
-					select {
-					case <-time.After(skewLease * 5 / 2):
-						return []byte("done"), nil
-					case <-ctx.Done():
-						return nil, context.Cause(ctx)
-					}
+					return skewWork(ctx, &runs, started)
 				}
 				overlapping := func() (n int32) {
 					mu.Lock()
@@ -144,7 +151,7 @@ func testClockSkew(t *testing.T, h Harness) {
 							return
 						}
 						done = true
-					case <-time.After(skewLease / 4):
+					case <-time.After(SkewLease / 4):
 					}
 					res, err := retrier.Do(context.Background(), call, work)
 					switch {
@@ -181,7 +188,7 @@ func testClockSkew(t *testing.T, h Harness) {
 			t.Errorf("skew %v leases: %d retries saw the key in progress, replayed at the end: %v", r.skew, r.conflicts, r.replayed)
 		}
 	}
-	if gaveUp == len(skews)*keysPerSkew {
+	if gaveUp == len(Skews)*keysPerSkew {
 		t.Errorf("every holder gave its lease up: renewals never got through, the test tested nothing")
 	}
 	t.Logf("keys run twice per skew (of %d each): %v; holders that gave their lease up for slow renewals: %d", keysPerSkew, twice, gaveUp)
@@ -193,12 +200,12 @@ func testClockSkew(t *testing.T, h Harness) {
 func testDeadHolderSkew(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	peer := peerOf(t, h, s)
-	p := idem.Policy{Lease: skewLease, TTL: time.Hour, CleanupInterval: -1}
+	p := idem.Policy{Lease: SkewLease, TTL: time.Hour, CleanupInterval: -1}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var worst time.Duration
-	for _, skew := range skews {
-		retrier := idem.New(peer, p, idem.WithClock(skewed(skew)))
+	for _, skew := range Skews {
+		retrier := idem.New(peer, p, idem.WithClock(Skewed(skew)))
 		t.Cleanup(func() { retrier.Close() })
 		wg.Add(1)
 		go func() {
@@ -207,7 +214,7 @@ func testDeadHolderSkew(t *testing.T, h Harness) {
 			dead := store.ReserveRequest{
 				Record: store.Record{KeyHash: store.HashKey(call.Scope, call.Key), Scope: call.Scope, Key: call.Key,
 					Fingerprint: call.Fingerprint, State: store.InProgress, Token: newToken(), RequestID: "dead"},
-				Lease: skewLease, TTL: time.Hour,
+				Lease: SkewLease, TTL: time.Hour,
 			}
 			died := time.Now()
 			if res, err := s.Reserve(context.Background(), dead); err != nil || !res.Acquired {
@@ -217,11 +224,11 @@ func testDeadHolderSkew(t *testing.T, h Harness) {
 			for {
 				res, err := retrier.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
 				if errors.Is(err, idem.ErrInProgress) {
-					if time.Since(died) > 20*skewLease {
+					if time.Since(died) > 20*SkewLease {
 						t.Errorf("skew %v leases: the dead holder's key still held after %v", skew, time.Since(died))
 						return
 					}
-					time.Sleep(skewLease / 4)
+					time.Sleep(SkewLease / 4)
 					continue
 				}
 				took := time.Since(died)
@@ -229,7 +236,7 @@ func testDeadHolderSkew(t *testing.T, h Harness) {
 					t.Errorf("skew %v leases: %+v %v, want a takeover", skew, res, err)
 					return
 				}
-				if took > 2*skewLease {
+				if took > 2*SkewLease {
 					t.Errorf("skew %v leases: the dead holder's key taken over after %v, more than two leases", skew, took)
 				}
 				mu.Lock()
@@ -240,7 +247,7 @@ func testDeadHolderSkew(t *testing.T, h Harness) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("dead holders' keys taken over within %v at most (lease %v)", worst, skewLease)
+	t.Logf("dead holders' keys taken over within %v at most (lease %v)", worst, SkewLease)
 }
 
 // skewRun is one run of a key's work in testClockSkew: its context, and

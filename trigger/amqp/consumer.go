@@ -21,7 +21,7 @@ var ErrNoEventID = errors.New("trigger/amqp: delivery has no event ID")
 
 // Defaults of a Consumer's zero fields.
 const (
-	DefaultRetryDelay   = time.Second
+	DefaultRetryDelay   = consume.DefaultRetryDelay
 	DefaultMaxHold      = 5 * time.Second
 	DefaultDrainTimeout = consume.DefaultDrainTimeout
 )
@@ -146,52 +146,42 @@ func (c *Consumer) Handle(ctx context.Context, d amqp091.Delivery) error {
 // requeue end with hold (Consume's context: a stopping consumer requeues
 // at once).
 func (c *Consumer) handle(ctx, hold context.Context, d amqp091.Delivery) error {
-	log := c.Logger
-	if log == nil {
-		log = slog.Default()
+	core := consume.Consumer{
+		Name: "trigger/amqp", Again: "requeueing",
+		Starter: c.Starter, ActivityID: c.ActivityID,
+		RetryDelay: c.RetryDelay, Logger: c.Logger, AfterRecord: c.afterRecord,
 	}
-	idOf := c.EventID
-	if idOf == nil {
-		idOf = EventID
-	}
-	id, err := idOf(d)
-	if err == nil && id == "" {
-		err = ErrNoEventID
-	}
+	id, err := consume.EventID(d, c.EventID, EventID, ErrNoEventID)
 	if err != nil {
-		log.Error("trigger/amqp: delivery without an event ID rejected", "routing_key", d.RoutingKey, "err", err)
+		core.Log().Error("trigger/amqp: delivery without an event ID rejected", "routing_key", d.RoutingKey, "err", err)
 		return errors.Join(err, d.Reject(false))
 	}
-	v := consume.Run(ctx, c.Starter, c.ActivityID, id, func(ctx context.Context) error {
-		return c.Handler(ctx, d)
-	})
-	switch v.Action {
-	case consume.Ack:
-		if v.Err != nil {
-			log.Debug("trigger/amqp: event handled before; acking", "event", id, "err", v.Err)
-		}
-		if c.afterRecord != nil {
-			c.afterRecord(id)
-		}
-		return d.Ack(false)
-	case consume.Wait:
-		// Another replica runs it, or ran it and died: requeue when its
-		// lease ends; a start then takes a dead holder's event over.
-		maxHold := c.MaxHold
-		if maxHold <= 0 {
-			maxHold = DefaultMaxHold
-		}
-		wait(hold, min(v.Delay, maxHold))
-		return errors.Join(v.Err, d.Nack(false, true))
-	default:
-		delay := c.RetryDelay
-		if delay <= 0 {
-			delay = DefaultRetryDelay
-		}
-		log.Warn("trigger/amqp: event failed; requeueing", "event", id, "delay", delay, "err", v.Err)
-		wait(hold, delay)
-		return errors.Join(v.Err, d.Nack(false, true))
+	maxHold := c.MaxHold
+	if maxHold <= 0 {
+		maxHold = DefaultMaxHold
 	}
+	return core.Handle(ctx, id, func(ctx context.Context) error {
+		return c.Handler(ctx, d)
+	}, settler{d: d, hold: hold, maxHold: maxHold})
+}
+
+// settler acks a delivery, or holds it (RabbitMQ has no delayed requeue)
+// and requeues it; a hold ends early when hold ends.
+type settler struct {
+	d       amqp091.Delivery
+	hold    context.Context
+	maxHold time.Duration
+}
+
+func (s settler) Ack() error { return s.d.Ack(false) }
+
+func (s settler) Wait(delay time.Duration) error {
+	return s.Retry(min(delay, s.maxHold))
+}
+
+func (s settler) Retry(delay time.Duration) error {
+	wait(s.hold, delay)
+	return s.d.Nack(false, true)
 }
 
 func wait(ctx context.Context, d time.Duration) {

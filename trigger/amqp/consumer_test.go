@@ -3,8 +3,6 @@ package amqp
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/trigger/internal/consumetest"
 )
 
 // The environment of a consumer process, besides killtest's.
@@ -53,7 +52,7 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 			return h.Handle(ctx, d.MessageId)
 		},
 		RetryDelay:  100 * time.Millisecond,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:      consumetest.Quiet(),
 		afterRecord: h.Recorded,
 	}
 	c.Consume(ctx, ch, os.Getenv(envQueue), fmt.Sprintf("consumer-%d", h.Number))
@@ -61,7 +60,8 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 }
 
 // Three consumer processes share a queue and an idem PostgreSQL store;
-// 1,000 events are published with publisher confirms, 50 of them twice (a
+// the events of each of consumetest.KillTests' runs are published with
+// publisher confirms, one in 20 twice (a
 // publisher retrying after a lost confirm: RabbitMQ keeps both copies).
 // Handlers write their effect with pgtx.RunLog.Once, as the package
 // documents. Consumers are killed with SIGKILL:
@@ -79,43 +79,14 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 //     running.
 //
 // Each event's effect happens exactly once and none is lost.
-func TestKilledConsumersRunEachEventOnce(t *testing.T) {
+func TestKilledConsumers(t *testing.T) {
 	t.Parallel()
-	killedConsumers(t, killtest.Config{Events: 1000, Effect: killtest.RunLog,
-		KillInHandler: 3, KillInEffect: 4, KillAfterEffect: 4, KillAfterRecord: 3})
+	consumetest.KillTests(t, killedConsumers)
 }
 
-// The same with the effect written in the Starter's transaction
-// (pgtx.Store.Tx), which commits with idem's record: a kill before that
-// commit leaves neither.
-func TestKilledConsumersStarterTx(t *testing.T) {
-	t.Parallel()
-	killedConsumers(t, killtest.Config{Events: 300, Effect: killtest.StarterTx,
-		KillInHandler: 1, KillInEffect: 3, KillAfterRecord: 2})
-}
-
-// The same with 10,000 events and 80 kills, and 3,000 events and 30 kills
-// with the Starter's transaction (IDEM_LONG=1, make long).
-func TestKilledConsumersLong(t *testing.T) {
-	t.Parallel()
-	if os.Getenv("IDEM_LONG") == "" {
-		t.Skip("IDEM_LONG=1 runs it")
-	}
-	t.Run("RunLog", func(t *testing.T) {
-		killedConsumers(t, killtest.Config{Events: 10000, Effect: killtest.RunLog,
-			KillInHandler: 20, KillInEffect: 20, KillAfterEffect: 20, KillAfterRecord: 20})
-	})
-	t.Run("StarterTx", func(t *testing.T) {
-		killedConsumers(t, killtest.Config{Events: 3000, Effect: killtest.StarterTx,
-			KillInHandler: 10, KillInEffect: 10, KillAfterRecord: 10})
-	})
-}
-
-// killedConsumers runs cfg through 3 consumer processes (cfg's broker
-// fields and timeout are set here).
+// killedConsumers runs cfg through its consumer processes (cfg's broker
+// fields are set here).
 func killedConsumers(t *testing.T, cfg killtest.Config) {
-	events := cfg.Events
-	timeout := time.Minute + time.Duration(events)*90*time.Millisecond
 	url := testenv.RabbitMQ(t)
 	conn, err := amqp091.Dial(url)
 	if err != nil {
@@ -134,7 +105,7 @@ func killedConsumers(t *testing.T, cfg killtest.Config) {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+time.Minute)
 	defer cancel()
 	publish := func(id string) {
 		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp091.Publishing{MessageId: id, Body: []byte(id)})
@@ -146,9 +117,7 @@ func killedConsumers(t *testing.T, cfg killtest.Config) {
 		}
 	}
 
-	cfg.Consumers = 3
 	cfg.ChildEnv = []string{envURL + "=" + url, envQueue + "=" + queue}
-	cfg.Timeout = timeout
 	killtest.Run(t, cfg, func(ids []string) {
 		for i, id := range ids {
 			publish(id)

@@ -26,18 +26,8 @@ import (
 // Consumer acks the delivery.
 func ExampleConsumer() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, store := openStore(ctx)
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
-		log.Fatal(err)
-	}
-	store, err := postgres.New(pool, postgres.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	eng := idem.New(store, idem.Policy{})
 	defer eng.Close()
 	runs := pgtx.RunLog{Table: pgx.Identifier{"ingest_runs"}}
@@ -45,13 +35,8 @@ func ExampleConsumer() {
 		log.Fatal(err)
 	}
 
-	conn, err := amqp091.Dial("amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
-		log.Fatal(err)
-	}
+	conn, ch := channel()
 	defer conn.Close()
-	ch, _ := conn.Channel()
-	ch.Qos(16, 0, false)
 	const activity = "550e8400-e29b-41d4-a716-446655440000"
 	c := &trigamqp.Consumer{
 		Starter:    &trigger.Starter{Engine: eng, Scope: "events"},
@@ -72,29 +57,14 @@ func ExampleConsumer() {
 // needed.
 func ExampleConsumer_starterTransaction() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, ps := openStore(ctx)
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
-		log.Fatal(err)
-	}
-	ps, err := postgres.New(pool, postgres.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	store := pgtx.New(ps)
 	eng := idem.New(store, idem.Policy{})
 	defer eng.Close()
 
-	conn, err := amqp091.Dial("amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
-		log.Fatal(err)
-	}
+	conn, ch := channel()
 	defer conn.Close()
-	ch, _ := conn.Channel()
-	ch.Qos(16, 0, false)
 	c := &trigamqp.Consumer{
 		Starter:    &trigger.Starter{Engine: eng, Scope: "events"},
 		ActivityID: "550e8400-e29b-41d4-a716-446655440000",
@@ -108,4 +78,36 @@ func ExampleConsumer_starterTransaction() {
 		},
 	}
 	log.Fatal(c.Consume(ctx, ch, "events", "ingest-1"))
+}
+
+// openStore connects to the service's PostgreSQL database (DATABASE_URL)
+// and returns its pool and idem's store in it, migrated.
+func openStore(ctx context.Context) (*pgxpool.Pool, *postgres.Store) {
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return pool, store
+}
+
+// channel connects to RabbitMQ and opens a channel whose consumers are
+// sent 16 deliveries ahead.
+func channel() (*amqp091.Connection, *amqp091.Channel) {
+	conn, err := amqp091.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ch.Qos(16, 0, false)
+	return conn, ch
 }

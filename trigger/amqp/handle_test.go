@@ -2,24 +2,17 @@ package amqp
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
-	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/consumetest"
 )
 
 // broker is a queue of its own on a connection of the test's.
@@ -68,12 +61,15 @@ func (b *broker) ready(t *testing.T) int {
 	return q.Messages
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func memStarter(t *testing.T) *trigger.Starter {
-	eng := idem.New(memory.New(), idem.Policy{})
-	t.Cleanup(func() { eng.Close() })
-	return &trigger.Starter{Engine: eng, Scope: "events"}
+// harness is b as consumetest's scenarios use it.
+func (b *broker) harness(t *testing.T) consumetest.Harness {
+	return consumetest.NewHarness(t, func(id string) { b.publish(t, id) }, func(starter *trigger.Starter, c consumetest.Config) (func(), func() error) {
+		return run(t, &Consumer{
+			Handler: func(ctx context.Context, d amqp091.Delivery) error { return c.Handler(ctx, d.MessageId) },
+			Starter: starter, ActivityID: consumetest.Activity, Logger: consumetest.Quiet(),
+			RetryDelay: c.RetryDelay, DrainTimeout: c.DrainTimeout,
+		}, b)
+	})
 }
 
 // run runs c on a channel of its own until cancel is called; wait
@@ -87,17 +83,9 @@ func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error
 	if err := ch.Qos(4, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, ch, b.queue, "test") }()
-	wait = sync.OnceValue(func() error {
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(time.Minute):
-			t.Error("Consume did not return within a minute of its context's end")
-			return nil
-		}
+	return consumetest.Run(t, func(ctx context.Context) error {
+		return c.Consume(ctx, ch, b.queue, "test")
+	}, func() {
 		closed := make(chan error, 1)
 		go func() { closed <- ch.Close() }()
 		select {
@@ -105,24 +93,7 @@ func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error
 		case <-time.After(30 * time.Second):
 			t.Error("closing the consumer's channel after Consume returned hung")
 		}
-		return err
 	})
-	t.Cleanup(func() {
-		cancel()
-		wait()
-	})
-	return cancel, wait
-}
-
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("after 30 s, no %s", what)
-		panic("unreachable")
-	}
 }
 
 // An event whose effect committed with its mark in the run log, but
@@ -133,34 +104,9 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 // does not run again.
 func TestHandledBeforeIsAcked(t *testing.T) {
 	t.Parallel()
-	db := killtest.Setup(t)
 	b := newBroker(t)
-	ctx := context.Background()
-	const activity = "ingest"
-	if err := db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, "evt_1"), func(context.Context, pgx.Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	var handled, effects atomic.Int32
-	second := make(chan struct{})
-	c := &Consumer{
-		Starter:    memStarter(t),
-		ActivityID: activity,
-		Handler: func(ctx context.Context, d amqp091.Delivery) error {
-			if handled.Add(1) == 2 {
-				close(second)
-			}
-			return db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, d.MessageId), func(context.Context, pgx.Tx) error {
-				effects.Add(1)
-				return nil
-			})
-		},
-		RetryDelay: 10 * time.Millisecond,
-		Logger:     quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
-	waitFor(t, second, "second delivery")
+	cancel, wait, handled, effects, second := consumetest.HandledBefore(t, b.harness(t), killtest.Setup(t))
+	consumetest.WaitFor(t, second, "second delivery")
 	cancel() // the second handler finishes, and is acked, before Consume returns
 	wait()
 	if n, e, r := handled.Load(), effects.Load(), b.ready(t); n != 2 || e != 1 || r != 0 {
@@ -177,46 +123,13 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 func TestStopLetsHandlerFinish(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started, release := make(chan struct{}), make(chan struct{})
-	ctxErr := make(chan error, 1)
-	var handled atomic.Int32
-	second := make(chan struct{})
-	c := &Consumer{
-		Starter:    memStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, d amqp091.Delivery) error {
-			switch handled.Add(1) {
-			case 1:
-			case 2:
-				close(second)
-				return nil
-			default:
-				return nil
-			}
-			close(started)
-			<-release
-			ctxErr <- ctx.Err()
-			return ctx.Err()
-		},
-		Logger: quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
-	waitFor(t, started, "handler start")
-	cancel()
-	close(release)
-	if err := waitFor(t, ctxErr, "handler end"); err != nil {
-		t.Errorf("the handler's context ended with the consumer's: %v", err)
-	}
-	if err := wait(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Consume returned %v", err)
-	}
+	h := b.harness(t)
+	c, handled, second := consumetest.StopLetsHandlerFinish(t, h)
 	if n, r := handled.Load(), b.ready(t); n != 1 || r != 1 {
 		t.Fatalf("after the drain: %d handler runs, %d messages back in the queue; want the first delivery acked after 1 run, the second back", n, r)
 	}
-	cancel, wait = run(t, c, b)
-	waitFor(t, second, "second delivery")
+	cancel, wait := h.Run(c)
+	consumetest.WaitFor(t, second, "second delivery")
 	cancel()
 	wait()
 	if n, r := handled.Load(), b.ready(t); n != 2 || r != 0 {
@@ -230,31 +143,7 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 func TestStopIsBounded(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started := make(chan struct{})
-	ended := make(chan time.Time, 1)
-	const bound = 500 * time.Millisecond
-	c := &Consumer{
-		Starter:    memStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, d amqp091.Delivery) error {
-			close(started)
-			<-ctx.Done()
-			ended <- time.Now()
-			return ctx.Err()
-		},
-		DrainTimeout: bound,
-		RetryDelay:   time.Minute,
-		Logger:       quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	waitFor(t, started, "handler start")
-	stop := time.Now()
-	cancel()
-	if d := waitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
-		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
-	}
-	wait()
+	consumetest.StopIsBounded(t, b.harness(t))
 	if r := b.ready(t); r != 1 {
 		t.Fatalf("%d messages back in the queue; want the delivery of the handler cut off", r)
 	}

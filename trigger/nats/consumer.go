@@ -21,7 +21,7 @@ var ErrNoEventID = errors.New("trigger/nats: message has no event ID")
 // Defaults of a Consumer's zero fields.
 const (
 	DefaultInProgressEvery = 10 * time.Second
-	DefaultRetryDelay      = time.Second
+	DefaultRetryDelay      = consume.DefaultRetryDelay
 	DefaultDrainTimeout    = consume.DefaultDrainTimeout
 )
 
@@ -116,48 +116,42 @@ func (c *Consumer) Consume(ctx context.Context, cons jetstream.Consumer, opts ..
 // message has then been nak'ed or terminated (or its ack was lost, and the
 // redelivery will be acked without running).
 func (c *Consumer) Handle(ctx context.Context, msg jetstream.Msg) error {
-	log := c.Logger
-	if log == nil {
-		log = slog.Default()
+	core := consume.Consumer{
+		Name: "trigger/nats", Again: "redelivering",
+		Starter: c.Starter, ActivityID: c.ActivityID,
+		RetryDelay: c.RetryDelay, Logger: c.Logger, AfterRecord: c.afterRecord,
 	}
-	idOf := c.EventID
-	if idOf == nil {
-		idOf = EventID
-	}
-	id, err := idOf(msg)
-	if err == nil && id == "" {
-		err = ErrNoEventID
-	}
+	id, err := consume.EventID(msg, c.EventID, EventID, ErrNoEventID)
 	if err != nil {
-		log.Error("trigger/nats: message without an event ID terminated", "subject", msg.Subject(), "err", err)
+		core.Log().Error("trigger/nats: message without an event ID terminated", "subject", msg.Subject(), "err", err)
 		return errors.Join(err, msg.TermWithReason("no event ID"))
 	}
-	stop := c.keepAlive(msg)
-	v := consume.Run(ctx, c.Starter, c.ActivityID, id, func(ctx context.Context) error {
+	return core.Handle(ctx, id, func(ctx context.Context) error {
 		return c.Handler(ctx, msg)
-	})
-	stop()
-	switch v.Action {
-	case consume.Ack:
-		if v.Err != nil {
-			log.Debug("trigger/nats: event handled before; acking", "event", id, "err", v.Err)
-		}
-		if c.afterRecord != nil {
-			c.afterRecord(id)
-		}
-		return msg.DoubleAck(context.WithoutCancel(ctx))
-	case consume.Wait:
-		// Another replica runs it, or ran it and died: ask again when its
-		// lease ends; a start then takes a dead holder's event over.
-		return errors.Join(v.Err, msg.NakWithDelay(v.Delay))
-	default:
-		delay := c.RetryDelay
-		if delay <= 0 {
-			delay = DefaultRetryDelay
-		}
-		log.Warn("trigger/nats: event failed; redelivering", "event", id, "delay", delay, "err", v.Err)
-		return errors.Join(v.Err, msg.NakWithDelay(delay))
-	}
+	}, settler{ctx: ctx, msg: msg, stop: c.keepAlive(msg)})
+}
+
+// settler stops the message's keep-alive, then acks it, or naks it with a
+// redelivery delay.
+type settler struct {
+	ctx  context.Context
+	msg  jetstream.Msg
+	stop func()
+}
+
+func (s settler) Ack() error {
+	s.stop()
+	return s.msg.DoubleAck(context.WithoutCancel(s.ctx))
+}
+
+func (s settler) Wait(delay time.Duration) error {
+	s.stop()
+	return s.msg.NakWithDelay(delay)
+}
+
+func (s settler) Retry(delay time.Duration) error {
+	s.stop()
+	return s.msg.NakWithDelay(delay)
 }
 
 // keepAlive sends InProgress every InProgressEvery until stop is called.

@@ -3,8 +3,6 @@ package nats
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/trigger/internal/consumetest"
 )
 
 // The environment of a consumer process, besides killtest's.
@@ -65,7 +64,7 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 		// Shorter than AckWait, so only a dead consumer's messages are
 		// redelivered.
 		InProgressEvery: 300 * time.Millisecond,
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:          consumetest.Quiet(),
 		afterRecord:     h.Recorded,
 	}
 	c.Consume(ctx, cons, jetstream.PullMaxMessages(8))
@@ -73,7 +72,8 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 }
 
 // Three consumer processes share a durable JetStream consumer and an idem
-// PostgreSQL store. 1,000 events are published (50 of them twice, as a
+// PostgreSQL store. The events of each of consumetest.KillTests' runs are
+// published (one in 20 twice, as a
 // publisher retrying after a lost publish ack does, with the same
 // Nats-Msg-Id). Handlers write their effect with pgtx.RunLog.Once, as the
 // package documents. Consumers are killed with SIGKILL:
@@ -91,43 +91,14 @@ func consumerProcess(ctx context.Context, h *killtest.Harness) int {
 //     running.
 //
 // Each event's effect happens exactly once and none is lost.
-func TestKilledConsumersRunEachEventOnce(t *testing.T) {
+func TestKilledConsumers(t *testing.T) {
 	t.Parallel()
-	killedConsumers(t, killtest.Config{Events: 1000, Effect: killtest.RunLog,
-		KillInHandler: 3, KillInEffect: 4, KillAfterEffect: 4, KillAfterRecord: 3})
+	consumetest.KillTests(t, killedConsumers)
 }
 
-// The same with the effect written in the Starter's transaction
-// (pgtx.Store.Tx), which commits with idem's record: a kill before that
-// commit leaves neither.
-func TestKilledConsumersStarterTx(t *testing.T) {
-	t.Parallel()
-	killedConsumers(t, killtest.Config{Events: 300, Effect: killtest.StarterTx,
-		KillInHandler: 1, KillInEffect: 3, KillAfterRecord: 2})
-}
-
-// The same with 10,000 events and 80 kills, and 3,000 events and 30 kills
-// with the Starter's transaction (IDEM_LONG=1, make long).
-func TestKilledConsumersLong(t *testing.T) {
-	t.Parallel()
-	if os.Getenv("IDEM_LONG") == "" {
-		t.Skip("IDEM_LONG=1 runs it")
-	}
-	t.Run("RunLog", func(t *testing.T) {
-		killedConsumers(t, killtest.Config{Events: 10000, Effect: killtest.RunLog,
-			KillInHandler: 20, KillInEffect: 20, KillAfterEffect: 20, KillAfterRecord: 20})
-	})
-	t.Run("StarterTx", func(t *testing.T) {
-		killedConsumers(t, killtest.Config{Events: 3000, Effect: killtest.StarterTx,
-			KillInHandler: 10, KillInEffect: 10, KillAfterRecord: 10})
-	})
-}
-
-// killedConsumers runs cfg through 3 consumer processes (cfg's broker
-// fields and timeout are set here).
+// killedConsumers runs cfg through its consumer processes (cfg's broker
+// fields are set here).
 func killedConsumers(t *testing.T, cfg killtest.Config) {
-	events := cfg.Events
-	timeout := time.Minute + time.Duration(events)*90*time.Millisecond
 	url := testenv.NATS(t)
 	nc, err := natsgo.Connect(url)
 	if err != nil {
@@ -138,7 +109,7 @@ func killedConsumers(t *testing.T, cfg killtest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+time.Minute)
 	defer cancel()
 	name := fmt.Sprintf("IDEM_KILLTEST_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	subject := "idem.killtest." + name
@@ -157,9 +128,7 @@ func killedConsumers(t *testing.T, cfg killtest.Config) {
 		t.Fatal(err)
 	}
 
-	cfg.Consumers = 3
 	cfg.ChildEnv = []string{envURL + "=" + url, envStream + "=" + name}
-	cfg.Timeout = timeout
 	killtest.Run(t, cfg, func(ids []string) {
 		for i, id := range ids {
 			if _, err := js.Publish(ctx, subject, []byte(id), jetstream.WithMsgID(id)); err != nil {
@@ -176,7 +145,7 @@ func killedConsumers(t *testing.T, cfg killtest.Config) {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
 	info, err := stream.Info(ctx)
-	if err != nil || info.State.Msgs != uint64(events) {
-		t.Fatalf("stream holds %d messages, want %d: %v", info.State.Msgs, events, err)
+	if err != nil || info.State.Msgs != uint64(cfg.Events) {
+		t.Fatalf("stream holds %d messages, want %d: %v", info.State.Msgs, cfg.Events, err)
 	}
 }

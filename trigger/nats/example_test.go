@@ -26,18 +26,8 @@ import (
 // Consumer acks the message.
 func ExampleConsumer() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, store := openStore(ctx)
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
-		log.Fatal(err)
-	}
-	store, err := postgres.New(pool, postgres.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	eng := idem.New(store, idem.Policy{})
 	defer eng.Close()
 	runs := pgtx.RunLog{Table: pgx.Identifier{"ingest_runs"}}
@@ -45,16 +35,8 @@ func ExampleConsumer() {
 		log.Fatal(err)
 	}
 
-	nc, err := natsgo.Connect(natsgo.DefaultURL)
-	if err != nil {
-		log.Fatal(err)
-	}
+	nc, cons := ingestConsumer(ctx)
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	cons, err := js.Consumer(ctx, "EVENTS", "ingest")
-	if err != nil {
-		log.Fatal(err)
-	}
 	const activity = "550e8400-e29b-41d4-a716-446655440000"
 	c := &trignats.Consumer{
 		Starter:    &trigger.Starter{Engine: eng, Scope: "events"},
@@ -79,32 +61,14 @@ func ExampleConsumer() {
 // needed.
 func ExampleConsumer_starterTransaction() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, ps := openStore(ctx)
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
-		log.Fatal(err)
-	}
-	ps, err := postgres.New(pool, postgres.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	store := pgtx.New(ps)
 	eng := idem.New(store, idem.Policy{})
 	defer eng.Close()
 
-	nc, err := natsgo.Connect(natsgo.DefaultURL)
-	if err != nil {
-		log.Fatal(err)
-	}
+	nc, cons := ingestConsumer(ctx)
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	cons, err := js.Consumer(ctx, "EVENTS", "ingest")
-	if err != nil {
-		log.Fatal(err)
-	}
 	c := &trignats.Consumer{
 		Starter:    &trigger.Starter{Engine: eng, Scope: "events"},
 		ActivityID: "550e8400-e29b-41d4-a716-446655440000",
@@ -118,4 +82,39 @@ func ExampleConsumer_starterTransaction() {
 		},
 	}
 	log.Fatal(c.Consume(ctx, cons))
+}
+
+// openStore connects to the service's PostgreSQL database (DATABASE_URL)
+// and returns its pool and idem's store in it, migrated.
+func openStore(ctx context.Context) (*pgxpool.Pool, *postgres.Store) {
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return pool, store
+}
+
+// ingestConsumer connects to NATS and returns the durable consumer
+// "ingest" of the stream EVENTS.
+func ingestConsumer(ctx context.Context) (*natsgo.Conn, jetstream.Consumer) {
+	nc, err := natsgo.Connect(natsgo.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, "EVENTS", "ingest")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return nc, cons
 }

@@ -2,25 +2,18 @@ package nats
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit/killtest"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
-	"github.com/idem-dev/idem/store/memory"
 	"github.com/idem-dev/idem/trigger"
+	"github.com/idem-dev/idem/trigger/internal/consumetest"
 )
 
 // broker is a stream of its own and a durable consumer on it.
@@ -96,45 +89,28 @@ func (b *broker) waitAcked(t *testing.T, n uint64) {
 	}
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func memStarter(t *testing.T) *trigger.Starter {
-	eng := idem.New(memory.New(), idem.Policy{})
-	t.Cleanup(func() { eng.Close() })
-	return &trigger.Starter{Engine: eng, Scope: "events"}
+// harness is b as consumetest's scenarios use it; its handlers are given
+// the message's EventID.
+func (b *broker) harness(t *testing.T) consumetest.Harness {
+	return consumetest.NewHarness(t, func(id string) { b.publish(t, id) }, func(starter *trigger.Starter, c consumetest.Config) (func(), func() error) {
+		return run(t, &Consumer{
+			Handler: func(ctx context.Context, msg jetstream.Msg) error {
+				id, err := EventID(msg)
+				if err != nil {
+					return err
+				}
+				return c.Handler(ctx, id)
+			},
+			Starter: starter, ActivityID: consumetest.Activity, Logger: consumetest.Quiet(),
+			RetryDelay: c.RetryDelay, DrainTimeout: c.DrainTimeout,
+		}, b)
+	})
 }
 
 // run runs c on b until cancel is called; wait returns Consume's
 // error, or fails t if it does not return.
 func run(t *testing.T, c *Consumer, b *broker) (cancel func(), wait func() error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Consume(ctx, b.cons) }()
-	wait = sync.OnceValue(func() error {
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(time.Minute):
-			t.Error("Consume did not return within a minute of its context's end")
-			return nil
-		}
-	})
-	t.Cleanup(func() {
-		cancel()
-		wait()
-	})
-	return cancel, wait
-}
-
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("after 30 s, no %s", what)
-		panic("unreachable")
-	}
+	return consumetest.Run(t, func(ctx context.Context) error { return c.Consume(ctx, b.cons) }, nil)
 }
 
 // An event whose effect committed with its mark in the run log, but
@@ -145,34 +121,8 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 // effect does not run again.
 func TestHandledBeforeIsAcked(t *testing.T) {
 	t.Parallel()
-	db := killtest.Setup(t)
 	b := newBroker(t)
-	ctx := context.Background()
-	const activity = "ingest"
-	if err := db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, "evt_1"), func(context.Context, pgx.Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	var handled, effects atomic.Int32
-	c := &Consumer{
-		Starter:    memStarter(t),
-		ActivityID: activity,
-		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			handled.Add(1)
-			id, err := EventID(msg)
-			if err != nil {
-				return err
-			}
-			return db.RunLog.Once(ctx, db.Pool, trigger.EventKey(activity, id), func(context.Context, pgx.Tx) error {
-				effects.Add(1)
-				return nil
-			})
-		},
-		RetryDelay: 10 * time.Millisecond,
-		Logger:     quiet(),
-	}
-	run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
+	_, _, handled, effects, _ := consumetest.HandledBefore(t, b.harness(t), killtest.Setup(t))
 	b.waitAcked(t, 2)
 	if n, e := handled.Load(), effects.Load(); n != 2 || e != 1 {
 		t.Fatalf("handler ran %d times with %d effects; want 2 runs (each event once), 1 effect (evt_2's)", n, e)
@@ -187,40 +137,13 @@ func TestHandledBeforeIsAcked(t *testing.T) {
 func TestStopLetsHandlerFinish(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started, release := make(chan struct{}), make(chan struct{})
-	ctxErr := make(chan error, 1)
-	var handled atomic.Int32
-	c := &Consumer{
-		Starter:    memStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			if handled.Add(1) > 1 {
-				return nil
-			}
-			close(started)
-			<-release
-			ctxErr <- ctx.Err()
-			return ctx.Err()
-		},
-		Logger: quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	b.publish(t, "evt_2")
-	waitFor(t, started, "handler start")
-	cancel()
-	close(release)
-	if err := waitFor(t, ctxErr, "handler end"); err != nil {
-		t.Errorf("the handler's context ended with the consumer's: %v", err)
-	}
-	if err := wait(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Consume returned %v", err)
-	}
+	h := b.harness(t)
+	c, handled, _ := consumetest.StopLetsHandlerFinish(t, h)
 	if info := b.info(t); info.AckFloor.Stream != 1 || handled.Load() != 1 {
 		t.Fatalf("after the drain: ack floor %d, %d handler runs; want the first message acked after 1 run, the second not begun",
 			info.AckFloor.Stream, handled.Load())
 	}
-	run(t, c, b)
+	h.Run(c)
 	b.waitAcked(t, 2)
 	if n := handled.Load(); n != 2 {
 		t.Fatalf("%d handler runs; want 2, each message once", n)
@@ -233,31 +156,7 @@ func TestStopLetsHandlerFinish(t *testing.T) {
 func TestStopIsBounded(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	started := make(chan struct{})
-	ended := make(chan time.Time, 1)
-	const bound = 500 * time.Millisecond
-	c := &Consumer{
-		Starter:    memStarter(t),
-		ActivityID: "ingest",
-		Handler: func(ctx context.Context, msg jetstream.Msg) error {
-			close(started)
-			<-ctx.Done()
-			ended <- time.Now()
-			return ctx.Err()
-		},
-		DrainTimeout: bound,
-		RetryDelay:   time.Minute,
-		Logger:       quiet(),
-	}
-	cancel, wait := run(t, c, b)
-	b.publish(t, "evt_1")
-	waitFor(t, started, "handler start")
-	stop := time.Now()
-	cancel()
-	if d := waitFor(t, ended, "end of the handler's context").Sub(stop); d < bound {
-		t.Errorf("the handler's context ended %v after the stop, before the drain's bound (%v)", d, bound)
-	}
-	wait()
+	consumetest.StopIsBounded(t, b.harness(t))
 	if info := b.info(t); info.AckFloor.Stream != 0 {
 		t.Fatalf("the message of a handler cut off was acked (ack floor %d)", info.AckFloor.Stream)
 	}

@@ -31,6 +31,41 @@ func execution(id string, start, end int, body []byte, fault string) Execution {
 		Fault: fault, Delivered: fault == "" || fault == "delivered-late"}
 }
 
+// killed is a history in which gateway holder runs r1 (its execution
+// ending with fault) and gateway victim is killed from start to end (in
+// ms); r2 runs again on g2 after r1's lease.
+func killed(holder, fault, victim string, start, end int) History {
+	a, b := charge("ch_a"), charge("ch_b")
+	return History{
+		Attempts: []Attempt{
+			attempt("r1", holder, 0, 100, 0, nil, ""),
+			attempt("r2", "g2", 1200, 1400, 201, b, ""),
+		},
+		Executions: []Execution{
+			execution("r1", 10, 300, a, fault),
+			execution("r2", 1250, 1350, b, ""),
+		},
+		Events: []Event{{Kind: EventKill, Gateway: victim, Start: at(start), End: at(end)}},
+	}
+}
+
+// cut is a history in which r1's response is cut mid-body and a retry,
+// r2, runs again, under onUnknown.
+func cut(onUnknown string) History {
+	a, b := charge("ch_a"), charge("ch_b")
+	return History{
+		OnUnknown: onUnknown,
+		Attempts: []Attempt{
+			attempt("r1", "g1", 0, 100, 0, nil, ""),
+			attempt("r2", "g1", 150, 300, 201, b, ""),
+		},
+		Executions: []Execution{
+			execution("r1", 10, 90, a, "cut"),
+			execution("r2", 160, 250, b, ""),
+		},
+	}
+}
+
 func kinds(r Report) string {
 	var ks []string
 	for _, v := range r.Violations {
@@ -74,16 +109,7 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name: "a response cut mid-body, then a retry runs again",
-			h: History{
-				Attempts: []Attempt{
-					attempt("r1", "g1", 0, 100, 0, nil, ""),
-					attempt("r2", "g1", 150, 300, 201, b, ""),
-				},
-				Executions: []Execution{
-					execution("r1", 10, 90, a, "cut"),
-					execution("r2", 160, 250, b, ""),
-				},
-			},
+			h:    cut(""),
 			want: ViolationReRun,
 		},
 		{
@@ -98,18 +124,8 @@ func TestCheck(t *testing.T) {
 			want: ViolationReRun,
 		},
 		{
-			name: "the same cut under on_unknown release is at-least-once on purpose",
-			h: History{
-				OnUnknown: OnUnknownRelease,
-				Attempts: []Attempt{
-					attempt("r1", "g1", 0, 100, 0, nil, ""),
-					attempt("r2", "g1", 150, 300, 201, b, ""),
-				},
-				Executions: []Execution{
-					execution("r1", 10, 90, a, "cut"),
-					execution("r2", 160, 250, b, ""),
-				},
-			},
+			name:      "the same cut under on_unknown release is at-least-once on purpose",
+			h:         cut(OnUnknownRelease),
 			explained: explainedReleased,
 		},
 		{
@@ -127,48 +143,18 @@ func TestCheck(t *testing.T) {
 			explained: explainedReleased,
 		},
 		{
-			name: "the holder is killed, the key runs again once its lease ran out",
-			h: History{
-				Attempts: []Attempt{
-					attempt("r1", "g1", 0, 100, 0, nil, ""),
-					attempt("r2", "g2", 1200, 1400, 201, b, ""),
-				},
-				Executions: []Execution{
-					execution("r1", 10, 300, a, ""),
-					execution("r2", 1250, 1350, b, ""),
-				},
-				Events: []Event{{Kind: EventKill, Gateway: "g1", Start: at(100), End: at(600)}},
-			},
+			name:      "the holder is killed, the key runs again once its lease ran out",
+			h:         killed("g1", "", "g1", 100, 600),
 			explained: explainedKill,
 		},
 		{
 			name: "another gateway was killed: it explains nothing",
-			h: History{
-				Attempts: []Attempt{
-					attempt("r1", "g1", 0, 100, 0, nil, ""),
-					attempt("r2", "g2", 1200, 1400, 201, b, ""),
-				},
-				Executions: []Execution{
-					execution("r1", 10, 300, a, "reset"),
-					execution("r2", 1250, 1350, b, ""),
-				},
-				Events: []Event{{Kind: EventKill, Gateway: "g3", Start: at(100), End: at(600)}},
-			},
+			h:    killed("g1", "reset", "g3", 100, 600),
 			want: ViolationReRun,
 		},
 		{
 			name: "a holder killed before it took the key explains nothing",
-			h: History{
-				Attempts: []Attempt{
-					attempt("r1", "g1#1", 0, 100, 0, nil, ""),
-					attempt("r2", "g2", 1200, 1400, 201, b, ""),
-				},
-				Executions: []Execution{
-					execution("r1", 10, 300, a, "reset"),
-					execution("r2", 1250, 1350, b, ""),
-				},
-				Events: []Event{{Kind: EventKill, Gateway: "g1#1", Start: at(-500), End: at(-100)}},
-			},
+			h:    killed("g1#1", "reset", "g1#1", -500, -100),
 			want: ViolationReRun,
 		},
 		{

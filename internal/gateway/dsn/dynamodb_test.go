@@ -3,19 +3,12 @@ package dsn
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/store"
 	dynamodbstore "github.com/idem-dev/idem/store/dynamodb"
 )
@@ -82,23 +75,9 @@ func TestParseDynamoDB(t *testing.T) {
 // creates the table (native TTL's absence logged as a warning), without
 // it a missing table is refused, naming the fix.
 func TestOpenDynamoDB(t *testing.T) {
-	endpoint := testenv.DynamoDB(t)
-	// The SDK's credential chain reads the environment; dynalite checks
-	// that requests are signed, not by whom.
-	t.Setenv("AWS_ACCESS_KEY_ID", "testkey")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "testsecret")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	endpoint, table := testdb.DynamoDBTable(t, "idem-dsn")
 	ctx := context.Background()
-	table := fmt.Sprintf("idem-dsn-%d", rand.Uint64())
 	dsn := "dynamodb://" + table + "?endpoint=" + endpoint
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	admin := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("testkey", "testsecret", ""),
-		HTTPClient:  &http.Client{Transport: tr}})
-	t.Cleanup(func() {
-		_, _ = admin.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table})
-		tr.CloseIdleConnections()
-	})
 
 	if _, err := Open(ctx, dsn, Options{ConnectTimeout: 10 * time.Second}); !errors.Is(err, dynamodbstore.ErrTableMissing) || !strings.Contains(err.Error(), "idem migrate") {
 		t.Fatalf("Open without migration of a missing table: %v", err)

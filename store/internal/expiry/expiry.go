@@ -20,7 +20,7 @@ import (
 type Index[K comparable] struct {
 	mu      sync.Mutex
 	buckets map[int64]*bucket[K] // by the second they fall in; guarded by mu
-	secs    secHeap              // the buckets' seconds; guarded by mu
+	secs    SecHeap              // the buckets' seconds; guarded by mu
 	newest  *bucket[K]           // the bucket made last, until it is emptied; guarded by mu
 	lastAdd int                  // how many items the bucket made last received; guarded by mu
 }
@@ -207,13 +207,15 @@ func (x *Index[K]) Len() int {
 	return n
 }
 
-type secHeap []int64
+// SecHeap is a min-heap of seconds (container/heap), the due order of
+// expiry buckets.
+type SecHeap []int64
 
-func (h secHeap) Len() int           { return len(h) }
-func (h secHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h secHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *secHeap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *secHeap) Pop() any {
+func (h SecHeap) Len() int           { return len(h) }
+func (h SecHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h SecHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *SecHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *SecHeap) Pop() any {
 	old := *h
 	v := old[len(old)-1]
 	*h = old[:len(old)-1]

@@ -21,31 +21,35 @@ type Record struct {
 	ends  [6]uint32
 	state uint8 // index in states
 	Token uint64
-	// Times in Unix nanoseconds (noTime: the zero time), clamped to the
+	// Times in Unix nanoseconds (NoTime: the zero time), clamped to the
 	// years 1678-2262 that an int64 of nanoseconds covers.
 	created, updated, expires, lease int64
 }
 
 var states = [...]store.State{"", store.InProgress, store.Succeeded, store.Failed}
 
-const noTime = math.MinInt64
+// NoTime is the zero time in Unix nanoseconds.
+const NoTime = math.MinInt64
 
-func nanos(t time.Time) int64 {
+// Nanos returns t in Unix nanoseconds, clamped to the years 1678-2262
+// that an int64 covers; the zero time is NoTime.
+func Nanos(t time.Time) int64 {
 	switch {
 	case t.IsZero():
-		return noTime
+		return NoTime
 	case t.Before(minTime):
-		return noTime + 1
+		return NoTime + 1
 	case t.After(maxTime):
 		return math.MaxInt64
 	}
 	return t.UnixNano()
 }
 
-var minTime, maxTime = time.Unix(0, noTime+1), time.Unix(0, math.MaxInt64)
+var minTime, maxTime = time.Unix(0, NoTime+1), time.Unix(0, math.MaxInt64)
 
-func fromNanos(n int64) time.Time {
-	if n == noTime {
+// FromNanos is the time of n Unix nanoseconds (NoTime: the zero time).
+func FromNanos(n int64) time.Time {
+	if n == NoTime {
 		return time.Time{}
 	}
 	return time.Unix(0, n).UTC()
@@ -67,8 +71,8 @@ func pack(r *store.Record, value []byte) Record {
 	var b strings.Builder // its String copies nothing: one allocation
 	b.Grow(n)
 	p := Record{Token: r.Token,
-		created: nanos(r.CreatedAt), updated: nanos(r.UpdatedAt),
-		expires: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil)}
+		created: Nanos(r.CreatedAt), updated: Nanos(r.UpdatedAt),
+		expires: Nanos(r.ExpiresAt), lease: Nanos(r.LeaseUntil)}
 	p.SetState(r.State)
 	for i, s := range parts {
 		b.WriteString(s)
@@ -115,8 +119,8 @@ func (p *Record) Unpack() store.Record {
 		KeyHash: p.part(0), Scope: p.part(1), Key: p.part(2), Fingerprint: p.part(3),
 		Binding: p.part(4), RequestID: p.part(5),
 		State: p.State(), Token: p.Token,
-		CreatedAt: fromNanos(p.created), UpdatedAt: fromNanos(p.updated),
-		ExpiresAt: fromNanos(p.expires), LeaseUntil: fromNanos(p.lease),
+		CreatedAt: FromNanos(p.created), UpdatedAt: FromNanos(p.updated),
+		ExpiresAt: FromNanos(p.expires), LeaseUntil: FromNanos(p.lease),
 	}
 }
 
@@ -145,15 +149,15 @@ func (p *Record) Fingerprint() string { return p.part(3) }
 func (p *Record) Binding() string { return p.part(4) }
 
 // ExpiresAt returns when the record expires.
-func (p *Record) ExpiresAt() time.Time { return fromNanos(p.expires) }
+func (p *Record) ExpiresAt() time.Time { return FromNanos(p.expires) }
 
 // Expired reports whether the record no longer exists at now.
-func (p *Record) Expired(now time.Time) bool { return nanos(now) >= p.expires }
+func (p *Record) Expired(now time.Time) bool { return Nanos(now) >= p.expires }
 
 // Stale reports whether the record is in_progress and its holder's lease
 // is over at now.
 func (p *Record) Stale(now time.Time) bool {
-	return p.State() == store.InProgress && nanos(now) >= p.lease
+	return p.State() == store.InProgress && Nanos(now) >= p.lease
 }
 
 // ReadAt returns the record as read at now (store.Record.SetReadAt), with
@@ -165,13 +169,13 @@ func (p *Record) ReadAt(now time.Time) store.Record {
 }
 
 // ExpiresSameAs reports whether the record expires at t exactly.
-func (p *Record) ExpiresSameAs(t time.Time) bool { return p.expires == nanos(t) }
+func (p *Record) ExpiresSameAs(t time.Time) bool { return p.expires == Nanos(t) }
 
 // SetLeaseUntil sets when the holder's lease ends.
-func (p *Record) SetLeaseUntil(t time.Time) { p.lease = nanos(t) }
+func (p *Record) SetLeaseUntil(t time.Time) { p.lease = Nanos(t) }
 
 // Complete sets what a completion changes: state, update and expiry times.
 func (p *Record) Complete(state store.State, now, expiresAt time.Time) {
 	p.SetState(state)
-	p.updated, p.expires = nanos(now), nanos(expiresAt)
+	p.updated, p.expires = Nanos(now), Nanos(expiresAt)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"testing"
@@ -13,7 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/internal/testkit/testenv"
+	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
 	"github.com/idem-dev/idem/store/postgres"
 	"github.com/idem-dev/idem/store/postgres/pgtx"
 )
@@ -22,20 +22,9 @@ import (
 // the outcome commit together. A retry replays the first payment.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, ps := openStore(ctx)
 	defer pool.Close()
-	opts := postgres.Options{Schema: "idem_pgtx_example"}
-	if err := postgres.Migrate(ctx, pool, opts); err != nil {
-		log.Fatal(err)
-	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_pgtx_example.payments (id uuid PRIMARY KEY, cents bigint)`); err != nil {
-		log.Fatal(err)
-	}
-	ps, err := postgres.New(pool, opts)
-	if err != nil {
 		log.Fatal(err)
 	}
 	eng := idem.New(pgtx.New(ps), idem.Policy{})
@@ -74,20 +63,9 @@ func Example() {
 // repeated after a crash inside its step is charged once.
 func ExampleDoSteps() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool, ps := openStore(ctx)
 	defer pool.Close()
-	opts := postgres.Options{Schema: "idem_pgtx_example"}
-	if err := postgres.Migrate(ctx, pool, opts); err != nil {
-		log.Fatal(err)
-	}
-	if err := pgtx.Migrate(ctx, pool, opts); err != nil {
-		log.Fatal(err)
-	}
-	ps, err := postgres.New(pool, opts)
-	if err != nil {
+	if err := pgtx.Migrate(ctx, pool, ps.Options()); err != nil {
 		log.Fatal(err)
 	}
 	eng := idem.New(pgtx.New(ps), idem.Policy{})
@@ -123,23 +101,28 @@ func ExampleDoSteps() {
 	// order-42 paid by ch_1
 }
 
+// openStore connects to the database (DATABASE_URL) and returns its pool
+// and idem's store in the schema idem_pgtx_example, migrated.
+func openStore(ctx context.Context) (*pgxpool.Pool, *postgres.Store) {
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts := postgres.Options{Schema: "idem_pgtx_example"}
+	if err := postgres.Migrate(ctx, pool, opts); err != nil {
+		log.Fatal(err)
+	}
+	ps, err := postgres.New(pool, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return pool, ps
+}
+
 // TestExamples runs the examples against the test server and checks what
 // they print. The examples' schema is dropped before and after.
 func TestExamples(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	t.Setenv("DATABASE_URL", dsn)
-	pool, err := pgxpool.New(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	drop := func() {
-		if _, err := pool.Exec(bg, "DROP SCHEMA IF EXISTS idem_pgtx_example CASCADE"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	drop()
-	defer drop()
+	testdb.PostgresExample(t, "idem_pgtx_example")
 	for _, ex := range []struct {
 		run  func()
 		want string
@@ -147,17 +130,7 @@ func TestExamples(t *testing.T) {
 		{Example, "replayed: false\nreplayed: true\npayments: 1\n"},
 		{ExampleDoSteps, "order-42 paid by ch_1\n"},
 	} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout := os.Stdout
-		os.Stdout = w
-		ex.run()
-		os.Stdout = stdout
-		w.Close()
-		got, _ := io.ReadAll(r)
-		if string(got) != ex.want {
+		if got := testkit.Stdout(t, ex.run); got != ex.want {
 			t.Errorf("printed:\n%s\nwant:\n%s", got, ex.want)
 		}
 	}

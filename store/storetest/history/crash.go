@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
 
@@ -100,22 +101,10 @@ func runCrash(t *testing.T, open func(dir string) (store.Store, error)) *History
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v\nchild's stderr: %s", round, err, stderr)
 		}
-		var mu sync.Mutex
-		var after []event
-		w := newWorkload(cfg, prefix, gens, uint64(2*round+2)<<32, wallClock, func(e event) {
-			mu.Lock()
-			after = append(after, e)
-			mu.Unlock()
-		})
-		var wg sync.WaitGroup
-		for i := range cfg.Clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.client((3*round+2)*cfg.Clients+i, s).run(context.Background(), cfg.Ops)
-			}()
-		}
-		wg.Wait()
+		var log eventLog
+		w := newWorkload(cfg, prefix, gens, uint64(2*round+2)<<32, wallClock, log.add)
+		w.runClients(context.Background(), cfg, (3*round+2)*cfg.Clients, func(int) store.Store { return s })
+		after := log.events
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -154,15 +143,7 @@ func killChild(t *testing.T, spec crashSpec, afterOpen bool, delay time.Duration
 	}
 	cmd := exec.Command(os.Args[0], "-test.run="+testPattern(t.Name()))
 	cmd.Env = append(os.Environ(), crashEnv+"="+string(js))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdout, stderr := testkit.Start(t, cmd)
 	opened := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

@@ -104,23 +104,23 @@ func Record(ctx context.Context, cfg Config, stores ...store.Store) *History {
 	}
 	base := time.Now()
 	clock := func() int64 { return int64(time.Since(base)) }
-	var mu sync.Mutex
-	var events []event
-	w := newWorkload(cfg, keyPrefix(), nil, rand.Uint64()<<24, clock, func(e event) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	})
-	var wg sync.WaitGroup
-	for i := range cfg.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.client(i, ss[i%len(ss)]).run(ctx, cfg.Ops)
-		}()
-	}
-	wg.Wait()
-	return &History{ops: operations(events, never), slack: cfg.Slack}
+	var log eventLog
+	w := newWorkload(cfg, keyPrefix(), nil, rand.Uint64()<<24, clock, log.add)
+	w.runClients(ctx, cfg, 0, func(i int) store.Store { return ss[i%len(ss)] })
+	return &History{ops: operations(log.events, never), slack: cfg.Slack}
+}
+
+// eventLog collects the events a workload logs, from its clients'
+// goroutines.
+type eventLog struct {
+	mu     sync.Mutex
+	events []event
+}
+
+func (l *eventLog) add(e event) {
+	l.mu.Lock()
+	l.events = append(l.events, e)
+	l.mu.Unlock()
 }
 
 func keyPrefix() string { return fmt.Sprintf("h%08x", rand.Uint32()) }
@@ -249,6 +249,21 @@ func newWorkload(cfg Config, prefix string, gens []int64, high uint64, clock fun
 		w.gens[i].Store(gens[i])
 	}
 	return w
+}
+
+// runClients runs cfg.Clients clients of w at once, numbered from first,
+// client i on on(i), each making cfg.Ops calls, and returns when all
+// are done.
+func (w *workload) runClients(ctx context.Context, cfg Config, first int, on func(i int) store.Store) {
+	var wg sync.WaitGroup
+	for i := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.client(first+i, on(i)).run(ctx, cfg.Ops)
+		}()
+	}
+	wg.Wait()
 }
 
 // generations returns each slot's current generation.

@@ -1,4 +1,4 @@
-package file
+package localtest
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -15,19 +14,18 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-// TestWallClockJump: the store reads the wall clock once, at Open, and
+// WallClockJump: the store reads the wall clock once, at Open, and
 // carries it on the monotonic clock, so a jump of the wall clock by an
 // hour either way moves neither leases nor lifetimes: a live holder
 // keeps its key, a short lease still runs out and a short lifetime still
 // ends.
-func TestWallClockJump(t *testing.T) {
-	t.Parallel()
+func WallClockJump(t *testing.T, h Harness) {
 	ctx := context.Background()
 	var offset atomic.Int64
 	wall := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	s := openT(t, t.TempDir(), func(o *Options) { o.WallClock = wall })
+	s := h.OpenWall(t, t.TempDir(), wall)
 
-	live := leased("live", time.Minute, 2*time.Minute)
+	live := Leased("live", time.Minute, 2*time.Minute)
 	if _, err := s.Reserve(ctx, live); err != nil {
 		t.Fatal(err)
 	}
@@ -37,24 +35,24 @@ func TestWallClockJump(t *testing.T) {
 		if err != nil || r.Stale() || r.LeaseLeft < 30*time.Second {
 			t.Fatalf("wall clock %v: the live holder's record reads %+v, %v", jump, r, err)
 		}
-		other := leased("live", time.Minute, time.Hour)
+		other := Leased("live", time.Minute, time.Hour)
 		if res, err := s.Reserve(ctx, other); err != nil || res.Acquired {
 			t.Fatalf("wall clock %v: a retry took a live holder's key: %+v, %v", jump, res, err)
 		}
 		// A lease and a lifetime that must pass still do, on time.
 		key := fmt.Sprint("short", jump)
-		short := leased(key, short, 300*time.Millisecond)
+		short := Leased(key, Short, 300*time.Millisecond)
 		if _, err := s.Reserve(ctx, short); err != nil {
 			t.Fatal(err)
 		}
 		begin := time.Now()
-		stale(t, s, short)
-		gone(t, s, short)
+		Stale(t, s, short)
+		Gone(t, s, short)
 		t.Logf("wall clock %v: a lease of 30 ms ran out and a lifetime of 300 ms ended within %v", jump, time.Since(begin))
 	}
 }
 
-// The kill -9 tests' child (see TestMain) reserves heldKey with
+// The kill -9 tests' child (see Main) reserves heldKey with
 // heldLease, stores doneKey's outcome, says so, and waits to be killed.
 const (
 	heldKey   = "held"
@@ -63,19 +61,19 @@ const (
 )
 
 func heldRequest(token uint64) store.ReserveRequest {
-	r := leased(heldKey, heldLease, 3*time.Hour)
+	r := Leased(heldKey, heldLease, 3*time.Hour)
 	r.Record.Token = token
 	return r
 }
 
-func reserveChild(dir string) int {
-	s, err := Open(dir, quiet)
+func reserveChild(h Harness, dir string) int {
+	s, err := h.Open(dir, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	ctx := context.Background()
-	done := reserveReq(doneKey, 3*time.Hour)
+	done := ReserveReq(doneKey, 3*time.Hour)
 	if _, err := s.Reserve(ctx, heldRequest(1)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -84,7 +82,7 @@ func reserveChild(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := s.Complete(ctx, store.Completion{Fence: fenceOf(done), State: store.Succeeded, Value: []byte("42"), TTL: 3 * time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.Completion{Fence: FenceOf(done), State: store.Succeeded, Value: []byte("42"), TTL: 3 * time.Hour}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -97,8 +95,7 @@ func reserveChild(dir string) int {
 // holds heldKey.
 func killedHolder(t *testing.T, dir string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=reserve", "IDEM_FILE_TEST_DIR="+dir)
+	cmd := ChildCommand("reserve", dir, 0)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -124,14 +121,13 @@ func killedHolder(t *testing.T, dir string) {
 	_ = cmd.Wait()
 }
 
-// TestRestartClockJump: a holder is killed (SIGKILL) holding a key with
+// RestartClockJump: a holder is killed (SIGKILL) holding a key with
 // a lease of 2 s, and the store reopens with the wall clock an hour back,
 // or an hour ahead. The dead holder's key is free again within two leases
 // of the reopen (an hour back, its record's LeaseUntil is an hour and
 // more ahead of the new clock; its lease is held to its length from the
 // reopen), and the stored outcome still replays.
-func TestRestartClockJump(t *testing.T) {
-	t.Parallel()
+func RestartClockJump(t *testing.T, h Harness) {
 	for _, jump := range []time.Duration{-time.Hour, time.Hour} {
 		t.Run(fmt.Sprint(jump), func(t *testing.T) {
 			t.Parallel()
@@ -139,17 +135,17 @@ func TestRestartClockJump(t *testing.T) {
 			killedHolder(t, dir)
 			ctx := context.Background()
 			begin := time.Now()
-			s := openT(t, dir, func(o *Options) { o.WallClock = func() time.Time { return time.Now().Add(jump) } })
+			s := h.OpenWall(t, dir, func() time.Time { return time.Now().Add(jump) })
 			r, err := s.Get(ctx, "s", store.HashKey("s", heldKey))
 			if err != nil || r.State != store.InProgress || r.LeaseLeft > heldLease {
 				t.Fatalf("the dead holder's record after the reopen: %+v, %v; want in progress, at most %v of lease left", r, err, heldLease)
 			}
-			done := reserveReq(doneKey, time.Hour)
+			done := ReserveReq(doneKey, time.Hour)
 			if res, err := s.Reserve(ctx, done); err != nil || res.Acquired || res.Existing.State != store.Succeeded || string(res.Existing.Value) != "42" {
 				t.Fatalf("the stored outcome after the reopen: %+v, %v", res, err)
 			}
 			var took time.Duration
-			eventually(t, "the dead holder's key is taken over", func() bool {
+			Eventually(t, "the dead holder's key is taken over", func() bool {
 				res, err := s.Reserve(ctx, heldRequest(2))
 				if err != nil {
 					t.Fatal(err)
@@ -165,24 +161,30 @@ func TestRestartClockJump(t *testing.T) {
 	}
 }
 
-// TestReadsFormat1 opens a log written by the store before it kept its
-// own clock (testdata/v1log, see testdata/README.md: records written with
-// the times of a clock in 2099, format 1, no lease field): completed,
-// expired, released and in-progress records read as they were written,
-// the in-progress ones with their lease held to at most its length from
-// the reopen, and the log takes new writes and replays again.
-func TestReadsFormat1(t *testing.T) {
-	t.Parallel()
+// ReadsFormat1 opens a store written before it kept its own clock
+// (testdata/<Format1>, see store/file/testdata/README.md: records written
+// with the times of a clock in 2099, record format 1, no lease field):
+// completed, expired, released and in-progress records read as they were
+// written, the in-progress ones with their lease held to at most its
+// length from the reopen, and the store takes new writes and reads them
+// back after another reopen.
+func ReadsFormat1(t *testing.T, h Harness) {
 	dir := t.TempDir()
-	data, err := os.ReadFile(filepath.Join("testdata", "v1log", segmentName(1)))
+	files, err := os.ReadDir(filepath.Join("testdata", h.Format1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, segmentName(1)), data, 0o600); err != nil {
-		t.Fatal(err)
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join("testdata", h.Format1, f.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.Name()), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx := context.Background()
-	s := openT(t, dir)
+	s := h.OpenT(t, dir)
 	get := func(key string) (store.Record, error) { return s.Get(ctx, "s", store.HashKey("s", key)) }
 	if r, err := get("done"); err != nil || r.State != store.Succeeded || string(r.Value) != "the answer" ||
 		!r.ExpiresAt.Equal(time.Date(2099, 1, 2, 0, 0, 0, 0, time.UTC)) || r.Token != 3 {
@@ -201,19 +203,19 @@ func TestReadsFormat1(t *testing.T) {
 			t.Fatalf("%s: %+v, %v; want in progress with at most %v of lease left", key, r, err, lease)
 		}
 	}
-	take := leased("held", time.Minute, time.Hour)
+	take := Leased("held", time.Minute, time.Hour)
 	take.Record.Fingerprint = "fp-held"
-	eventually(t, "the format-1 holder's key is taken over", func() bool {
+	Eventually(t, "the format-1 holder's key is taken over", func() bool {
 		res, err := s.Reserve(ctx, take)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res.Acquired && res.TookOver
 	})
-	complete(t, s, take, "new", time.Hour)
+	Complete(t, s, take, "new", time.Hour)
 	s.Close()
-	s = openT(t, dir)
-	recs := checkIndex(t, s)
+	s = h.OpenT(t, dir)
+	recs := h.Records(t, s)
 	if r := recs[store.HashKey("s", "held")]; r == nil || string(r.Value) != "new" {
 		t.Fatalf("after a write and a reopen, held reads %+v", r)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-dev/idem/store"
 	redisstore "github.com/idem-dev/idem/store/redis"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // earlier is a replica of the version before leases were judged on Redis's
@@ -169,28 +170,6 @@ func testEarlierVersionRecords(t *testing.T, s *redisstore.Store, c *redis.Clien
 		r.Lease = lease // the route's lease, the earlier replicas' too
 		return r
 	}
-	takeOver := func(t *testing.T, key string, token uint64, since time.Time) time.Duration {
-		t.Helper()
-		for {
-			res, err := s.Reserve(ctx, retry(key, token))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Acquired {
-				if !res.TookOver {
-					t.Fatalf("%s: acquired without a takeover", key)
-				}
-				return time.Since(since)
-			}
-			if res.Existing.State != store.InProgress || res.Existing.LeaseLeft > lease {
-				t.Fatalf("%s: existing %+v", key, res.Existing)
-			}
-			if time.Since(since) > 20*lease {
-				t.Fatalf("%s: not taken over %v after its holder died", key, time.Since(since))
-			}
-			time.Sleep(lease / 4)
-		}
-	}
 
 	t.Run("completed", func(t *testing.T) {
 		t.Parallel()
@@ -209,45 +188,7 @@ func testEarlierVersionRecords(t *testing.T, s *redisstore.Store, c *redis.Clien
 		}
 	})
 
-	t.Run("renewing holder 10 leases behind", func(t *testing.T) {
-		t.Parallel()
-		for i := range 12 {
-			if i%2 == 0 && !behind.renew(t, "renewing", 101) {
-				t.Fatal("the holder lost its lease")
-			}
-			res, err := s.Reserve(ctx, retry("renewing", uint64(400+i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Acquired {
-				t.Fatalf("look %d: a live holder 10 leases behind was taken over", i)
-			}
-			if ex := res.Existing; ex.Token != 101 || ex.LeaseLeft <= 0 || ex.LeaseLeft > lease || ex.LeaseUntil.Sub(ex.ReadAt) != ex.LeaseLeft {
-				t.Fatalf("look %d: existing token %d, lease left %v, until %v read at %v", i, ex.Token, ex.LeaseLeft, ex.LeaseUntil, ex.ReadAt)
-			}
-			time.Sleep(lease / 4)
-		}
-		behind.renew(t, "renewing", 101)
-		took := takeOver(t, "renewing", 500, time.Now())
-		t.Logf("taken over %v after its holder's last renewal (lease %v)", took, lease)
-		if took > 3*lease {
-			t.Errorf("taken over %v after its holder died, want within two leases", took)
-		}
-		if behind.renew(t, "renewing", 101) {
-			t.Error("the earlier holder renewed after the takeover")
-		}
-	})
-
-	for _, key := range []string{"dead-ahead", "taken-by-earlier"} {
-		t.Run(key, func(t *testing.T) {
-			t.Parallel()
-			took := takeOver(t, key, 600, time.Now())
-			t.Logf("taken over %v after the first look (lease %v)", took, lease)
-			if took > 3*lease {
-				t.Errorf("taken over %v after the first look, want within two leases", took)
-			}
-		})
-	}
+	storetest.EarlierHolders(t, s, lease, retry, behind.renew)
 }
 
 // TestEarlierVersionReadsThisVersion: a replica of the earlier version

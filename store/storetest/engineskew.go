@@ -1,0 +1,188 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+)
+
+// EngineClockSkew runs two replicas, engines over a holder's and a
+// retrier's store client of their own, whose clocks are 0, 0.5, 2 and 10
+// leases apart in both directions. For 20 keys per offset one holds the
+// key and works 2.5 leases, renewing on time, while the other retries the
+// key every quarter lease: no key runs twice. Then 5 holders per offset,
+// each on a client of its own that dying makes, die half a lease into
+// their work (kill closes their client: not another write), and the other
+// replica, retrying every quarter lease, takes each key over within two
+// leases.
+//
+// It is for stores whose replicas share a backend over the network, each
+// with clients of its own (store/postgres, store/redis).
+func EngineClockSkew(t *testing.T, holder, retrier store.Store, dying func(t *testing.T) (s store.Store, kill func())) {
+	const liveKeys, deadKeys = 20, 5
+	p := idem.Policy{Lease: SkewLease, TTL: time.Hour, CleanupInterval: -1}
+	quiet := idem.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := func(leases float64) idem.Option { return idem.WithClock(Skewed(leases)) }
+	prefix := fmt.Sprintf("skew-%d", time.Now().UnixNano())
+	var (
+		mu      sync.Mutex
+		twice   = map[float64]int{}
+		errs    = map[float64][]string{}
+		takeovr = map[float64]time.Duration{}
+	)
+	note := func(skew float64, format string, args ...any) {
+		mu.Lock()
+		errs[skew] = append(errs[skew], fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	work := func(runs *atomic.Int32, started chan struct{}) idem.Func {
+		return func(ctx context.Context) ([]byte, error) { return skewWork(ctx, runs, started) }
+	}
+
+	// Live holders.
+	var wg sync.WaitGroup
+	for _, skew := range Skews {
+		h := idem.New(holder, p, clock(0), quiet)
+		r := idem.New(retrier, p, clock(skew), quiet)
+		t.Cleanup(func() { h.Close(); r.Close() })
+		for k := range liveKeys {
+			wg.Go(func() {
+				call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-live-%v-%d", prefix, skew, k), Fingerprint: "fp"}
+				var runs atomic.Int32
+				started := make(chan struct{})
+				fn := work(&runs, started)
+				held := make(chan error, 1)
+				go func() { _, err := h.Do(context.Background(), call, fn); held <- err }()
+				<-started
+				deadline := time.Now().Add(30 * SkewLease)
+				holding := true
+			retry:
+				for {
+					if holding {
+						select {
+						case err := <-held:
+							holding = false
+							if err != nil {
+								note(skew, "holder: %v", err)
+							}
+						case <-time.After(SkewLease / 4):
+						}
+					} else {
+						time.Sleep(SkewLease / 4)
+					}
+					res, err := r.Do(context.Background(), call, fn)
+					switch {
+					case errors.Is(err, idem.ErrInProgress) && time.Now().Before(deadline):
+					case err != nil:
+						note(skew, "retry: %v", err)
+						break retry
+					case !res.Replayed:
+						break retry // the retrier ran the work: a second run
+					case !holding:
+						if string(res.Value) != "done" {
+							note(skew, "replayed %q", res.Value)
+						}
+						break retry
+					}
+				}
+				if holding {
+					<-held
+				}
+				if n := runs.Load(); n != 1 {
+					mu.Lock()
+					twice[skew]++
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	// Dead holders.
+	type dyingClient struct {
+		s    store.Store
+		kill func()
+	}
+	clients := make([]dyingClient, len(Skews))
+	for i := range clients {
+		clients[i].s, clients[i].kill = dying(t)
+	}
+	for i, skew := range Skews {
+		wg.Go(func() {
+			kill := clients[i].kill
+			d := idem.New(clients[i].s, p, clock(0), quiet)
+			r := idem.New(retrier, p, clock(skew), quiet)
+			defer r.Close()
+			defer d.Close()
+			killed := make(chan struct{})
+			var holders sync.WaitGroup
+			calls := make([]idem.Call, deadKeys)
+			for k := range calls {
+				calls[k] = idem.Call{Scope: "test", Key: fmt.Sprintf("%s-dead-%v-%d", prefix, skew, k), Fingerprint: "fp"}
+				started := make(chan struct{})
+				holders.Go(func() {
+					_, _ = d.Do(context.Background(), calls[k], func(context.Context) ([]byte, error) {
+						close(started)
+						<-killed
+						return []byte("never stored"), nil
+					})
+				})
+				<-started
+			}
+			time.Sleep(SkewLease / 2)
+			kill()
+			died := time.Now()
+			close(killed)
+			var retries sync.WaitGroup
+			for _, call := range calls {
+				retries.Go(func() {
+					for {
+						res, err := r.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
+						if errors.Is(err, idem.ErrInProgress) && time.Since(died) < 20*SkewLease {
+							time.Sleep(SkewLease / 4)
+							continue
+						}
+						took := time.Since(died)
+						if err != nil || !res.TookOver {
+							note(skew, "dead holder's key: %+v %v after %v", res, err, took)
+							return
+						}
+						mu.Lock()
+						takeovr[skew] = max(takeovr[skew], took)
+						mu.Unlock()
+						return
+					}
+				})
+			}
+			retries.Wait()
+			holders.Wait()
+		})
+	}
+	wg.Wait()
+
+	var table []string
+	for _, skew := range Skews {
+		table = append(table, fmt.Sprintf("retrier %+5.1f leases: live keys run twice %2d of %d; dead holders' keys taken over after %.2f leases at most",
+			skew, twice[skew], liveKeys, takeovr[skew].Seconds()/SkewLease.Seconds()))
+		if twice[skew] > 0 {
+			t.Errorf("retrier %+v leases off: %d of %d keys ran twice", skew, twice[skew], liveKeys)
+		}
+		if takeovr[skew] > 2*SkewLease {
+			t.Errorf("retrier %+v leases off: a dead holder's key taken over after %v, more than two leases", skew, takeovr[skew])
+		}
+	}
+	t.Logf("lease %v:\n%s", SkewLease, strings.Join(table, "\n"))
+	for skew, e := range errs {
+		t.Errorf("retrier %+v leases off: %d errors, first: %s", skew, len(e), e[0])
+	}
+}
