@@ -34,15 +34,25 @@ type edge struct {
 
 func newEdge(t *testing.T, o Options, upstream http.HandlerFunc) *edge {
 	t.Helper()
+	return newEdgeOn(t, o, nil, upstream)
+}
+
+// newEdgeOn is newEdge with the engine's store wrapped by wrap, if not nil.
+func newEdgeOn(t *testing.T, o Options, wrap func(store.Store) store.Store, upstream http.HandlerFunc) *edge {
+	t.Helper()
 	clock := testkit.NewClockAt(time.Now())
 	e := &edge{store: memory.New(memory.WithClock(clock.Now)), clock: clock}
+	var st store.Store = e.store
+	if wrap != nil {
+		st = wrap(st)
+	}
 	e.upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.calls.Add(1)
 		upstream(w, r)
 	}))
 	t.Cleanup(e.upstream.Close)
 	o.Upstream, _ = url.Parse(e.upstream.URL)
-	o.Engine = idem.New(e.store, idem.Policy{CleanupInterval: -1}, idem.WithClock(e.clock.Now), idem.WithLogger(quiet))
+	o.Engine = idem.New(st, idem.Policy{CleanupInterval: -1}, idem.WithClock(e.clock.Now), idem.WithLogger(quiet))
 	e.proxy = mustProxy(t, o)
 	e.gw = httptest.NewServer(e.proxy)
 	t.Cleanup(func() {
@@ -394,5 +404,39 @@ func TestAbortRecordsUnknown(t *testing.T) {
 	}
 	if n := e.calls.Load(); n != 1 {
 		t.Fatalf("upstream ran %d times", n)
+	}
+}
+
+// slowComplete takes its time to record an outcome, as a busy or distant
+// store does.
+type slowComplete struct{ store.Store }
+
+func (s slowComplete) Complete(ctx context.Context, c store.Completion) error {
+	time.Sleep(300 * time.Millisecond)
+	return s.Store.Complete(ctx, c)
+}
+
+// TestWaitCoversRecording: Wait returns once an aborted call's outcome is
+// recorded, not when its upstream handler returned; the gateway closes
+// its store after Wait, and a record left in progress would be taken over
+// and run again after its lease.
+func TestWaitCoversRecording(t *testing.T) {
+	t.Parallel()
+	stop := make(chan struct{})
+	defer close(stop)
+	e := newEdgeOn(t, Options{Middleware: idemhttp.Options{Routes: []idemhttp.Route{{Pattern: "/", AnswerWithin: 100 * time.Millisecond}}}},
+		func(s store.Store) store.Store { return slowComplete{s} },
+		func(w http.ResponseWriter, r *http.Request) { <-stop })
+	if a := e.post(t, "/c", "k"); a.status != 504 {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+	e.proxy.Abort()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.proxy.Wait(ctx); err != nil {
+		t.Fatal("the aborted call did not end")
+	}
+	if a := e.post(t, "/c", "k"); a.status != 409 || a.problem(t)["conflict_type"] != "outcome_unknown" {
+		t.Fatalf("retry after Wait: %d %s, want the outcome recorded as unknown", a.status, a.body)
 	}
 }

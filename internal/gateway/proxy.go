@@ -246,7 +246,16 @@ func classify(err error) upstreamError {
 func (p *Proxy) bounded(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.inflight.Add(1)
-		defer p.inflight.Done()
+		// A keyed call's outcome is recorded after its handler returns:
+		// it counts in flight until its run ends (the run context's
+		// AfterFunc, called once the engine wrote the record or the
+		// lease was lost), so that Wait lets the store close only after
+		// an aborted call was recorded as outcome unknown.
+		if run, ok := r.Context().(interface{ AfterFunc(func()) func() bool }); ok {
+			run.AfterFunc(p.inflight.Done)
+		} else {
+			defer p.inflight.Done()
+		}
 		c := p.calls.start(r.Context())
 		defer p.calls.end(c)
 		next.ServeHTTP(w, r.WithContext(c))

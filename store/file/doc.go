@@ -51,7 +51,9 @@
 // once, with the same error, except for one try every 100 ms once the
 // filesystem reports 1 MiB free; Complete, Renew and Release still try,
 // as the outcome of work already under way may fit. The first write that
-// succeeds makes the store writable again, without a restart. Writable
+// succeeds with 1 MiB free makes the store writable again, without a
+// restart (a small frame fits in the last kilobytes of a disk still full
+// for any response). Writable
 // tells the gateway's readiness check which it is. While the log cannot
 // write, Cleanup drops the segments no record lives in, which frees room,
 // and compacts none. Open writes nothing but the cut of a torn tail (a

@@ -86,6 +86,35 @@ func TestFullDisk(t *testing.T) {
 	harness.Reopen(t, ctx, s, dir, append(done, back...))
 }
 
+// TestSmallWriteKeepsFull: on a disk still full for any response, a
+// small frame that fits (a release) does not make the store writable
+// again: new reservations stay refused and Writable says why, until the
+// filesystem has 1 MiB free.
+func TestSmallWriteKeepsFull(t *testing.T) {
+	t.Parallel()
+	disk := tmpdisk.Mount(t, "12m")
+	dir := filepath.Join(disk, "store")
+	ctx := context.Background()
+	tmpdisk.Ballast(t, filepath.Join(disk, "ballast"), 2<<20)
+	small := filepath.Join(disk, "small")
+	tmpdisk.Ballast(t, small, 256<<10)
+	s := openT(t, dir)
+	held := localtest.Reserved(t, s, "held", time.Hour)
+	harness.FillStore(t, ctx, s, "k")
+	if err := os.Remove(small); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, localtest.FenceOf(held)); err != nil {
+		t.Fatalf("a release with 256 KiB free: %v", err)
+	}
+	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("Writable after a small write with 256 KiB free: %v, want store.ErrNoSpace", err)
+	}
+	if _, err := s.Reserve(ctx, localtest.ReserveReq("new", time.Hour)); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("a new reservation after a small write with 256 KiB free: %v, want store.ErrNoSpace", err)
+	}
+}
+
 // TestFreshStoreLittleRoom: a new store on a disk with 1 MiB free
 // records responses. Zeros are written ahead of the log only when the
 // disk has room to spare, so preallocation never takes the room that the

@@ -292,7 +292,9 @@ func (l *log) sync() {
 		l.unwritable.Store(&err)
 	} else {
 		seg.synced = end
-		l.unwritable.Store(nil)
+		if l.unwritable.Load() != nil && l.roomAgain() {
+			l.unwritable.Store(nil)
+		}
 	}
 	l.spare = buf[:0]
 	run.err = err
@@ -377,6 +379,16 @@ func (l *log) dropPending(err error) {
 	l.buf = l.buf[:0]
 	l.frames = 0
 	l.active.size = l.active.written
+}
+
+// roomAgain reports whether a log that found its disk full may take new
+// reservations again after a write succeeded: only once the filesystem
+// has retryRoom free. A small frame (a release, a reservation) fits in
+// the last few kilobytes, and taking that for room would admit new work
+// whose outcome cannot be recorded, and tell readiness the store writes.
+func (l *log) roomAgain() bool {
+	free, err := l.freeBytes()
+	return err != nil || free >= retryRoom
 }
 
 // admit returns nil if a new reservation may write: the log is writable,
