@@ -20,7 +20,8 @@ import (
 const ChurnCommand = "IDEM_FILE_CHURN=1 go test -count=1 -run '^TestChurnRatios$' -v ./store/file"
 
 // churnLine is TestChurnRatios's line for one TTL.
-var churnLine = regexp.MustCompile(`TTL (\S+): (\d+) pairs .*log/live at most ([0-9.]+) after a Cleanup, ([0-9.]+) before`)
+// "Cleanup false, " marks a run with no Cleanup (the log's rotation alone).
+var churnLine = regexp.MustCompile(`(?:Cleanup (true|false), )?TTL (\S+): (\d+) pairs .*log/live at most ([0-9.]+) after a Cleanup(?: \(or a sample\))?, ([0-9.]+) before`)
 
 // Churn runs ChurnCommand in the repository root and adds its figures to
 // doc.
@@ -51,10 +52,14 @@ func parseChurn(out string) []results.Churn {
 		if m == nil {
 			continue
 		}
-		pairs, _ := strconv.ParseInt(m[2], 10, 64)
-		after, _ := strconv.ParseFloat(m[3], 64)
-		before, _ := strconv.ParseFloat(m[4], 64)
-		cs = append(cs, results.Churn{TTL: m[1], Pairs: pairs, After: after, Before: before, Command: ChurnCommand})
+		pairs, _ := strconv.ParseInt(m[3], 10, 64)
+		after, _ := strconv.ParseFloat(m[4], 64)
+		before, _ := strconv.ParseFloat(m[5], 64)
+		cleanup := "every second"
+		if m[1] == "false" {
+			cleanup = "none"
+		}
+		cs = append(cs, results.Churn{TTL: m[2], Cleanup: cleanup, Pairs: pairs, After: after, Before: before, Command: ChurnCommand})
 	}
 	return cs
 }

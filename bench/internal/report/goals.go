@@ -105,7 +105,11 @@ func writeChurnGoal(w func(string, ...any), doc *results.Doc) {
 	var parts []string
 	for _, c := range doc.Churn {
 		worst = max(worst, c.After, c.Before)
-		parts = append(parts, fmt.Sprintf("TTL %s: %.2fx after a Cleanup, %.2fx before", c.TTL, c.After, c.Before))
+		label := "TTL " + c.TTL
+		if c.Cleanup == "none" {
+			label += " with no Cleanup"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %.2fx after a Cleanup, %.2fx before", label, c.After, c.Before))
 	}
 	goalRow(w, what, fmt.Sprintf("at most %.2fx (%s; `%s`)", worst, strings.Join(parts, "; "), doc.Churn[0].Command), worst <= goal.MaxChurnRatio, keyChurn)
 }
@@ -201,9 +205,13 @@ func writeFootprint(w func(string, ...any), doc *results.Doc) {
 	}
 	if len(doc.Churn) > 0 {
 		w("Disk under churn (`%s`, the file store's own measurement, which reads the log's bytes and its live frames' bytes from inside): new keys written from 8 goroutines for four TTLs, Cleanup every second, 4 MiB segments; the largest ratio of the log to its live data after the first TTL.\n\n", doc.Churn[0].Command)
-		w("| TTL | pairs | log / live, after a Cleanup | before a Cleanup |\n|---|---:|---:|---:|\n")
+		w("| TTL | Cleanup | pairs | log / live, after a Cleanup | before a Cleanup |\n|---|---|---:|---:|---:|\n")
 		for _, c := range doc.Churn {
-			w("| %s | %s | %.2f | %.2f |\n", c.TTL, num(float64(c.Pairs)), c.After, c.Before)
+			cl := c.Cleanup
+			if cl == "" {
+				cl = "every second"
+			}
+			w("| %s | %s | %s | %.2f | %.2f |\n", c.TTL, cl, num(float64(c.Pairs)), c.After, c.Before)
 		}
 		w("\n")
 	}

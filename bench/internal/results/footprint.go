@@ -34,10 +34,13 @@ type Footprint struct {
 // Churn is the file store's log under churn at one TTL: the largest ratio
 // of the log's bytes to its live data, after a Cleanup and before one.
 type Churn struct {
-	TTL    string  `json:"ttl"`
-	Pairs  int64   `json:"pairs"`
-	After  float64 `json:"after_cleanup"`
-	Before float64 `json:"before_cleanup"`
+	TTL string `json:"ttl"`
+	// Cleanup is how often Cleanup ran: "every second", or "none" (the
+	// log's own rotation reclaims).
+	Cleanup string  `json:"cleanup,omitempty"`
+	Pairs   int64   `json:"pairs"`
+	After   float64 `json:"after_cleanup"`
+	Before  float64 `json:"before_cleanup"`
 	// Command is the command that measured it.
 	Command string `json:"command"`
 }
