@@ -3,9 +3,12 @@ GO        ?= go
 PKGS      ?= ./...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
+# The goal run's arguments (make bench-goals); BENCHMARKS.md prints the
+# command it was written by.
+BENCH_GOALS_ARGS ?= -rounds 1 -duration 2s -scale quick -duel-pairs 16 -call-pairs 16 -churn -footprint file=10000000,pebble=1000000,redis=1000000,postgres=1000000
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-builds bench-load fuzz long services demo build clean static bench-wake scale-file temporal crash bench-pgtx bench-seal
+.PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-builds bench-load bench-goals bench-scale fuzz long services demo build clean static bench-wake scale-file temporal crash bench-pgtx bench-seal
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,6 +47,12 @@ bench-builds: ## duel the gateway built from BASE (default HEAD) against the wor
 
 bench-load: ## the load harness: idem next to a plain proxy and the peers; writes BENCHMARKS.md and its charts
 	./bench/run.sh
+
+bench-goals: ## the run behind BENCHMARKS.md's goal table: rounds, duels, the middleware against its reference, churn, and the stores at scale (file at 10^7 keys), about 50 min
+	./bench/run.sh $(BENCH_GOALS_ARGS)
+
+bench-scale: ## the stores at SCALE_KEYS live keys (default 10^7): memory per key, restart after Close and after kill -9, for file, pebble, redis (appendfsync always) and postgres; writes BENCHMARKS.md with that section only
+	./bench/run.sh -skip-load -scale off -footprint file=$(or $(SCALE_KEYS),10000000),pebble=$(or $(SCALE_KEYS),10000000),redis=$(or $(SCALE_KEYS),10000000),postgres=$(or $(SCALE_KEYS),10000000)
 
 fuzz: ## run every fuzz target for FUZZTIME each (corpus in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) .

@@ -10,7 +10,7 @@ keys=${1:-10000000}
 dir=$(mktemp -d "${SCALE_DIR:-/tmp}/idem-filescale.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 cd "$(dirname "$0")"
-go build -o "$dir.bin" ./cmd/filescale
+go build -o "$dir.bin" ./cmd/storescale
 trap 'rm -rf "$dir" "$dir.bin"' EXIT
 echo "== $keys keys in $dir ($(date -u +%FT%TZ), $(nproc) cores)"
 "$dir.bin" -dir "$dir/s" -keys "$keys" fill

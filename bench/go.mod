@@ -5,6 +5,7 @@ go 1.26.8
 replace github.com/idem-dev/idem => ../
 
 require (
+	github.com/cockroachdb/pebble v1.1.5
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/idem-dev/idem v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
@@ -48,7 +49,6 @@ require (
 	github.com/cockroachdb/errors v1.11.3 // indirect
 	github.com/cockroachdb/fifo v0.0.0-20240606204812-0bbfbd93a7ce // indirect
 	github.com/cockroachdb/logtags v0.0.0-20230118201751-21c54148d20b // indirect
-	github.com/cockroachdb/pebble v1.1.5 // indirect
 	github.com/cockroachdb/redact v1.1.5 // indirect
 	github.com/cockroachdb/tokenbucket v0.0.0-20230807174530-cc333fc44b06 // indirect
 	github.com/dunglas/httpsfv v1.1.2 // indirect

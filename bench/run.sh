@@ -8,6 +8,7 @@
 #   bench/run.sh -rounds 1 -duration 2s -scale quick   # a quick look
 #   bench/run.sh -report-only         # rebuild the report from docs/bench/results.json
 #   bench/run.sh -duels-only          # only the duels that decide the goals (6-7 minutes)
+#   bench/run.sh -churn -footprint file=10000000,pebble=1000000   # adds the file store's churn and the stores at scale
 #
 # Extra arguments go to the harness (go run ./cmd/bench -h lists them).
 set -euo pipefail
@@ -21,7 +22,8 @@ for a in "$@"; do [ "$a" = "-report-only" ] && report_only=true; done
 mkdir -p bin
 # -mod=mod: idem's own dependencies may have grown since bench/go.sum was
 # last tidied; let the build record them rather than fail.
-go build -mod=mod -o bin/ ./cmd/bench ./cmd/upstream ./cmd/plainproxy ./cmd/idemmw ./cmd/fiberidem
+go build -mod=mod -o bin/ ./cmd/bench ./cmd/upstream ./cmd/plainproxy ./cmd/durableproxy ./cmd/idemmw ./cmd/refmw ./cmd/fiberidem ./cmd/storescale
+go test -mod=mod -c -o bin/inproc.test ./internal/inproc
 if ! $report_only; then
   # Without idem the gateway contenders are reported as not run, rather
   # than losing the whole run.

@@ -11,12 +11,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/idem-dev/idem/bench/internal/contender"
+	"github.com/idem-dev/idem/bench/internal/footprint"
 	"github.com/idem-dev/idem/bench/internal/load"
+	"github.com/idem-dev/idem/bench/internal/redisd"
 	"github.com/idem-dev/idem/bench/internal/report"
 	"github.com/idem-dev/idem/bench/internal/results"
 	"github.com/idem-dev/idem/bench/internal/runner"
@@ -50,6 +53,11 @@ func main() {
 		duelSlice   = flag.Duration("duel-slice", time.Second, "how long each side of a duel gets the load at a time")
 		duelPairs   = flag.Int("duel-pairs", 20, "A B pairs of slices per duel (0: no duels): with 20 rather than 10, the gateway duels interquartile ranges were 0.03-0.10 wide instead of 0.09-0.16 on one day")
 		duelsOnly   = flag.Bool("duels-only", false, "run the duels only: no rounds, no race, no scale runs")
+		fsyncPort   = flag.Int("redis-fsync-port", 16390, "port of the harness's own redis-server with appendfsync always (gw-redis-fsync); 0: none")
+		callPairs   = flag.Int("call-pairs", 16, "pairs of in-process benchmark runs, idem's middleware against the reference, per scenario (0: none)")
+		calls       = flag.Int("calls", 20000, "calls per in-process benchmark run")
+		footKeys    = flag.String("footprint", "", "live keys per store of the footprint stage (memory per key, restart), e.g. file=10000000,pebble=1000000,redis=1000000,postgres=1000000 (default: none)")
+		churn       = flag.Bool("churn", false, "run the file store's churn measurement (log size over live data, about 90 s)")
 	)
 	flag.Parse()
 	chartDir := filepath.Join(*root, "docs", "bench")
@@ -111,11 +119,39 @@ func main() {
 		doc.Config.Rounds, doc.Config.Scale = 0, "off"
 	}
 	doc.Machine = runner.Machine()
+	if err := os.MkdirAll(chartDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	// After each stage, what the run has so far: a run stopped late keeps
+	// its stages (bench/run.sh -report-only rebuilds the report from them).
+	checkpoint := func(stage string) {
+		doc.Finished = time.Now().UTC()
+		if err := doc.Save(jsonPath); err != nil {
+			log.Printf("saving %s after %s: %v", jsonPath, stage, err)
+		}
+	}
 	log.Printf("work directory (logs): %s", *work)
+	if *fsyncPort != 0 && !*skipLoadRun {
+		if !redisd.Available() {
+			doc.Notes = append(doc.Notes, "redis-server is not installed: Redis with appendfsync always did not run")
+		} else {
+			dir := filepath.Join(*work, "redis-fsync")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				log.Fatal(err)
+			}
+			rs, err := redisd.Start(ctx, dir, *fsyncPort)
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer rs.Stop()
+			opts.Setup.RedisFsync = rs.URL()
+		}
+	}
 	if !*skipLoadRun && !*duelsOnly {
 		if err := runner.Run(ctx, opts, doc); err != nil {
 			log.Fatal(err)
 		}
+		checkpoint("rounds")
 	}
 	// The duels decide the goals; the rounds' ratios are shown beside
 	// them.
@@ -123,6 +159,29 @@ func main() {
 		if err := runner.Duels(ctx, opts, doc); err != nil {
 			log.Fatal(err)
 		}
+		checkpoint("duels")
+	}
+	if *callPairs > 0 && !*duelsOnly && !*skipLoadRun && len(opts.Only) == 0 {
+		copts := runner.CallOptions{Test: filepath.Join(abs(*bin), "inproc.test"), Pairs: *callPairs, Calls: *calls}
+		if err := runner.CallDuels(ctx, copts, doc); err != nil {
+			log.Printf("calls: %v", err)
+			doc.Notes = append(doc.Notes, fmt.Sprintf("in-process middleware benchmark stopped: %v", err))
+		}
+		checkpoint("calls")
+	}
+	if *churn && !*duelsOnly {
+		if err := footprint.Churn(ctx, *root, doc); err != nil {
+			log.Printf("churn: %v", err)
+			doc.Notes = append(doc.Notes, fmt.Sprintf("churn measurement failed: %v", err))
+		}
+		checkpoint("churn")
+	}
+	if keys := parseKeys(*footKeys); len(keys) > 0 && !*duelsOnly {
+		footprint.Run(ctx, footprint.Options{
+			StoreScale: filepath.Join(abs(*bin), "storescale"), Dir: filepath.Join(*work, "footprint"), Keys: keys,
+			Postgres: withParam(*pg, "idem_schema=idem_footprint"), RedisPort: *fsyncPort + 1,
+		}, doc)
+		checkpoint("footprint")
 	}
 	if *scaleMode != "off" && !*duelsOnly {
 		sopts := scale.Options{
@@ -154,6 +213,20 @@ func split(s string) []string {
 		if f = strings.TrimSpace(f); f != "" {
 			out = append(out, f)
 		}
+	}
+	return out
+}
+
+// parseKeys reads "file=10000000,pebble=1000000".
+func parseKeys(s string) map[string]int {
+	out := map[string]int{}
+	for _, f := range split(s) {
+		k, v, _ := strings.Cut(f, "=")
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			log.Fatalf("-footprint: %q is not store=keys", f)
+		}
+		out[k] = n
 	}
 	return out
 }

@@ -1,8 +1,9 @@
 // Command idemmw is idem's middleware in process: the trivial handler
 // wrapped by idemhttp with the default (IETF) profile, on the store its
-// -store DSN names. With -lean it leaves out what gofiber's middleware does
-// not do either (the request fingerprint, the callers' tenants, the body's
-// read deadline), so that the two can be compared feature for feature.
+// -store DSN names (internal/inproc). With -lean it leaves out what
+// gofiber's middleware does not do either (the request fingerprint, the
+// callers' tenants, the body's read deadline), so that the two can be
+// compared feature for feature.
 package main
 
 import (
@@ -14,9 +15,8 @@ import (
 	"net/http"
 	_ "net/http/pprof" // served only with -pprof
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/bench/internal/app"
-	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/bench/internal/inproc"
 	"github.com/idem-dev/idem/internal/gateway/dsn"
 )
 
@@ -29,26 +29,14 @@ func main() {
 	if *pprofAddr != "" {
 		go func() { log.Println(http.ListenAndServe(*pprofAddr, nil)) }()
 	}
-	// Replays and conflicts are logged at Info; a benchmark would measure
-	// the logger instead of idem.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := dsn.Open(context.Background(), *storeDSN, dsn.Options{Logger: quiet, Migrate: true})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	eng := idem.New(st, idem.Policy{}, idem.WithLogger(quiet))
-	defer eng.Close()
 	var c app.Counter
-	opts := idemhttp.Options{
-		Routes: []idemhttp.Route{{Pattern: "POST " + app.PathOperation}},
-		Logger: quiet,
-	}
-	if *lean {
-		opts.Routes[0].Fingerprint = idemhttp.FingerprintNone
-		opts.Tenant = idemhttp.TenantNone
-		opts.BodyReadTimeout = -1
-	}
-	mw := idemhttp.Middleware(eng, opts)
-	app.Serve(app.Server(*listen, mw(app.Handler(&c))))
+	h, closeEngine := inproc.Idem(st, &c, *lean)
+	defer closeEngine()
+	app.Serve(app.Server(*listen, h))
 }

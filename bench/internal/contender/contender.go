@@ -27,6 +27,10 @@ type Setup struct {
 	Admin    string // address of the gateway's admin listener
 	Postgres string // PostgreSQL DSN (idem's form, with idem_schema)
 	Redis    string // Redis URL without a database number
+	// RedisFsync is a second Redis, with appendonly yes and appendfsync
+	// always (durable as the file store and PostgreSQL are), URL without
+	// a database number; "" when none was started.
+	RedisFsync string
 }
 
 // Contender is one thing measured.
@@ -43,8 +47,9 @@ type Contender struct {
 	// Env is added to the harness's environment.
 	Env func(s Setup) []string
 	// RedisDB, when not 0, is the Redis database the contender uses,
-	// flushed before each round.
-	RedisDB int
+	// flushed before each round; on Setup.RedisFsync when RedisFsync.
+	RedisDB    int
+	RedisFsync bool
 	// Postgres: the contender's table is emptied before each round.
 	Postgres bool
 }
@@ -69,7 +74,7 @@ func gateway(id, store, notes string, storeDSN func(s Setup, dir string) string)
 	}
 }
 
-func redisURL(s Setup, db int) string { return fmt.Sprintf("%s/%d", s.Redis, db) }
+func redisURL(base string, db int) string { return fmt.Sprintf("%s/%d", base, db) }
 
 // All returns every contender, in the order each round runs them.
 func All() []Contender {
@@ -82,16 +87,21 @@ func All() []Contender {
 			},
 			Env: func(s Setup) []string {
 				_, port, _ := net.SplitHostPort(s.Listen)
-				return []string{"PORT=" + port, "REDIS_URL=" + redisURL(s, db), "NODE_ENV=production"}
+				return []string{"PORT=" + port, "REDIS_URL=" + redisURL(s.Redis, db), "NODE_ENV=production"}
 			},
 			RedisDB: db,
 		}
 	}
-	gwRedis := gateway("gw-redis", "redis", "", func(s Setup, _ string) string { return redisURL(s, 9) })
+	gwRedis := gateway("gw-redis", "redis", "", func(s Setup, _ string) string { return redisURL(s.Redis, 9) })
 	gwRedis.RedisDB = 9
+	gwRedisFsync := gateway("gw-redis-fsync", "redis, appendfsync always",
+		"Redis with appendonly yes and appendfsync always (a second server started by the harness): every write is on disk before Redis answers, as with the file store and PostgreSQL",
+		func(s Setup, _ string) string { return redisURL(s.RedisFsync, 9) })
+	gwRedisFsync.RedisDB, gwRedisFsync.RedisFsync = 9, true
+	gwRedis.Notes = "Redis as the machine runs it (no appendonly): an answer is in memory only, not durable"
 	gwPostgres := gateway("gw-postgres", "postgres", "", func(s Setup, _ string) string { return s.Postgres })
 	gwPostgres.Postgres = true
-	mwRedis := middleware("mw-redis", "redis", func(s Setup, _ string) string { return redisURL(s, 8) })
+	mwRedis := middleware("mw-redis", "redis", func(s Setup, _ string) string { return redisURL(s.Redis, 8) })
 	mwRedis.RedisDB = 8
 	return []Contender{
 		{
@@ -111,10 +121,21 @@ func All() []Contender {
 				return []string{filepath.Join(s.Bin, "plainproxy"), "-listen", s.Listen, "-upstream", "http://" + s.Upstream}
 			},
 		},
+		{
+			Contender: results.Contender{ID: "durable-proxy", Name: "durable proxy (Pebble WAL)", Kind: Baseline, Store: "pebble WAL",
+				Notes: "httputil.ReverseProxy (as the plain proxy) with two synced Pebble WAL appends a request (LogData with pebble.Sync), one before forwarding and one after the answer: the least a durable gateway does, the anchor of the file store's first calls"},
+			KeyHeader:     "Idempotency-Key",
+			NeedsUpstream: true,
+			Argv: func(s Setup, dir string) []string {
+				return []string{filepath.Join(s.Bin, "durableproxy"), "-listen", s.Listen, "-upstream", "http://" + s.Upstream,
+					"-dir", filepath.Join(dir, "idem-data")}
+			},
+		},
 		gateway("gw-memory", "memory", "", func(Setup, string) string { return "memory:" }),
 		gateway("gw-file", "file", "the embedded store, idem's default", func(_ Setup, dir string) string { return "file:" + filepath.Join(dir, "idem-data") }),
 		gwPostgres,
 		gwRedis,
+		gwRedisFsync,
 		middleware("mw-memory", "memory", func(Setup, string) string { return "memory:" }),
 		{
 			Contender: results.Contender{ID: "mw-lean", Name: "idem middleware (memory, lean)", Kind: InProcess, Store: "memory", Baseline: "upstream",
@@ -125,6 +146,14 @@ func All() []Contender {
 			},
 		},
 		mwRedis,
+		{
+			Contender: results.Contender{ID: "ref-mw", Name: "reference middleware (net/http)", Kind: InProcess, Store: "memory (sync.Map)", Baseline: "upstream",
+				Notes: "the same-stack reference (bench/internal/refmw): SHA-256 of the body, an atomic reservation in a sync.Map, a buffered replay of status, headers and body; 409 for a concurrent duplicate, 422 for another body; no expiry, lease, tenants or durability"},
+			KeyHeader: "Idempotency-Key",
+			Argv: func(s Setup, _ string) []string {
+				return []string{filepath.Join(s.Bin, "refmw"), "-listen", s.Listen}
+			},
+		},
 		{
 			Contender: results.Contender{ID: "fiber-bare", Name: "fiber (no middleware)", Kind: Baseline, Store: "-",
 				Notes: "fiber v2.52.15 serving the same operation without idempotency: gofiber's own floor"},

@@ -1,59 +1,84 @@
 // Package goal lists the targets idem holds itself to in the load harness,
-// and the duels that decide them. The runner runs the duels and the report
-// judges the goals from this one list, so that a goal added here is both
-// measured and shown.
+// and the measurements that decide them. The runner runs the duels and the
+// report judges the goals from this one list, so that a goal added here is
+// both measured and shown.
 package goal
 
 import "slices"
 
 // Ratio is a throughput goal: Contender's throughput over Baseline's, in
-// Scenario, at least Min.
+// the duel's scenario and at its clients, at least Min.
 type Ratio struct {
-	Contender, Baseline, Scenario string
-	What                          string // "gateway on the embedded store"
-	Min                           float64
+	Duel
+	What string // "gateway on the file store over the gateway on the memory store"
+	Min  float64
 }
 
-// Ratios are the throughput goals, over the plain proxy: first calls and
-// replays on the embedded store, and what a shared store may cost a
-// gateway.
+// Ratios are the throughput goals: what durability costs the gateway
+// (the file store against the memory store, at two loads), what idem's
+// own work costs above the least a durable proxy must do (two synced WAL
+// appends), and what replays gain over a plain proxy.
 var Ratios = []Ratio{
-	{"gw-file", "proxy", "first", "gateway on the embedded store", 0.9},
-	{"gw-file", "proxy", "replay", "gateway on the embedded store", 2.5},
-	{"gw-redis", "proxy", "first", "gateway on Redis", 0.85},
-	{"gw-postgres", "proxy", "replay", "gateway on PostgreSQL", 1.0},
+	{Duel{"gw-file", "gw-memory", "first", 64}, "durability cost: gateway on the file store over the gateway on the memory store, 64 clients", 0.90},
+	{Duel{"gw-file", "gw-memory", "first", 16}, "durability cost: gateway on the file store over the gateway on the memory store, 16 clients", 0.85},
+	{Duel{"gw-file", "durable-proxy", "first", 0}, "gateway on the file store over the durable proxy (two synced Pebble WAL appends a request)", 0.95},
+	{Duel{"gw-file", "proxy", "replay", 0}, "gateway on the file store over the plain proxy", 2.5},
 }
 
-// Overhead is a goal between two middlewares: idem's over net/http costs
-// no more throughput than the peer's over its own framework.
-type Overhead struct {
-	Scenario   string
-	Idem, Peer Duel
+// Calls is a goal on idem's middleware against the same-stack reference
+// (refmw), called in process, pair by pair: CPU and allocations per call
+// at most the reference's plus MaxCPUMicros and MaxAllocs.
+type Calls struct {
+	Scenario     string
+	MaxCPUMicros float64
+	MaxAllocs    float64
 }
 
-// Overheads compare idem's middleware with gofiber's, each over its own
-// bare framework.
-var Overheads = []Overhead{
-	{"first", Duel{"mw-memory", "upstream", "first"}, Duel{"fiber", "fiber-bare", "first"}},
-	{"replay", Duel{"mw-memory", "upstream", "replay"}, Duel{"fiber", "fiber-bare", "replay"}},
+// CallGoals are the middleware's goals, first calls and replays.
+var CallGoals = []Calls{
+	{"first", 2, 10},
+	{"replay", 2, 10},
 }
+
+// Footprint goals: the file store at FootprintKeys live keys.
+const (
+	FootprintKeys = 10_000_000
+	// MaxBytesPerKey is the memory a live key may cost the file store.
+	MaxBytesPerKey = 64
+	// MaxRestartSeconds bounds a restart, after a Close and after a
+	// kill -9.
+	MaxRestartSeconds = 3
+	// MaxChurnRatio bounds the log's size over its live data under
+	// churn.
+	MaxChurnRatio = 2
+)
 
 // Comparisons are duels that decide no goal and are reported beside them:
-// idem's middleware with what gofiber's leaves out left out too, so that
-// the overhead goals can be read feature for feature.
+// the plain-proxy ratio of first calls, the shared stores (Redis with and
+// without fsync), idem's middleware against the reference over HTTP, and
+// gofiber's middleware over fiber.
 var Comparisons = []Duel{
-	{"mw-lean", "upstream", "first"},
-	{"mw-lean", "upstream", "replay"},
+	{"gw-file", "proxy", "first", 0},
+	{"gw-redis", "proxy", "first", 0},
+	{"gw-redis-fsync", "durable-proxy", "first", 0},
+	{"gw-postgres", "proxy", "replay", 0},
+	{"mw-memory", "ref-mw", "first", 0},
+	{"mw-memory", "ref-mw", "replay", 0},
+	{"mw-memory", "upstream", "first", 0},
+	{"fiber", "fiber-bare", "first", 0},
+	{"mw-memory", "upstream", "replay", 0},
+	{"fiber", "fiber-bare", "replay", 0},
 }
 
 // Duel is a contender run against its baseline at the same time, the load
-// alternating between them.
+// alternating between them, from Conns clients (0: the run's -c).
 type Duel struct {
 	Contender, Baseline, Scenario string
+	Conns                         int
 }
 
-// Duels returns the duels that decide the goals, each once, in the order
-// of the goals, then the comparisons.
+// Duels returns the duels to run, each once: the goals' in their order,
+// then the comparisons.
 func Duels() []Duel {
 	var out []Duel
 	add := func(d Duel) {
@@ -62,11 +87,7 @@ func Duels() []Duel {
 		}
 	}
 	for _, r := range Ratios {
-		add(Duel{r.Contender, r.Baseline, r.Scenario})
-	}
-	for _, o := range Overheads {
-		add(o.Idem)
-		add(o.Peer)
+		add(r.Duel)
 	}
 	for _, d := range Comparisons {
 		add(d)

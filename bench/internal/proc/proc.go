@@ -169,3 +169,14 @@ func (p *Proc) CPUTime() (time.Duration, error) {
 	}
 	return time.Duration(u+st) * 10 * time.Millisecond, nil
 }
+
+// Kill sends SIGKILL to the process group and waits for the process to
+// end: a crash, as opposed to Stop.
+func (p *Proc) Kill() {
+	defer p.log.Close()
+	if ended, _ := p.Exited(); ended {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}

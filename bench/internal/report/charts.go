@@ -159,6 +159,7 @@ func scaleChart(path, op string, lat []results.Latency) error {
 	}
 	// Room above the lines for the legend.
 	p.Y.Max = top * 20
+	logRange(p)
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
@@ -208,9 +209,23 @@ func cleanupChart(path string, cl []results.Cleanup) error {
 		p.Add(l, s)
 		p.Legend.Add(fmt.Sprintf("%s, %s live keys", k.store, count(k.live)), l, s)
 	}
+	logRange(p)
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
 	return p.Save(7*vg.Inch, 5*vg.Inch, path)
+}
+
+// logRange widens an axis of log scale whose data is one value: the plot
+// would pad it by one on each side, below zero for a value under one.
+func logRange(p *plot.Plot) {
+	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
+		if ax.Min > 0 && ax.Max > ax.Min {
+			continue
+		}
+		if ax.Max > 0 {
+			ax.Min, ax.Max = ax.Max/10, ax.Max*10
+		}
+	}
 }
 
 // charts writes every chart into dir and returns their file names by

@@ -8,11 +8,17 @@ import (
 	"github.com/idem-dev/idem/bench/internal/results"
 )
 
-// findDuel returns the duel of id against base in scenario, or nil when
-// none ran or none of its pairs has a ratio.
-func findDuel(doc *results.Doc, id, base, scenario string) *results.Duel {
+// findDuel returns the duel of g, or nil when none ran or none of its
+// pairs has a ratio. A duel at 0 clients is at the run's -c.
+func findDuel(doc *results.Doc, g goal.Duel) *results.Duel {
+	conns := func(c int) int {
+		if c == 0 {
+			return doc.Config.Connections
+		}
+		return c
+	}
 	for i, d := range doc.Duels {
-		if d.Contender == id && d.Baseline == base && d.Scenario == scenario && len(d.Ratios()) > 0 {
+		if d.Contender == g.Contender && d.Baseline == g.Baseline && d.Scenario == g.Scenario && conns(d.Conns) == conns(g.Conns) && len(d.Ratios()) > 0 {
 			return &doc.Duels[i]
 		}
 	}
@@ -45,16 +51,20 @@ func writeDuels(w func(string, ...any), doc *results.Doc) {
 	w("Each row is one contender and its baseline running at the same time, the load alternating between them (see [Method](#method)). ")
 	w("Ratio: the contender's throughput over the baseline's in adjacent slices, median and interquartile range over the pairs. ")
 	w("CPU: each process's own CPU time per request (median over its slices), and the median of the pairs' differences; for proxies, also the difference of the shared upstream's CPU charged to each side.\n\n")
-	w("| contender | baseline | scenario | pairs | ratio | IQR | CPU µs/req | baseline CPU µs/req | + CPU µs/req | + upstream CPU µs/req |\n")
-	w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| contender | baseline | scenario | clients | pairs | ratio | IQR | CPU µs/req | baseline CPU µs/req | + CPU µs/req | + upstream CPU µs/req |\n")
+	w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range doc.Duels {
 		r, cpu, up := results.Summarize(d.Ratios()), results.Summarize(d.CPUDiffs()), results.Summarize(d.UpstreamCPUDiffs())
 		upCell := "-"
 		if hasUpstream(d) {
 			upCell = signed(up.Median)
 		}
-		w("| %s | %s | %s | %d x %s | %.2fx | %.2f-%.2f | %.0f | %.0f | %s (IQR %s to %s) | %s |\n",
-			baselineName(doc, d.Contender), baselineName(doc, d.Baseline), scenarioTitle[d.Scenario], r.N, d.Slice, r.Median, r.Q1, r.Q3,
+		conns := d.Conns
+		if conns == 0 {
+			conns = doc.Config.Connections
+		}
+		w("| %s | %s | %s | %d | %d x %s | %.2fx | %.2f-%.2f | %.0f | %.0f | %s (IQR %s to %s) | %s |\n",
+			baselineName(doc, d.Contender), baselineName(doc, d.Baseline), scenarioTitle[d.Scenario], conns, r.N, d.Slice, r.Median, r.Q1, r.Q3,
 			sliceMedian(d, func(p results.Pair) float64 { return p.Contender.CPUPerReq }),
 			sliceMedian(d, func(p results.Pair) float64 { return p.Baseline.CPUPerReq }),
 			signed(cpu.Median), signed(cpu.Q1), signed(cpu.Q3), upCell)
@@ -74,23 +84,27 @@ func hasUpstream(d results.Duel) bool {
 }
 
 // writeRatioGoal decides a throughput goal on its duel when one ran, the
-// rounds' figure kept beside it, and on the rounds' otherwise.
+// rounds' figure kept beside it, and on the rounds' otherwise (the rounds
+// run at the run's -c only).
 func writeRatioGoal(w func(string, ...any), doc *results.Doc, g goal.Ratio) {
-	what := fmt.Sprintf("%s >= %.2fx %s on %s", g.What, g.Min, baselineTitle(doc, g.Baseline), scenarioTitle[g.Scenario])
+	what := fmt.Sprintf("%s, %s: >= %.2fx", g.What, scenarioTitle[g.Scenario], g.Min)
 	rx, rounds := roundsFigure(doc, g.Scenario, g.Contender, g.Baseline)
-	if d := findDuel(doc, g.Contender, g.Baseline, g.Scenario); d != nil {
+	if g.Conns != 0 && g.Conns != doc.Config.Connections {
+		rounds = ""
+	}
+	if d := findDuel(doc, g.Duel); d != nil {
 		x := results.Summarize(d.Ratios()).Median
 		if rounds != "" {
 			rounds = "; rounds: " + rounds
 		}
-		w("| %s | %s%s | %s |\n", what, duelFigure(d), rounds, yesNo(x >= g.Min))
+		goalRow(w, what, duelFigure(d)+rounds, x >= g.Min, g.Duel)
 		return
 	}
 	if rounds == "" {
-		w("| %s | not measured | - |\n", what)
+		w("| %s | not measured | - | |\n", what)
 		return
 	}
-	w("| %s | %s | %s |\n", what, rounds, yesNo(rx >= g.Min))
+	goalRow(w, what, rounds, rx >= g.Min, g.Duel)
 }
 
 // roundsFigure is the round-based ratio of id over base: the median of the
@@ -106,41 +120,6 @@ func roundsFigure(doc *results.Doc, sc, id, base string) (float64, string) {
 	x := median(pr)
 	return x, fmt.Sprintf("%.2fx (median of each round's ratio%s; medians of the rounds %s vs %s req/s, p99 %s ms vs %s ms)",
 		x, spread(pr), num(r.Throughput), num(b.Throughput), ms(r.P99), ms(b.P99))
-}
-
-// writeOverheadGoal compares idem's middleware over net/http with the
-// peer's over its framework: on their duels when both ran, on the rounds
-// otherwise.
-func writeOverheadGoal(w func(string, ...any), doc *results.Doc, o goal.Overhead) {
-	what := fmt.Sprintf("idem middleware's overhead over net/http no larger than gofiber's over fiber, %s", scenarioTitle[o.Scenario])
-	di := findDuel(doc, o.Idem.Contender, o.Idem.Baseline, o.Scenario)
-	dp := findDuel(doc, o.Peer.Contender, o.Peer.Baseline, o.Scenario)
-	rounds, rmx, rfx := overheadRounds(doc, o)
-	if di != nil && dp != nil {
-		mx, fx := results.Summarize(di.Ratios()).Median, results.Summarize(dp.Ratios()).Median
-		if rounds != "" {
-			rounds = "; rounds: " + rounds
-		}
-		w("| %s | idem over net/http %s, gofiber over fiber %s%s | %s |\n", what, duelFigure(di), duelFigure(dp), rounds, yesNo(mx >= fx))
-		return
-	}
-	if rounds != "" {
-		w("| %s | %s | %s |\n", what, rounds, yesNo(rmx >= rfx))
-	}
-}
-
-// overheadRounds is the round-based figure of an overhead goal, "" when a
-// side did not run.
-func overheadRounds(doc *results.Doc, o goal.Overhead) (string, float64, float64) {
-	rs := rows(doc, o.Scenario)
-	mw, up, fb, bare := find(rs, o.Idem.Contender), find(rs, o.Idem.Baseline), find(rs, o.Peer.Contender), find(rs, o.Peer.Baseline)
-	if mw == nil || up == nil || fb == nil || bare == nil || up.Throughput == 0 || bare.Throughput == 0 {
-		return "", 0, 0
-	}
-	mr, fr := pairedRatios(doc, o.Scenario, o.Idem.Contender, o.Idem.Baseline), pairedRatios(doc, o.Scenario, o.Peer.Contender, o.Peer.Baseline)
-	mx, fx := median(mr), median(fr)
-	return fmt.Sprintf("idem %.2fx net/http (+%.0f CPU µs/req%s), gofiber %.2fx fiber (+%.0f CPU µs/req%s)",
-		mx, mw.CPU-up.CPU, spread(mr), fx, fb.CPU-bare.CPU, spread(fr)), mx, fx
 }
 
 // baselineTitle names a goal's baseline as the goals read: "the plain

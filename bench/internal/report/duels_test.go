@@ -32,8 +32,9 @@ func goalLine(t *testing.T, doc *results.Doc, g goal.Ratio) string {
 // the duel decides, and the rounds' figure stays beside it. Without the
 // duel, the rounds decide.
 func TestRatioGoalDecidedByDuel(t *testing.T) {
-	g := goal.Ratio{Contender: "gw", Baseline: "proxy", Scenario: "first", What: "gateway", Min: 0.9}
+	g := goal.Ratio{Duel: goal.Duel{Contender: "gw", Baseline: "proxy", Scenario: "first"}, What: "gateway", Min: 0.9}
 	doc := &results.Doc{
+		Config:     results.Config{Connections: 64},
 		Contenders: []results.Contender{{ID: "gw", Name: "gw"}, {ID: "proxy", Name: "proxy"}},
 		Runs: []results.Run{
 			{Contender: "gw", Scenario: "first", Round: 1, Throughput: 95},
@@ -48,7 +49,7 @@ func TestRatioGoalDecidedByDuel(t *testing.T) {
 		}
 	}
 	doc.Duels = nil
-	if line := goalLine(t, doc, g); !strings.Contains(line, "0.95x (median of each round's ratio") || !strings.HasSuffix(line, "| yes |\n") {
+	if line := goalLine(t, doc, g); !strings.Contains(line, "0.95x (median of each round's ratio") || !strings.HasSuffix(line, "| yes |  |\n") {
 		t.Errorf("without a duel: %q", line)
 	}
 	doc.Runs = nil
@@ -57,24 +58,50 @@ func TestRatioGoalDecidedByDuel(t *testing.T) {
 	}
 }
 
-// TestOverheadGoal: idem's middleware is judged against gofiber's on their
-// two duels' medians.
-func TestOverheadGoal(t *testing.T) {
-	o := goal.Overheads[0]
-	line := func(idem, peer float64) string {
-		doc := &results.Doc{Duels: []results.Duel{
-			duelOf(o.Idem.Contender, o.Idem.Baseline, o.Scenario, idem, idem, idem),
-			duelOf(o.Peer.Contender, o.Peer.Baseline, o.Scenario, peer, peer, peer),
-		}}
+// TestDuelClients: a goal at 16 clients is decided by the duel at 16
+// clients, not by the one at the run's 64, nor by the rounds.
+func TestDuelClients(t *testing.T) {
+	g := goal.Ratio{Duel: goal.Duel{Contender: "gw", Baseline: "mem", Scenario: "first", Conns: 16}, What: "durability", Min: 0.85}
+	d64 := duelOf("gw", "mem", "first", 0.95, 0.95, 0.95)
+	d64.Conns = 64
+	doc := &results.Doc{Config: results.Config{Connections: 64}, Duels: []results.Duel{d64}}
+	if line := goalLine(t, doc, g); !strings.Contains(line, "not measured") {
+		t.Errorf("the 64-client duel decided the 16-client goal: %q", line)
+	}
+	d16 := duelOf("gw", "mem", "first", 0.8, 0.8, 0.8)
+	d16.Conns = 16
+	doc.Duels = append(doc.Duels, d16)
+	if line := goalLine(t, doc, g); !strings.Contains(line, "0.80x") || !strings.Contains(line, "| **no** |") {
+		t.Errorf("16 clients: %q", line)
+	}
+	g.Conns = 0 // the run's own -c: the duel saved at 64
+	if line := goalLine(t, doc, g); !strings.Contains(line, "0.95x") {
+		t.Errorf("run's clients: %q", line)
+	}
+}
+
+// TestCallGoal: the middleware's goal is decided on the median of the
+// pairs' differences, CPU and allocations both.
+func TestCallGoal(t *testing.T) {
+	line := func(cpuDiff, allocDiff float64) string {
+		d := results.CallDuel{Contender: "mw-memory", Baseline: "ref-mw", Scenario: "first", Calls: 100}
+		for i := range 3 {
+			d.Pairs = append(d.Pairs, results.CallPair{ContenderFirst: i%2 == 0,
+				Contender: results.CallFigure{CPUNsPerOp: 5000 + cpuDiff, AllocsOp: 30 + allocDiff},
+				Baseline:  results.CallFigure{CPUNsPerOp: 5000, AllocsOp: 30}})
+		}
 		var b strings.Builder
-		writeOverheadGoal(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, doc, o)
+		writeCallGoal(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, &results.Doc{Calls: []results.CallDuel{d}}, goal.CallGoals[0])
 		return b.String()
 	}
-	if l := line(0.8, 0.7); !strings.Contains(l, "idem over net/http 0.80x (median of 3") || !strings.Contains(l, "gofiber over fiber 0.70x (median of 3") || !strings.HasSuffix(l, "| yes |\n") {
-		t.Errorf("idem ahead: %q", l)
+	if l := line(1500, 8); !strings.Contains(l, "+1.50 µs CPU (median of 3 pairs") || !strings.Contains(l, "+8 allocations") || !strings.Contains(l, "| yes |") {
+		t.Errorf("within: %q", l)
 	}
-	if l := line(0.7, 0.8); !strings.HasSuffix(l, "| **no** |\n") {
-		t.Errorf("gofiber ahead: %q", l)
+	if l := line(2500, 8); !strings.Contains(l, "| **no** |") {
+		t.Errorf("CPU over: %q", l)
+	}
+	if l := line(1000, 12); !strings.Contains(l, "| **no** |") {
+		t.Errorf("allocations over: %q", l)
 	}
 }
 

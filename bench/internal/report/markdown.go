@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-dev/idem/bench/internal/goal"
 	"github.com/idem-dev/idem/bench/internal/results"
 )
 
@@ -77,6 +76,8 @@ func Write(doc *results.Doc, mdPath, chartDir string) error {
 		w("%s%s%s", img("throughput-"+sc, "throughput, "+scenarioTitle[sc]), img("latency-"+sc, "latency, "+scenarioTitle[sc]), img("rss-"+sc, "peak RSS, "+scenarioTitle[sc]))
 	}
 	writeRace(w, doc)
+	writeCalls(w, doc)
+	writeFootprint(w, doc)
 	writeScale(w, doc, img)
 	w("%s", peersText)
 	w("%s", profileText)
@@ -95,33 +96,6 @@ func writeMachine(w func(string, ...any), doc *results.Doc) {
 	w("Machine: %s, %d cores, %.0f GiB, %s; %s. ", m.CPU, m.Cores, m.MemoryGB, m.Kernel, strings.Join(m.Versions, ", "))
 	w("Load average when the run started: %s", m.LoadAvg)
 	w(" (other work on the machine, such as builds, lowers every figure; the ratios, taken within one round-robin run, suffer less).\n\n")
-}
-
-func writeGoals(w func(string, ...any), doc *results.Doc) {
-	w("## Goals\n\n")
-	w("| goal | measured | met |\n|---|---|---|\n")
-	for _, g := range goal.Ratios {
-		writeRatioGoal(w, doc, g)
-	}
-	for _, o := range goal.Overheads {
-		writeOverheadGoal(w, doc, o)
-	}
-	var worst int64
-	var stores []string
-	for _, r := range raceRows(doc) {
-		if isIdem(r.C) {
-			worst = max(worst, r.MaxExec)
-			if r.MinExec < 1 {
-				worst = max(worst, 1000) // a key that never ran is a failure too
-			}
-			stores = append(stores, r.C.ID)
-		}
-	}
-	if len(stores) > 0 {
-		w("| race: exactly 1 execution per key for idem on every store (%s) | max %d per key | %s |\n",
-			strings.Join(stores, ", "), worst, yesNo(worst == 1))
-	}
-	w("\n")
 }
 
 // writeBehind states, from the figures, where idem is behind.

@@ -10,11 +10,13 @@ import (
 // pair of adjacent slices is taken under the same machine state, which
 // rounds minutes apart are not.
 type Duel struct {
-	Contender string        `json:"contender"`
-	Baseline  string        `json:"baseline"`
-	Scenario  string        `json:"scenario"`
-	Slice     time.Duration `json:"slice"`
-	Pairs     []Pair        `json:"pairs"`
+	Contender string `json:"contender"`
+	Baseline  string `json:"baseline"`
+	Scenario  string `json:"scenario"`
+	// Conns is the number of clients (connections) of the load.
+	Conns int           `json:"conns,omitempty"`
+	Slice time.Duration `json:"slice"`
+	Pairs []Pair        `json:"pairs"`
 }
 
 // Pair is one slice of each side, adjacent in time.

@@ -20,6 +20,9 @@ type Doc struct {
 	Runs       []Run       `json:"runs"`
 	Races      []Race      `json:"races"`
 	Duels      []Duel      `json:"duels,omitempty"`
+	Calls      []CallDuel  `json:"calls,omitempty"`
+	Footprint  []Footprint `json:"footprint,omitempty"`
+	Churn      []Churn     `json:"churn,omitempty"`
 	Scale      []Latency   `json:"scale"`
 	Cleanup    []Cleanup   `json:"cleanup"`
 	// Notes are things the run noticed (a contender that failed to

@@ -40,8 +40,12 @@ func Duels(ctx context.Context, opts Options, doc *results.Doc) error {
 		if !okC || !okB {
 			return fmt.Errorf("duel %s vs %s: no such contender", d.Contender, d.Baseline)
 		}
-		log.Printf("duel: %s vs %s, %s (%d pairs of %s slices)", c.Name, b.Name, d.Scenario, opts.DuelPairs, opts.DuelSlice)
-		res, err := runDuel(ctx, opts, c, b, load.Scenario(d.Scenario))
+		dopts := opts
+		if d.Conns > 0 {
+			dopts.Connections = d.Conns
+		}
+		log.Printf("duel: %s vs %s, %s, %d clients (%d pairs of %s slices)", c.Name, b.Name, d.Scenario, dopts.Connections, opts.DuelPairs, opts.DuelSlice)
+		res, err := runDuel(ctx, dopts, c, b, load.Scenario(d.Scenario))
 		if err != nil {
 			log.Printf("  duel failed: %v", err)
 			doc.Notes = append(doc.Notes, fmt.Sprintf("duel %s vs %s (%s): %v", c.Name, b.Name, d.Scenario, err))
@@ -94,8 +98,8 @@ const (
 // runDuel starts c and its baseline b side by side (and the one upstream
 // they share, if they proxy), then alternates sc's load between them.
 func runDuel(ctx context.Context, opts Options, c, b contender.Contender, sc load.Scenario) (results.Duel, error) {
-	res := results.Duel{Contender: c.ID, Baseline: b.ID, Scenario: string(sc), Slice: opts.DuelSlice}
-	dir, err := freshDir(filepath.Join(opts.Work, fmt.Sprintf("duel-%s-%s-%s", c.ID, b.ID, sc)))
+	res := results.Duel{Contender: c.ID, Baseline: b.ID, Scenario: string(sc), Conns: opts.Connections, Slice: opts.DuelSlice}
+	dir, err := freshDir(filepath.Join(opts.Work, fmt.Sprintf("duel-%s-%s-%s-c%d", c.ID, b.ID, sc, opts.Connections)))
 	if err != nil {
 		return res, err
 	}
@@ -326,7 +330,7 @@ func logDuel(d results.Duel) {
 			i+1, order, p.Contender.Throughput, p.Baseline.Throughput, p.Ratio,
 			p.Contender.CPUPerReq, p.Baseline.CPUPerReq, p.Contender.UpstreamCPUPerReq, p.Baseline.UpstreamCPUPerReq)
 	}
-	log.Printf("  %s/%s %s: %.2fx median of %d pairs (IQR %.2f-%.2f); CPU µs/req %.0f vs %.0f, %+.1f median of pair differences (IQR %+.1f to %+.1f); upstream %+.1f",
-		d.Contender, d.Baseline, d.Scenario, r.Median, r.N, r.Q1, r.Q3,
+	log.Printf("  %s/%s %s c%d: %.2fx median of %d pairs (IQR %.2f-%.2f); CPU µs/req %.0f vs %.0f, %+.1f median of pair differences (IQR %+.1f to %+.1f); upstream %+.1f",
+		d.Contender, d.Baseline, d.Scenario, d.Conns, r.Median, r.N, r.Q1, r.Q3,
 		results.Summarize(cs).Median, results.Summarize(bs).Median, cpu.Median, cpu.Q1, cpu.Q3, upCPU.Median)
 }

@@ -17,7 +17,14 @@ import (
 // starts from no records whatever ran before it.
 func emptyStore(ctx context.Context, s contender.Setup, c contender.Contender) error {
 	if c.RedisDB != 0 {
-		if err := flushRedis(ctx, s.Redis, c.RedisDB); err != nil {
+		base := s.Redis
+		if c.RedisFsync {
+			base = s.RedisFsync
+		}
+		if base == "" {
+			return fmt.Errorf("%s: no Redis with appendfsync always was started", c.ID)
+		}
+		if err := flushRedis(ctx, base, c.RedisDB); err != nil {
 			return fmt.Errorf("flush redis db %d: %w", c.RedisDB, err)
 		}
 	}

@@ -1,0 +1,49 @@
+package results
+
+// CallDuel is two in-process handlers (idem's middleware and the
+// reference) benchmarked in turn, each run its own process, in the order
+// A B B A ...: per call CPU, allocations and bytes, pair by pair.
+type CallDuel struct {
+	Contender string     `json:"contender"`
+	Baseline  string     `json:"baseline"`
+	Scenario  string     `json:"scenario"`
+	Calls     int        `json:"calls"` // per run
+	Pairs     []CallPair `json:"pairs"`
+}
+
+// CallPair is one run of each side, adjacent in time.
+type CallPair struct {
+	ContenderFirst bool       `json:"contender_first"`
+	Contender      CallFigure `json:"contender"`
+	Baseline       CallFigure `json:"baseline"`
+}
+
+// CallFigure is one benchmark run's figures per call.
+type CallFigure struct {
+	NsPerOp    float64 `json:"ns_per_op"`
+	CPUNsPerOp float64 `json:"cpu_ns_per_op"`
+	AllocsOp   float64 `json:"allocs_per_op"`
+	BytesOp    float64 `json:"bytes_per_op"`
+}
+
+// Diffs returns f(contender) - f(baseline) for each pair.
+func (d CallDuel) Diffs(f func(CallFigure) float64) []float64 {
+	out := make([]float64, 0, len(d.Pairs))
+	for _, p := range d.Pairs {
+		out = append(out, f(p.Contender)-f(p.Baseline))
+	}
+	return out
+}
+
+// Side returns f over one side's runs (contender when c).
+func (d CallDuel) Side(c bool, f func(CallFigure) float64) []float64 {
+	out := make([]float64, 0, len(d.Pairs))
+	for _, p := range d.Pairs {
+		if c {
+			out = append(out, f(p.Contender))
+		} else {
+			out = append(out, f(p.Baseline))
+		}
+	}
+	return out
+}
