@@ -196,7 +196,8 @@ func testClockSkew(t *testing.T, h Harness) {
 
 // testDeadHolderSkew: a holder dies right after reserving its key (kill
 // -9), and a replica whose clock is 0 to 10 leases off retries it every
-// quarter lease. It takes the key over within two leases of the death.
+// quarter lease. Every retry that begins more than two leases after the
+// death takes the key over.
 func testDeadHolderSkew(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	peer := peerOf(t, h, s)
@@ -216,16 +217,20 @@ func testDeadHolderSkew(t *testing.T, h Harness) {
 					Fingerprint: call.Fingerprint, State: store.InProgress, Token: newToken(), RequestID: "dead"},
 				Lease: SkewLease, TTL: time.Hour,
 			}
-			died := time.Now()
 			if res, err := s.Reserve(context.Background(), dead); err != nil || !res.Acquired {
 				t.Errorf("skew %v: the dead holder's reservation: %+v %v", skew, res, err)
 				return
 			}
+			// Its lease began no later than now. Judged by when each retry
+			// began, not by when the takeover returned: on a machine short
+			// of CPU a call takes its time, which says nothing of clocks.
+			died := time.Now()
 			for {
+				began := time.Now()
 				res, err := retrier.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
 				if errors.Is(err, idem.ErrInProgress) {
-					if time.Since(died) > 20*SkewLease {
-						t.Errorf("skew %v leases: the dead holder's key still held after %v", skew, time.Since(died))
+					if since := began.Sub(died); since > 2*SkewLease {
+						t.Errorf("skew %v leases: a retry that began %v after the dead holder's reservation found its key in progress, more than two leases", skew, since)
 						return
 					}
 					time.Sleep(SkewLease / 4)
@@ -235,9 +240,6 @@ func testDeadHolderSkew(t *testing.T, h Harness) {
 				if err != nil || !res.TookOver {
 					t.Errorf("skew %v leases: %+v %v, want a takeover", skew, res, err)
 					return
-				}
-				if took > 2*SkewLease {
-					t.Errorf("skew %v leases: the dead holder's key taken over after %v, more than two leases", skew, took)
 				}
 				mu.Lock()
 				worst = max(worst, took)
