@@ -22,17 +22,18 @@ import (
 func decide(c Call, ex store.Record) (res Result, err error, ended bool) {
 	switch {
 	case ex.Binding != c.Binding:
-		return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: c.Key, Record: ex}, true
+		return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
 	case ex.Fingerprint != c.Fingerprint:
-		return Result{}, &ConflictError{Type: ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: ex}, true
+		return Result{}, &ConflictError{Type: ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
 	case ex.State == store.Succeeded:
 		return replay(ex, false), nil, true
 	case ex.State == store.Failed:
-		if failure, ok := OutcomeUnknown(ex); ok {
+		if failure, ok := outcomeUnknown(ex); ok {
+			view := RecordOf(ex)
 			ex.Value = failure
-			return replay(ex, false), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: ex}, true
+			return replay(ex, false), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: view}, true
 		}
-		return replay(ex, false), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: ex}, true
+		return replay(ex, false), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
 	}
 	return Result{}, nil, false
 }
@@ -40,7 +41,7 @@ func decide(c Call, ex store.Record) (res Result, err error, ended bool) {
 // inProgress is the conflict of a call whose key is held by a running
 // call (or, when ex.Stale(), by one whose lease is over).
 func inProgress(c Call, ex store.Record) *ConflictError {
-	return &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: c.Key, Record: ex, Stale: ex.Stale()}
+	return &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex), Stale: ex.Stale()}
 }
 
 // Peek returns what a retry of c would get now, without running anything

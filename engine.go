@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,8 +231,23 @@ func (e *Engine) WithPolicy(p Policy) *Engine {
 // Policy returns the engine's policy, defaults applied.
 func (e *Engine) Policy() Policy { return e.policy }
 
-// Store returns the engine's store.
-func (e *Engine) Store() store.Store { return e.store }
+// As sets target, a pointer to a store's type, to the engine's store if it
+// is of that type, and reports whether it did: the way an adapter reaches
+// its own store's methods (pgtx its transactions), as Go CDK's As does.
+// The store itself stays the engine's, so that records are written only
+// through the engine's fences.
+func (e *Engine) As(target any) bool {
+	v := reflect.ValueOf(target)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return false
+	}
+	s := reflect.ValueOf(e.store)
+	if !s.IsValid() || !s.Type().AssignableTo(v.Elem().Type()) {
+		return false
+	}
+	v.Elem().Set(s)
+	return true
+}
 
 // Now returns the engine's clock reading.
 func (e *Engine) Now() time.Time { return e.now() }
@@ -626,14 +642,16 @@ func failureValue(err error) []byte {
 	return []byte(err.Error())
 }
 
-// Lookup returns the live record of key in scope, as stored, or an error
-// matching store.ErrNotFound. The key is validated as Do would. A failed
-// record whose outcome is unknown carries a marker in its Value:
-// OutcomeUnknown tells it from a plain failure and strips the marker.
-func (e *Engine) Lookup(ctx context.Context, scope, key string) (store.Record, error) {
+// Lookup returns the live record of key in scope, or an error matching
+// store.ErrNotFound. The key is validated as Do would.
+func (e *Engine) Lookup(ctx context.Context, scope, key string) (Record, error) {
 	key, err := ValidateKey(key, e.policy.MaxKeyBytes)
 	if err != nil {
-		return store.Record{}, err
+		return Record{}, err
 	}
-	return e.store.Get(ctx, scope, e.hashKey(scope, key))
+	r, err := e.store.Get(ctx, scope, e.hashKey(scope, key))
+	if err != nil {
+		return Record{}, err
+	}
+	return RecordOf(r), nil
 }

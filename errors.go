@@ -93,7 +93,7 @@ type ConflictError struct {
 	// Record is the record that caused the conflict; its RequestID names
 	// the first request. For ConflictPreviousFailure and
 	// ConflictOutcomeUnknown its Value holds the stored failure.
-	Record store.Record
+	Record Record
 	// Stale is set for ConflictInProgress when the holder's lease is over
 	// and the policy is OnStaleConflict.
 	Stale bool

@@ -182,7 +182,7 @@ func ExampleWithOnFreed() {
 // An operator's tool reads a key's record with Lookup and asks the engine
 // what it means: OutcomeUnknown tells a call whose outcome is unknown from
 // a plain failure, and Releasable says whether Release would free it.
-func ExampleOutcomeUnknown() {
+func ExampleEngine_Lookup() {
 	eng := idem.New(memory.New(), idem.Policy{})
 	defer eng.Close()
 	ctx := context.Background()
@@ -194,9 +194,8 @@ func ExampleOutcomeUnknown() {
 	if err != nil {
 		panic(err)
 	}
-	failure, unknown := idem.OutcomeUnknown(rec)
-	fmt.Println(rec.State, unknown, string(failure))
-	fmt.Println("releasable:", idem.Releasable(rec))
+	fmt.Println(rec.State, rec.OutcomeUnknown, string(rec.Value))
+	fmt.Println("releasable:", rec.Releasable())
 	// Output:
 	// failed true upstream: connection reset after the request was sent: idem: the operation started and its outcome is unknown
 	// releasable: true

@@ -46,7 +46,9 @@ func (f *fullStore) Renew(ctx context.Context, fe store.Fence, lease time.Durati
 // written and every replica replays it.
 func TestOutcomeKeptWhileTheStoreIsFull(t *testing.T) {
 	t.Parallel()
-	const lease = 300 * time.Millisecond
+	// Long enough that a renewal is not missed on a busy machine: a
+	// missed one would rightly let the other replica take the key over.
+	const lease = 1500 * time.Millisecond
 	mem := memory.New()
 	full := &fullStore{Store: mem}
 	p := idem.Policy{Lease: lease, CleanupInterval: -1}

@@ -56,7 +56,7 @@ func TestLostReservationAnswer(t *testing.T) {
 			if _, err := eng.Do(bg, call("k"), op.fn); !errors.Is(err, idem.ErrStoreUnavailable) || op.n.Load() != 0 {
 				t.Fatalf("%v, ran %d", err, op.n.Load())
 			}
-			if _, err := eng.Store().Get(bg, "charges", store.HashKey("charges", "k")); err != nil {
+			if _, err := l.Get(bg, "charges", store.HashKey("charges", "k")); err != nil {
 				t.Fatalf("the lost reservation is not in the store: %v", err)
 			}
 			l.loseReserve.Store(false)

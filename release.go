@@ -35,8 +35,8 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	case err != nil:
 		return &StoreError{Op: "get", Err: err}
 	}
-	_, unknown := OutcomeUnknown(rec)
-	if !Releasable(rec) {
+	view := RecordOf(rec)
+	if !view.Releasable() {
 		what := string(rec.State)
 		switch {
 		case rec.State == store.InProgress:
@@ -57,7 +57,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 		return &StoreError{Op: "release", Err: err}
 	}
 	e.logger.Info("idem: key released by an operator", "scope", scope,
-		"state", string(rec.State), "outcome_unknown", unknown, "request_id", rec.RequestID)
+		"state", string(rec.State), "outcome_unknown", view.OutcomeUnknown, "request_id", rec.RequestID)
 	e.announce(ctx, scope, keyHash, nil)
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 // unknownMarker starts the Value of a failed record whose outcome is
 // unknown (ErrOutcomeUnknown, or a panic in the operation); the failure
 // itself follows it. This package owns it: the engine writes it (finish,
-// through markUnknown) and reads it (OutcomeUnknown); no other package
+// through markUnknown) and reads it (outcomeUnknown, for Record.OutcomeUnknown); no other package
 // looks at the bytes.
 //
 // The engine keeps "unknown" in the record's value rather than in a field
@@ -30,25 +30,13 @@ func markUnknown(failure []byte) []byte {
 	return append(append(v, unknownMarker...), failure...)
 }
 
-// OutcomeUnknown reports whether r is a failed record whose outcome is
+// outcomeUnknown reports whether r is a failed record whose outcome is
 // unknown (the operation started and it is not known whether it took
-// effect), and returns the failure recorded for it. Engine.Lookup returns
-// records as stored; this is how a caller of Lookup tells such a record
-// from a plain failure. It is the only reader of the marker: every other
-// package (the middleware's answers, the gateway's admin page) asks it.
-func OutcomeUnknown(r store.Record) (failure []byte, ok bool) {
+// effect), and returns the failure recorded for it. It is the only reader
+// of the marker: callers see the answer as Record.OutcomeUnknown.
+func outcomeUnknown(r store.Record) (failure []byte, ok bool) {
 	if r.State != store.Failed || !bytes.HasPrefix(r.Value, unknownMarker) {
 		return nil, false
 	}
 	return r.Value[len(unknownMarker):], true
-}
-
-// Releasable reports whether Engine.Release would free r: its outcome is
-// unknown (OutcomeUnknown), or its holder stopped renewing its lease
-// (r.Stale(), the holder likely dead). These are the keys an operator may
-// release once someone has checked what became of the first call; any
-// other record is ErrNotReleasable.
-func Releasable(r store.Record) bool {
-	_, unknown := OutcomeUnknown(r)
-	return unknown || r.Stale()
 }

@@ -281,7 +281,7 @@ func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		inspect.Record
 		OutcomeUnknown bool `json:"outcome_unknown"`
-	}{v, idem.Releasable(rec)})
+	}{v, idem.RecordOf(rec).Releasable()})
 }
 
 func (a *admin) release(w http.ResponseWriter, r *http.Request) {
@@ -474,7 +474,7 @@ func (s *Stats) addMetrics(mfs []*dto.MetricFamily) {
 }
 
 // releasable appends to keys the tracker's recently failed and stale keys
-// that an operator may release now (idem.Releasable): the list shows only
+// that an operator may release now (idem.Record.Releasable): the list shows only
 // those whose outcome is still unknown.
 func (a *admin) releasable(ctx context.Context, t *Tracker, now time.Time, keys []TrackedKey) []TrackedKey {
 	ctx, cancel := context.WithTimeout(ctx, a.o.HealthTimeout)
@@ -487,7 +487,7 @@ func (a *admin) releasable(ctx context.Context, t *Tracker, now time.Time, keys 
 			}
 			continue
 		}
-		if idem.Releasable(rec) {
+		if idem.RecordOf(rec).Releasable() {
 			k.State = string(rec.State)
 			keys = append(keys, k)
 		}

@@ -30,6 +30,7 @@ import (
 type adminServer struct {
 	*httptest.Server
 	store    *memory.Store
+	tracked  store.Store // store as the engine sees it, through the tracker
 	eng      *idem.Engine
 	draining atomic.Bool
 	upErr    atomic.Pointer[error]
@@ -39,7 +40,8 @@ func newAdminServer(t *testing.T, token string, reg prometheus.Gatherer) *adminS
 	t.Helper()
 	a := &adminServer{store: memory.New()}
 	tr := &Tracker{}
-	a.eng = idem.New(tr.Wrap(a.store), idem.Policy{CleanupInterval: -1}, idem.WithLogger(quiet))
+	a.tracked = tr.Wrap(a.store)
+	a.eng = idem.New(a.tracked, idem.Policy{CleanupInterval: -1}, idem.WithLogger(quiet))
 	t.Cleanup(func() { a.eng.Close(); a.store.Close() })
 	a.Server = httptest.NewServer(Admin(AdminOptions{
 		Store: a.store, Token: token, Draining: &a.draining, Logger: quiet, Gatherer: reg, Tracker: tr,
@@ -270,7 +272,7 @@ func TestAdminStats(t *testing.T) {
 	_, _ = a.eng.Do(ctx, idem.Call{Scope: "s", Key: "broken"}, func(context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("connection reset after the request was sent: %w", idem.ErrOutcomeUnknown)
 	})
-	_, _ = idem.New(a.eng.Store(), idem.Policy{OnFailure: idem.OnFailureCache, CleanupInterval: -1}).Do(ctx,
+	_, _ = idem.New(a.tracked, idem.Policy{OnFailure: idem.OnFailureCache, CleanupInterval: -1}).Do(ctx,
 		idem.Call{Scope: "s", Key: "declined"}, func(context.Context) ([]byte, error) { return nil, errors.New("card declined") })
 
 	code, body := a.call(t, "GET", "/api/stats", "tok")

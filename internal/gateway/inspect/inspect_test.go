@@ -58,7 +58,7 @@ func TestDecodeMiddlewareValue(t *testing.T) {
 			r.Header.Set("X-Request-Id", "req-1")
 			h.ServeHTTP(httptest.NewRecorder(), r)
 
-			rec, err := eng.Lookup(context.Background(), "", "k1")
+			rec, err := s.Get(context.Background(), "", store.HashKey("", "k1"))
 			if err != nil {
 				t.Fatal(err)
 			}

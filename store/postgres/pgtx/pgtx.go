@@ -206,8 +206,8 @@ func Do(ctx context.Context, eng *idem.Engine, c idem.Call, fn Func) (idem.Resul
 // do runs fn through eng with the engine's *Store, and makes sure that the
 // transaction fn may have begun does not outlive the call.
 func do(ctx context.Context, eng *idem.Engine, c idem.Call, fn func(context.Context, *Store) ([]byte, error)) (idem.Result, error) {
-	s, ok := eng.Store().(*Store)
-	if !ok {
+	var s *Store
+	if !eng.As(&s) {
 		return idem.Result{}, ErrNotPgtx
 	}
 	var token uint64
