@@ -78,7 +78,7 @@ func harness(srv *server) storetest.Harness {
 		return st
 	}
 	return storetest.Harness{
-		// gofakes3 ignores If-Match on DeleteObject (see the package doc).
+		// gofakes3 ignores If-Match on DeleteObject (docs/stores/S3.md).
 		UnconditionalDeletes: srv.name == "gofakes3",
 		New: func(t *testing.T) store.Store {
 			s := newStore(t, srv, nil)
@@ -115,8 +115,8 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceGoFakeS3 runs the suite in process, in a fraction of the
 // time. gofakes3 honours If-None-Match and If-Match on PutObject, which is
-// all the suite's races need; it ignores If-Match on DeleteObject (see the
-// package documentation). Not in parallel, as TestConformance.
+// all the suite's races need; it ignores If-Match on DeleteObject (see
+// docs/stores/S3.md). Not in parallel, as TestConformance.
 func TestConformanceGoFakeS3(t *testing.T) {
 	storetest.Run(t, harness(fakeServer(t)))
 }
