@@ -51,6 +51,17 @@ func newStore(t testing.TB, srv *server, c *s3.Client) *s3store.Store {
 	return s
 }
 
+// sibling is another store on of's bucket and prefix through c: another
+// process sharing its records.
+func sibling(t testing.TB, of *s3store.Store, c *s3.Client) *s3store.Store {
+	t.Helper()
+	s, err := s3store.New(c, of.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func dropPrefix(srv *server, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -88,11 +99,7 @@ func harness(srv *server) storetest.Harness {
 			return s
 		},
 		Peer: func(t *testing.T, s store.Store) store.Store {
-			p, err := s3store.New(srv.peerClient(), own(t, s).Options())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return p
+			return sibling(t, own(t, s), srv.peerClient())
 		},
 		IndexKeys: func(t *testing.T, s store.Store) []string {
 			return listKeys(context.Background(), srv.client(nil), srv.bucket, own(t, s).Options().Prefix)
