@@ -81,17 +81,7 @@ func (a answer) problem(t *testing.T) map[string]any {
 
 func (e *edge) post(t *testing.T, path, key string, hdr ...string) answer {
 	t.Helper()
-	req, _ := http.NewRequest("POST", e.gw.URL+path, strings.NewReader(`{"amount":1}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
+	res := send(t, e.gw.URL+path, key, hdr...)
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -362,12 +352,7 @@ func TestAdminFindsScopeThroughRoutes(t *testing.T) {
 	get := func(q string) (int, string) {
 		req, _ := http.NewRequest("GET", admin.URL+"/keys?"+q, nil)
 		req.Header.Set("Authorization", "Bearer tok")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
+		res, b := testkit.Send(t, req)
 		return res.StatusCode, string(b)
 	}
 	q := url.Values{"method": {"POST"}, "path": {"/charges"}, "tenant": {"alice|x"}, "key": {"k1"}}

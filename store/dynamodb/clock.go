@@ -20,7 +20,8 @@ import (
 //     turns the Dates into bounds on the server's clock at any instant of
 //     this process's monotonic clock; a write stores an upper bound of
 //     when it was applied plus the TTL, a reader counts the record expired
-//     once a lower bound of its own reading passes that (see doc.go);
+//     once a lower bound of its own reading passes that
+//     (docs/stores/DYNAMODB.md);
 //   - leases by observe and wait (store/internal/leasewatch): a version of
 //     an in_progress record is stale once this client has itself watched
 //     it unchanged for the lease the record stores.

@@ -57,7 +57,8 @@ const maxRounds = 16
 // writeSlack is added to the upper bound of the server's clock when a
 // write is sent, to cover the time until the server applies it. A write
 // whose answer shows that it may have been applied later than that (a
-// slow round trip, a retry by the SDK) is re-dated at once; see doc.go.
+// slow round trip, a retry by the SDK) is re-dated at once; see
+// docs/stores/DYNAMODB.md.
 const writeSlack = time.Second
 
 // Store keeps idempotency records as items of a DynamoDB table, one per
@@ -97,7 +98,8 @@ func New(client *dynamodb.Client, opts Options) (*Store, error) {
 func (s *Store) Options() Options { return Options{Table: s.table} }
 
 // Redated reports how many writes were re-dated because their answer came
-// later than writeSlack after they were sent (see doc.go).
+// later than writeSlack after they were sent (docs/stores/DYNAMODB.md,
+// "Expiry").
 func (s *Store) Redated() int64 { return s.redated.Load() }
 
 func keyOf(keyHash string) map[string]types.AttributeValue {
@@ -399,7 +401,7 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) e
 // Complete implements store.Store: an UpdateItem of the state, the value
 // and the lifetime, conditional on the token and the state. A value that
 // does not fit DynamoDB's 400 KB item is recorded as not stored (see
-// notStoredValue and doc.go).
+// notStoredValue and the package doc).
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	const op = "complete"
 	if c.State != store.Succeeded && c.State != store.Failed {

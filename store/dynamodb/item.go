@@ -14,8 +14,9 @@ import (
 )
 
 // The attributes of an item, one per record. Times are milliseconds since
-// the Unix epoch on the server's clock, durations milliseconds; see
-// doc.go for what each time means and which ones the store judges by.
+// the Unix epoch on the server's clock, durations milliseconds;
+// docs/stores/DYNAMODB.md says what each time means and which ones the
+// store judges by.
 const (
 	attrPK        = "pk"         // S, the hash key: the record's key hash
 	attrScope     = "scope"      // S
@@ -50,7 +51,7 @@ const MaxItemBytes = 400 << 10
 // holds, as long as its key, scope, fingerprint, binding and request ID
 // take less than 8 KiB together (a few hundred bytes in practice). A value
 // up to MaxItemBytes is tried, and kept when the item fits; a larger one
-// is recorded as not stored (see doc.go).
+// is recorded as not stored (see the package doc).
 const MaxValueBytes = MaxItemBytes - 8<<10
 
 // item is a record as stored, with what the store judges it by.

@@ -37,7 +37,8 @@ func TestFullDisk(t *testing.T) {
 	dir := filepath.Join(disk, "store")
 	ctx := context.Background()
 	// 8 MiB of ballast: freed, it leaves room for the WAL's 4 MiB as
-	// tables (see the package doc). 2 MiB of it are freed first.
+	// tables (docs/stores/PEBBLE.md, "A full disk"). 2 MiB of it are freed
+	// first.
 	tmpdisk.Ballast(t, filepath.Join(disk, "ballast-2m"), 2<<20)
 	tmpdisk.Ballast(t, filepath.Join(disk, "ballast-6m"), 6<<20)
 	s := openT(t, dir)

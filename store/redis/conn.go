@@ -66,7 +66,7 @@ func (g goredisConn) listen(ctx context.Context, channel string, ready func(), w
 // rueidisConn runs the store on a rueidis client, which pipelines the
 // commands of concurrent callers over one connection per node: about half
 // go-redis's CPU per reserve+complete pair under concurrency (see
-// BenchmarkClients and the package doc).
+// BenchmarkClients and docs/bench/STORE-DESIGN.md).
 type rueidisConn struct{ c rueidis.Client }
 
 func (r rueidisConn) eval(ctx context.Context, s *script, key string, args []string) (any, error) {

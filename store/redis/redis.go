@@ -90,8 +90,8 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 // NewRueidis returns a store that talks to Redis through a rueidis client,
 // which pipelines concurrent calls over one connection per node and bounds
 // every call by its context's deadline. It is the faster of the two
-// clients (figures in the package doc); the gateway uses it. The store
-// does not close client.
+// clients (figures in docs/bench/STORE-DESIGN.md); the gateway uses it.
+// The store does not close client.
 func NewRueidis(client rueidis.Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")

@@ -76,10 +76,7 @@ func TestRenewKeepsExpiry(t *testing.T) {
 	srv := realServer(t)
 	clock := newFrozenClock(seedNow)
 	a := clockStore(t, srv, clock)
-	b, err := s3store.New(srv.clockClient(clock, nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := sibling(t, a, srv.clockClient(clock, nil))
 	ctx := context.Background()
 	req := storetest.FreshRequest()
 	mustAcquire(t, a, req)
@@ -116,10 +113,7 @@ func TestRenewRestartsWatch(t *testing.T) {
 	// not change from one renewal to the next.
 	clock := newFrozenClock(seedNow)
 	a := clockStore(t, srv, clock)
-	b, err := s3store.New(srv.clockClient(clock, nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := sibling(t, a, srv.clockClient(clock, nil))
 	watch := watched(b)
 	req := storetest.FreshRequest()
 	mustAcquire(t, a, req)
@@ -168,10 +162,7 @@ func TestTakeoverLosesToRenewal(t *testing.T) {
 	srv := realServer(t)
 	ctx := context.Background()
 	f, b := faultyStore(t, srv)
-	a, err := s3store.New(srv.client(nil), b.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := sibling(t, b, srv.client(nil))
 	req := storetest.FreshRequest()
 	mustAcquire(t, a, req)
 	watchOver(t, b, watched(b), req)
@@ -202,10 +193,7 @@ func TestTornReadNotExpired(t *testing.T) {
 	clock := newFrozenClock(seedNow)
 	a := clockStore(t, srv, clock)
 	f := &faults{}
-	b, err := s3store.New(srv.clockClient(clock, f), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := sibling(t, a, srv.clockClient(clock, f))
 	old := storetest.FreshRequest()
 	mustAcquire(t, a, old)
 	clock.add(2 * time.Hour)
@@ -245,40 +233,27 @@ func etagOf(t *testing.T, srv *server, key string) string {
 	return aws.ToString(out.ETag)
 }
 
-// oldObject is a record as the code from before durations were stored
-// wrote it: absolute times from the writer's own clock, no ttl or lease.
-type oldObject struct {
-	Version    int       `json:"version"`
-	Key        string    `json:"key"`
-	KeyHash    string    `json:"key_hash"`
-	Scope      string    `json:"scope"`
-	State      string    `json:"state"`
-	Token      string    `json:"token"`
-	InputHash  string    `json:"input_hash"`
-	Binding    string    `json:"binding,omitempty"`
-	Value      []byte    `json:"value,omitempty"`
-	RequestID  string    `json:"request_id,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	LeaseUntil time.Time `json:"lease_until"`
-}
-
 // putOld writes req's record in the old format through c, as an old
 // writer whose clock read writer did: created and updated then, the
 // given lease and TTL as absolute times from it.
 func putOld(t *testing.T, c *s3.Client, s *s3store.Store, req store.ReserveRequest, state store.State, writer time.Time, lease, ttl time.Duration) {
 	t.Helper()
-	o := oldObject{
-		Version: 1, Key: req.Record.Key, KeyHash: "sha256:" + req.Record.KeyHash, Scope: req.Record.Scope,
-		State: string(state), Token: strconv.FormatUint(req.Record.Token, 10), InputHash: req.Record.Fingerprint,
-		Binding: req.Record.Binding, RequestID: req.Record.RequestID,
-		CreatedAt: writer, UpdatedAt: writer, ExpiresAt: writer.Add(ttl), LeaseUntil: writer.Add(lease),
+	// The old format, field by field: absolute times from the writer's own
+	// clock, no ttl or lease.
+	o := map[string]any{
+		"version": 1, "key": req.Record.Key, "key_hash": "sha256:" + req.Record.KeyHash, "scope": req.Record.Scope,
+		"state": string(state), "token": strconv.FormatUint(req.Record.Token, 10), "input_hash": req.Record.Fingerprint,
+		"created_at": writer, "updated_at": writer, "expires_at": writer.Add(ttl), "lease_until": writer.Add(lease),
+	}
+	for k, v := range map[string]string{"binding": req.Record.Binding, "request_id": req.Record.RequestID} {
+		if v != "" {
+			o[k] = v
+		}
 	}
 	if state != store.InProgress {
-		o.Value = []byte("old outcome")
+		o["value"] = []byte("old outcome")
 	}
-	body, err := json.MarshalIndent(&o, "", "  ")
+	body, err := json.MarshalIndent(o, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +261,7 @@ func putOld(t *testing.T, c *s3.Client, s *s3store.Store, req store.ReserveReque
 	_, err = c.PutObject(context.Background(), &s3.PutObjectInput{
 		Bucket: aws.String(s.Options().Bucket), Key: &key, Body: strings.NewReader(string(body) + "\n"),
 		ContentType: aws.String("application/json"),
-		Metadata:    map[string]string{"idem-expires-at": o.ExpiresAt.Format(time.RFC3339Nano)},
+		Metadata:    map[string]string{"idem-expires-at": writer.Add(ttl).Format(time.RFC3339Nano)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -86,7 +86,7 @@ type Store struct {
 	closed atomic.Bool
 
 	// watch judges the leases of in_progress records by observe and
-	// wait: see the package documentation. What it saw of a key is never
+	// wait (docs/stores/S3.md, "Clocks"). What it saw of a key is never
 	// dropped when this client writes the key or finds it ended: a
 	// concurrent call of this process may still be judging an older
 	// version it read, which must count as watched, not as new. Versions
@@ -123,9 +123,10 @@ var _ store.Store = (*Store)(nil)
 //
 // The server must honour conditional writes: If-None-Match: * and If-Match
 // on PutObject (AWS S3 since 2024, versitygw, MinIO), and preferably
-// If-Match on DeleteObject (see the package documentation). A server that
-// ignores them silently loses the guarantee. Its answers must carry a Date
-// header, as HTTP servers' do: expiry is judged on it.
+// If-Match on DeleteObject (docs/stores/S3.md says what servers differ
+// on). A server that ignores them silently loses the guarantee. Its
+// answers must carry a Date header, as HTTP servers' do: expiry is judged
+// on it.
 func New(client *s3.Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("s3store: nil client")
@@ -376,7 +377,7 @@ func (s *Store) update(ctx context.Context, op string, f store.Fence, change fun
 }
 
 // Release implements store.Store: DeleteObject with If-Match on the
-// version whose token was checked. See the package documentation for
+// version whose token was checked. See docs/stores/S3.md for
 // servers that ignore If-Match on DeleteObject.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	const op = "release"

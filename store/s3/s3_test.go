@@ -51,6 +51,17 @@ func newStore(t testing.TB, srv *server, c *s3.Client) *s3store.Store {
 	return s
 }
 
+// sibling is another store on of's bucket and prefix through c: another
+// process sharing its records.
+func sibling(t testing.TB, of *s3store.Store, c *s3.Client) *s3store.Store {
+	t.Helper()
+	s, err := s3store.New(c, of.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func dropPrefix(srv *server, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -78,7 +89,7 @@ func harness(srv *server) storetest.Harness {
 		return st
 	}
 	return storetest.Harness{
-		// gofakes3 ignores If-Match on DeleteObject (see the package doc).
+		// gofakes3 ignores If-Match on DeleteObject (docs/stores/S3.md).
 		UnconditionalDeletes: srv.name == "gofakes3",
 		New: func(t *testing.T) store.Store {
 			s := newStore(t, srv, nil)
@@ -88,11 +99,7 @@ func harness(srv *server) storetest.Harness {
 			return s
 		},
 		Peer: func(t *testing.T, s store.Store) store.Store {
-			p, err := s3store.New(srv.peerClient(), own(t, s).Options())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return p
+			return sibling(t, own(t, s), srv.peerClient())
 		},
 		IndexKeys: func(t *testing.T, s store.Store) []string {
 			return listKeys(context.Background(), srv.client(nil), srv.bucket, own(t, s).Options().Prefix)
@@ -115,8 +122,8 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceGoFakeS3 runs the suite in process, in a fraction of the
 // time. gofakes3 honours If-None-Match and If-Match on PutObject, which is
-// all the suite's races need; it ignores If-Match on DeleteObject (see the
-// package documentation). Not in parallel, as TestConformance.
+// all the suite's races need; it ignores If-Match on DeleteObject (see
+// docs/stores/S3.md). Not in parallel, as TestConformance.
 func TestConformanceGoFakeS3(t *testing.T) {
 	storetest.Run(t, harness(fakeServer(t)))
 }

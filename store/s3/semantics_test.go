@@ -92,7 +92,7 @@ func TestServerSemantics(t *testing.T) {
 			switch srv.name {
 			case "gofakes3":
 				if err != nil || herr == nil {
-					t.Logf("gofakes3 now honours If-Match on DELETE (%v, %v): update the package documentation", err, herr)
+					t.Logf("gofakes3 now honours If-Match on DELETE (%v, %v): update docs/stores/S3.md", err, herr)
 				}
 			default:
 				if code(err) != "PreconditionFailed" || herr != nil {

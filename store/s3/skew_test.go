@@ -27,11 +27,7 @@ func skewStores(t *testing.T) (a, b *s3store.Store) {
 	t.Helper()
 	srv := realServer(t)
 	a = newStore(t, srv, nil)
-	b, err := s3store.New(srv.peerClient(), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a, b
+	return a, sibling(t, a, srv.peerClient())
 }
 
 // TestEngineClockSkew: two replicas, each an engine over its own S3

@@ -431,10 +431,7 @@ func TestCleanupRace(t *testing.T) {
 	clock := newFrozenClock(seedNow)
 	f := &faults{}
 	a := newStore(t, srv, srv.clockClient(clock, f))
-	b, err := s3store.New(srv.clockClient(clock, nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := sibling(t, a, srv.clockClient(clock, nil))
 	old := storetest.FreshRequest()
 	mustAcquire(t, a, old)
 	clock.add(3 * time.Hour)
@@ -664,9 +661,6 @@ func faultyStore(t *testing.T, srv *server) (*faults, *s3store.Store) {
 func peerStores(t *testing.T, srv *server) (*faults, *s3store.Store, *s3store.Store) {
 	t.Helper()
 	f, a := faultyStore(t, srv)
-	b, err := s3store.New(srv.client(nil), a.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := sibling(t, a, srv.client(nil))
 	return f, a, b
 }

@@ -179,10 +179,7 @@ func TestSeed004ConcurrentSubmits(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	q, clock := newTaskQueue(t, srv)
-	peerStore, err := s3store.New(srv.clockClient(clock, nil), q.store.Options())
-	if err != nil {
-		t.Fatal(err)
-	}
+	peerStore := sibling(t, q.store, srv.clockClient(clock, nil))
 	peer := idem.New(peerStore, q.eng.Policy(), idem.WithClock(clock.Now))
 	ids := make([]string, 16)
 	var wg sync.WaitGroup

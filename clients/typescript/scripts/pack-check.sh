@@ -19,7 +19,7 @@ cmp -s LICENSE ../../LICENSE || fail "clients/typescript/LICENSE differs from th
 tarball="$scratch/$(npm pack --silent --pack-destination "$scratch" | tail -n 1)"
 [ -f "$tarball" ] || fail "npm pack made no tarball"
 files="$(tar -tzf "$tarball" | sed 's#^package/##' | sort)"
-for f in package.json LICENSE README.md dist/index.js dist/index.d.ts dist/file.js dist/file.d.ts dist/file-unsupported.js dist/client.d.ts; do
+for f in package.json LICENSE README.md dist/index.js dist/index.d.ts dist/outbox-file.js dist/outbox-file.d.ts dist/outbox-file-unsupported.js dist/client.d.ts; do
   grep -qxF "$f" <<<"$files" || fail "the tarball lacks $f; it holds: $(tr '\n' ' ' <<<"$files")"
 done
 if grep -E '^(test|examples|scripts|node_modules|\.examples)/|tsconfig' <<<"$files"; then
@@ -37,7 +37,7 @@ tar -xzOf "$tarball" package/package.json | node --input-type=module -e '
     const e = p.exports[entry]
     assert.deepEqual(Object.keys(e), ["types", "react-native", "browser", "node", "default"], entry)
   }
-  assert.equal(p.exports["./file"].node, "./dist/file.js")
+  assert.equal(p.exports["./file"].node, "./dist/outbox-file.js")
 '
 
 app="$scratch/app"

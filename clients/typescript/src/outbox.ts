@@ -1,6 +1,8 @@
 // Where pending requests wait: the Outbox interface and the adapters for
 // memory, Web Storage, React Native's AsyncStorage and IndexedDB. The Node
-// file outbox lives in its own entry point (@idem-dev/client/file).
+// file outbox is outbox-file.ts, its own entry point (@idem-dev/client/file)
+// so that browser bundles never see node:fs; outbox-file-unsupported.ts is
+// what that entry point resolves to outside Node.
 
 import { parseJSON } from './response.js'
 

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict'
 import { existsSync, mkdtempSync, mkdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { stack, mobileRoutes, pkgRoot } from './harness.js'
+import { stack, mobileRoutes, pkgRoot, until } from './harness.js'
 
 const CHROMIUM = process.env.IDEM_CHROMIUM || '/usr/bin/chromium'
 const SAVE = '/api/funnels/stress/assessments/a1/answers/save'
@@ -38,14 +38,6 @@ after(async () => {
   if (s) await s.close()
   if (userDataDir) rmSync(userDataDir, { recursive: true, force: true })
 })
-
-async function until(what, fn, ms = 20000) {
-  const end = Date.now() + ms
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise(r => setTimeout(r, 20))
-  }
-}
 
 test('reload mid-retry, resend from IndexedDB, each answer runs once', { skip: missing && `${CHROMIUM} missing` }, async () => {
   const url = `${s.proxy.url}/static/test/browser/page.html`

@@ -253,3 +253,13 @@ export async function stack({ profile = 'ietf', routes = '', drop, cut } = {}) {
 
 /** fastBackoff keeps the tests short: 5 ms doubling up to 200 ms. */
 export const fastBackoff = n => Math.min(200, 5 * 2 ** (n - 1)) * (0.5 + Math.random() / 2)
+
+/** until polls fn every 10 ms until it returns (or resolves to) true, and
+ * throws, naming what it waited for, after ms milliseconds. */
+export async function until(what, fn, ms = 30000) {
+  const end = Date.now() + ms
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise(r => setTimeout(r, 10))
+  }
+}

@@ -8,7 +8,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { FileOutbox } from '@idem-dev/client/file'
-import { stack, mobileRoutes, pkgRoot } from './harness.js'
+import { stack, mobileRoutes, pkgRoot, until } from './harness.js'
 
 const N = 20
 let s
@@ -21,14 +21,6 @@ function app(...args) {
   p.stdout.on('data', d => (p.out += d))
   p.done = new Promise(r => p.on('exit', (code, signal) => r({ code, signal })))
   return p
-}
-
-async function until(what, fn, ms = 20000) {
-  const end = Date.now() + ms
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise(r => setTimeout(r, 10))
-  }
 }
 
 const body = i => JSON.stringify({ n: i })

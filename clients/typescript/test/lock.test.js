@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { IdemClient } from '@idem-dev/client'
 import { FileOutbox } from '@idem-dev/client/file'
-import { pkgRoot } from './harness.js'
+import { pkgRoot, until } from './harness.js'
 
 let server, url
 const perKey = new Map()
@@ -39,14 +39,6 @@ function app(args, env = {}) {
   p.stdout.on('data', d => (p.out += d))
   p.done = new Promise(r => p.on('exit', (code, signal) => r({ code, signal })))
   return p
-}
-
-async function until(what, fn, ms = 30000) {
-  const end = Date.now() + ms
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise(r => setTimeout(r, 10))
-  }
 }
 
 // within waits for a child to exit, and kills it (failing) if it does not

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { IdemClient } from '@idem-dev/client'
 import { FileOutbox } from '@idem-dev/client/file'
-import { stack, mobileRoutes, pkgRoot } from './harness.js'
+import { stack, mobileRoutes, pkgRoot, until } from './harness.js'
 
 const N = 8
 const USER = 'kim'
@@ -26,14 +26,6 @@ function drain(dir, out) {
   const p = spawn(process.execPath, [join(pkgRoot, 'test/fixtures/outbox-app.js'), 'drain', s.proxy.url, dir, out], { stdio: ['ignore', 'inherit', 'inherit'] })
   p.done = new Promise(r => p.on('exit', (code, signal) => r({ code, signal })))
   return p
-}
-
-async function until(what, fn, ms = 30000) {
-  const end = Date.now() + ms
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise(r => setTimeout(r, 5))
-  }
 }
 
 const handed = out => existsSync(out) ? readFileSync(out, 'utf8').trim().split('\n').filter(Boolean).map(l => JSON.parse(l)) : []

@@ -2,7 +2,7 @@
 // Native, other runtimes): a FileOutbox that says where to look instead, so
 // that a bundle importing it builds and only its use fails.
 import type { Outbox, PendingEntry } from './index.js'
-import type { FileOutboxOptions } from './file.js'
+import type { FileOutboxOptions } from './outbox-file.js'
 
 export type { FileOutboxOptions }
 
