@@ -3,15 +3,17 @@ package nats_test
 import (
 	"context"
 	"log"
+	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store/postgres"
 	"github.com/idem-dev/idem/store/postgres/pgtx"
 	"github.com/idem-dev/idem/trigger"
-	"github.com/idem-dev/idem/trigger/internal/consumetest"
 	trignats "github.com/idem-dev/idem/trigger/nats"
 )
 
@@ -24,7 +26,7 @@ import (
 // Consumer acks the message.
 func ExampleConsumer() {
 	ctx := context.Background()
-	pool, store := consumetest.OpenStore(ctx)
+	pool, store := openStore(ctx)
 	defer pool.Close()
 	eng := idem.New(store, idem.Policy{})
 	defer eng.Close()
@@ -59,7 +61,7 @@ func ExampleConsumer() {
 // needed.
 func ExampleConsumer_starterTransaction() {
 	ctx := context.Background()
-	pool, ps := consumetest.OpenStore(ctx)
+	pool, ps := openStore(ctx)
 	defer pool.Close()
 	store := pgtx.New(ps)
 	eng := idem.New(store, idem.Policy{})
@@ -80,6 +82,23 @@ func ExampleConsumer_starterTransaction() {
 		},
 	}
 	log.Fatal(c.Consume(ctx, cons))
+}
+
+// openStore connects to the service's PostgreSQL database (DATABASE_URL)
+// and returns its pool and idem's store in it, migrated.
+func openStore(ctx context.Context) (*pgxpool.Pool, *postgres.Store) {
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	store, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return pool, store
 }
 
 // ingestConsumer connects to NATS and returns the durable consumer
