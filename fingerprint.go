@@ -19,7 +19,8 @@ import (
 
 // Fingerprints identify what makes a request what it is. A key reused with a
 // different fingerprint is a conflict, never a replay. They are written
-// "sha256:<hex>", as the S3 task queue's input_hash.
+// "sha256:<hex>", naming the hash, so that a record read by another tool
+// says how it was made.
 
 // ErrNotCanonicalizable is returned for JSON that has no single meaning:
 // syntax errors, invalid UTF-8, duplicate object keys, nesting deeper than

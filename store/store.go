@@ -39,8 +39,8 @@ func (s State) Valid() bool {
 }
 
 // HashKey returns the hex SHA-256 of scope + ":" + key, the identity of a
-// record (the S3 task queue's key_hash). Stores index records by it, never by the raw
-// key, so that key length and content never reach an index.
+// record. Stores index records by it, never by the raw key, so that key
+// length and content never reach an index.
 func HashKey(scope, key string) string {
 	// Most keys fit a buffer on the stack: hashed in one call, the hex
 	// string is the only allocation.

@@ -78,10 +78,8 @@ const hmget = `redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'bd', 'sc', 'k', 
 // absent: Redis dropped it), takes over a stale in_progress record with the
 // same fingerprint and binding when allowed, and otherwise returns the
 // existing record as read does. It asks EXISTS before reading the fields:
-// for a new key (a first call) an HMGET of twelve absent fields cost the
-// server more than EXISTS does, 14.0-14.7 against 16.0-17.1 µs of
-// redis-server CPU a reservation (redis-benchmark, 32 clients, new keys,
-// three alternated runs).
+// for a new key (a first call) an HMGET of twelve absent fields costs the
+// server more than EXISTS does (docs/bench/STORE-DESIGN.md).
 //
 // A record on Redis's clock (sv) is stale once its lu has passed on it. A
 // record of an earlier version is stale only when it is the very version,

@@ -209,8 +209,8 @@ func fromMetadata(meta map[string]string) (stored, bool) {
 }
 
 // LifecycleRule returns a bucket lifecycle rule that lets S3 delete the
-// records of the stores with this prefix by itself (the S3 task queue's design: "S3
-// lifecycle policy on idempotency/"), so that nobody has to list the bucket:
+// records of the stores with this prefix by itself (a lifecycle rule on
+// idempotency/), so that nobody has to list the bucket:
 // objects expire ttl + 1 day after their last write, rounded up to whole
 // days. Give the longest TTL of any policy that writes there. S3 counts from
 // an object's last modification, and every record is rewritten when its

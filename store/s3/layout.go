@@ -77,7 +77,7 @@ const formatVersion = 1
 // updated_at: the engine's default lease.
 const legacyLease = time.Minute
 
-// object is a record as stored: JSON close to the S3 task queue's example. The token
+// object is a record as stored: JSON a person can read in the bucket. The token
 // is a decimal string because JSON numbers are doubles to most readers and
 // cannot hold every uint64; the value is base64 (encoding/json's []byte);
 // durations are Go duration strings ("720h0m0s").
@@ -89,7 +89,7 @@ const legacyLease = time.Minute
 type object struct {
 	Version    int        `json:"version"`
 	Key        string     `json:"key"`
-	KeyHash    string     `json:"key_hash"` // "sha256:" + hex, as in the S3 task queue
+	KeyHash    string     `json:"key_hash"` // "sha256:" + hex, naming the hash
 	Scope      string     `json:"scope"`
 	State      string     `json:"state"`
 	Token      string     `json:"token"`

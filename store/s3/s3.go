@@ -33,7 +33,7 @@ type Options struct {
 	// applications share one bucket: "billing/" gives
 	// billing/idempotency/{scope}/{key_hash}.json. A prefix that does not
 	// end in "/" gets one. "" (the default) puts idempotency/ at the root
-	// of the bucket, as in the S3 task queue.
+	// of the bucket.
 	Prefix string
 }
 
@@ -142,7 +142,7 @@ func New(client *s3.Client, opts Options) (*Store, error) {
 func (s *Store) Options() Options { return Options{Bucket: s.bucket, Prefix: s.prefix} }
 
 // ObjectKey returns the key of the object that holds the record of keyHash
-// in scope (the S3 task queue's idempotency/{scope}/{key_hash}.json, under Prefix).
+// in scope: idempotency/{scope}/{key_hash}.json, under Prefix.
 func (s *Store) ObjectKey(scope, keyHash string) string {
 	return s.prefix + Dir + ScopeSegment(scope) + "/" + keyHash + ".json"
 }
@@ -154,7 +154,7 @@ func (s *Store) objectKey(op, scope, keyHash string) (string, error) {
 	return s.ObjectKey(scope, keyHash), nil
 }
 
-// Reserve implements store.Store: the S3 task queue's create with If-None-Match: *,
+// Reserve implements store.Store: a create with If-None-Match: *,
 // and, when an object is already there and is expired or stale, its
 // replacement with If-Match on the ETag it was read with. Expired is
 // judged by the server's Date; stale by this client's watch of that ETag.

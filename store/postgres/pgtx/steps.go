@@ -44,7 +44,7 @@ func stepsTable(opts postgres.Options) string {
 // step that records its result. If the process dies after the call but
 // before the step commits, the step runs again, so the call must be
 // idempotent itself: give it a key made of the record ID and the step's
-// name (idem.HoldFrom(ctx).ID), as a payments API's Idempotency-Key.
+// name (idem.HoldFrom(ctx).ID), sent as the remote API's idempotency key.
 type Step struct {
 	// Name identifies the step in logs and errors.
 	Name string
