@@ -98,14 +98,17 @@
 // comes.
 // Disk is reclaimed a segment at a time, oldest first: a segment no record
 // lives in is deleted; one that is mostly dead, or a log grown past twice
-// its live data, has its live entries copied to the head of the log first.
-// Removing only the oldest segment means a delete entry never outlives an
-// older entry of its key, so a released key never comes back. Cleanup
-// does it, and so does the log's move to a new segment, in the
-// background, after removing the records expired by then: the log stays
-// about twice its live data at the pace of the writes, however long the
-// interval between Cleanups (the gateway's is minutes, a TTL may be
-// seconds).
+// its live data, has its live entries copied to the head of the log first,
+// segment after segment until the log, every segment counted, is back
+// within twice its live data. Removing only the oldest segment means a
+// delete entry never outlives an older entry of its key, so a released
+// key never comes back. Cleanup does it, and so does the log's move to a
+// new segment, in the background, after removing the records expired by
+// then: the log stays within twice its live data at the pace of the
+// writes, however long the interval between Cleanups (the gateway's is
+// minutes, a TTL may be seconds). The segment being written cannot be
+// compacted: live data smaller than a segment or two (64 MiB each by
+// default) leaves the log above the bound.
 //
 // # The index: 40 bytes a key
 //
