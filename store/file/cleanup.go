@@ -18,7 +18,7 @@ import (
 // its live data, segment after segment until the log is back within
 // that. While the log cannot write (a full disk), it drops the
 // segments no record lives in, which frees room, and compacts none.
-// Once the log written since the last index snapshot is twice as large
+// Once the log written since the last index snapshot is as large
 // as a snapshot, it writes one (its cost grows with the live records, and
 // it comes once per that much log). The log's rotation to a new segment
 // does all of this as well, in the background (see rotated), but for
@@ -47,10 +47,10 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 }
 
 // snapshotDue reports whether the log written since the last snapshot
-// began is worth a new one: at least two segments, and twice the bytes
-// the snapshot would take, so that snapshots add at most half as many
-// bytes as the log's own writes, and a restart reads less than it would
-// without. A log that cannot write takes none.
+// began is worth a new one: at least two segments, and the bytes the
+// snapshot would take, so that a restart after a kill replays at most
+// about one snapshot's worth of log, and snapshots add at most as many
+// bytes as the log's own writes. A log that cannot write takes none.
 func (s *Store) snapshotDue() bool {
 	if s.log.unwritable.Load() != nil || s.log.broken.Load() != nil {
 		return false
@@ -64,7 +64,7 @@ func (s *Store) snapshotDue() bool {
 		}
 	}
 	s.log.mu.Unlock()
-	return tail >= 2*s.log.maxSegment && tail >= 2*int64(s.count())*snapEntry
+	return tail >= 2*s.log.maxSegment && tail >= int64(s.count())*snapEntry
 }
 
 // sweep removes the records expired at now, at most limit of them (all

@@ -140,16 +140,19 @@
 // Close writes the index to index.snap (a hint file, as Bitcask writes
 // them; snapshot.go), and so do Cleanup and, in the background, the log's
 // move to a new segment, once the log written since the last snapshot is
-// twice a snapshot's size: snapshots then add at most half the log's own
-// bytes to the disk's writes, and a restart after a kill reads at most
-// about two snapshots' worth of log. A snapshot holds 41 bytes per key, the
+// a snapshot's size: snapshots then add at most the log's own bytes to
+// the disk's writes, and a restart after a kill reads at most about one
+// snapshot's worth of log. A snapshot holds 41 bytes per key, the
 // segment that was active when it began, and the sizes of the segments
 // before it. Open loads it and replays only that segment and the later
 // ones: a restart reads the snapshot and the log's tail, not the whole
-// log. The segments to replay are read and decoded on a goroutine of
-// their own while the snapshot loads, and both the snapshot's entries and
-// the replayed frames go into the index from several goroutines, each
-// with stripes of its own, so that a restart after a kill, with a tail
+// log. The segments to replay are read and decoded, several at a time,
+// on goroutines of their own while the snapshot loads; their frames go
+// into the index oldest segment first, and a key's frame with the highest
+// seq wins (a delete included, over an older put), whatever order the
+// segments decoded in. Both the snapshot's entries and the replayed
+// frames go into the index from several goroutines, each with stripes
+// of its own, so that a restart after a kill, with a tail
 // to replay, costs little more than one after Close. The snapshot is
 // taken while the store runs, a stripe at a time, and holds only entries
 // whose frames lie before its first segment; any frame written since is
