@@ -15,9 +15,10 @@ import (
 // still expired. Then it reclaims disk: the oldest segment is dropped once
 // no record lives in it, and compacted (its live records copied to the
 // head of the log) when it is mostly dead or the log has grown past twice
-// its live data. While the log cannot write (a full disk), it drops the
+// its live data, segment after segment until the log is back within
+// that. While the log cannot write (a full disk), it drops the
 // segments no record lives in, which frees room, and compacts none.
-// Once the log written since the last index snapshot is twice as large
+// Once the log written since the last index snapshot is as large
 // as a snapshot, it writes one (its cost grows with the live records, and
 // it comes once per that much log). The log's rotation to a new segment
 // does all of this as well, in the background (see rotated), but for
@@ -46,10 +47,10 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 }
 
 // snapshotDue reports whether the log written since the last snapshot
-// began is worth a new one: at least two segments, and twice the bytes
-// the snapshot would take, so that snapshots add at most half as many
-// bytes as the log's own writes, and a restart reads less than it would
-// without. A log that cannot write takes none.
+// began is worth a new one: at least two segments, and the bytes the
+// snapshot would take, so that a restart after a kill replays at most
+// about one snapshot's worth of log, and snapshots add at most as many
+// bytes as the log's own writes. A log that cannot write takes none.
 func (s *Store) snapshotDue() bool {
 	if s.log.unwritable.Load() != nil || s.log.broken.Load() != nil {
 		return false
@@ -63,7 +64,7 @@ func (s *Store) snapshotDue() bool {
 		}
 	}
 	s.log.mu.Unlock()
-	return tail >= 2*s.log.maxSegment && tail >= 2*int64(s.count())*snapEntry
+	return tail >= 2*s.log.maxSegment && tail >= int64(s.count())*snapEntry
 }
 
 // sweep removes the records expired at now, at most limit of them (all
@@ -118,19 +119,25 @@ func (s *Store) sweep(ctx context.Context, now time.Time, limit int) (int, error
 
 // reclaim drops and compacts the oldest segments; cleanMu is held. Only
 // the oldest segment is ever removed: a delete entry then never outlives
-// an older put of its key, so nothing released comes back on replay. A
-// segment mostly dead is compacted only with sparse; without, only a log
-// grown past twice its live data is.
+// an older put of its key, so nothing released comes back on replay. It
+// goes on, a segment at a time, while the log holds more than twice its
+// live data (every segment counted, the one being written too), so that
+// one call restores the bound however far the writes ran ahead; with
+// sparse it also compacts a segment mostly dead. It takes only segments
+// sealed before it began: the copies it makes are not taken again, and
+// a log whose live data is less than the segment being written, which
+// no compaction can shrink, costs one pass, not a loop.
 func (s *Store) reclaim(ctx context.Context, sparse bool) error {
+	end := s.log.activeID()
 	for ctx.Err() == nil {
 		old, f, size := s.log.oldest()
-		if old == nil {
+		if old == nil || old.id >= end {
 			return nil
 		}
 		if old.live.Load() > 0 {
 			total, live := s.log.sizes()
 			mostlyDead := sparse && old.live.Load()*2 < size
-			bloated := total > 2*live+2*s.log.maxSegment
+			bloated := total > 2*live
 			if !mostlyDead && !bloated || s.log.unwritable.Load() != nil {
 				return nil
 			}

@@ -98,14 +98,17 @@
 // comes.
 // Disk is reclaimed a segment at a time, oldest first: a segment no record
 // lives in is deleted; one that is mostly dead, or a log grown past twice
-// its live data, has its live entries copied to the head of the log first.
-// Removing only the oldest segment means a delete entry never outlives an
-// older entry of its key, so a released key never comes back. Cleanup
-// does it, and so does the log's move to a new segment, in the
-// background, after removing the records expired by then: the log stays
-// about twice its live data at the pace of the writes, however long the
-// interval between Cleanups (the gateway's is minutes, a TTL may be
-// seconds).
+// its live data, has its live entries copied to the head of the log first,
+// segment after segment until the log, every segment counted, is back
+// within twice its live data. Removing only the oldest segment means a
+// delete entry never outlives an older entry of its key, so a released
+// key never comes back. Cleanup does it, and so does the log's move to a
+// new segment, in the background, after removing the records expired by
+// then: the log stays within twice its live data at the pace of the
+// writes, however long the interval between Cleanups (the gateway's is
+// minutes, a TTL may be seconds). The segment being written cannot be
+// compacted: live data smaller than a segment or two (64 MiB each by
+// default) leaves the log above the bound.
 //
 // # The index: 40 bytes a key
 //
@@ -137,16 +140,19 @@
 // Close writes the index to index.snap (a hint file, as Bitcask writes
 // them; snapshot.go), and so do Cleanup and, in the background, the log's
 // move to a new segment, once the log written since the last snapshot is
-// twice a snapshot's size: snapshots then add at most half the log's own
-// bytes to the disk's writes, and a restart after a kill reads at most
-// about two snapshots' worth of log. A snapshot holds 41 bytes per key, the
+// a snapshot's size: snapshots then add at most the log's own bytes to
+// the disk's writes, and a restart after a kill reads at most about one
+// snapshot's worth of log. A snapshot holds 41 bytes per key, the
 // segment that was active when it began, and the sizes of the segments
 // before it. Open loads it and replays only that segment and the later
 // ones: a restart reads the snapshot and the log's tail, not the whole
-// log. The segments to replay are read and decoded on a goroutine of
-// their own while the snapshot loads, and both the snapshot's entries and
-// the replayed frames go into the index from several goroutines, each
-// with stripes of its own, so that a restart after a kill, with a tail
+// log. The segments to replay are read and decoded, several at a time,
+// on goroutines of their own while the snapshot loads; their frames go
+// into the index oldest segment first, and a key's frame with the highest
+// seq wins (a delete included, over an older put), whatever order the
+// segments decoded in. Both the snapshot's entries and the replayed
+// frames go into the index from several goroutines, each with stripes
+// of its own, so that a restart after a kill, with a tail
 // to replay, costs little more than one after Close. The snapshot is
 // taken while the store runs, a stripe at a time, and holds only entries
 // whose frames lie before its first segment; any frame written since is

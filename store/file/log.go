@@ -554,21 +554,41 @@ func (l *log) create(seg *segment) error {
 }
 
 // oldest returns the oldest segment other than the active one, with its
-// file and size, or nil. A segment that a sync is still writing is not
-// returned: nothing may read or drop it before its frames are durable.
+// file and size, or nil. A segment that a sync is still writing (the
+// rotation away from it happens as the sync of its last frames begins)
+// is returned once that sync ends: nothing may read or drop it before
+// its frames are durable.
 func (l *log) oldest() (*segment, *os.File, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var old *segment
-	for _, s := range l.segs {
-		if s != l.active && (old == nil || s.id < old.id) {
-			old = s
+	for {
+		var old *segment
+		for _, s := range l.segs {
+			if s != l.active && (old == nil || s.id < old.id) {
+				old = s
+			}
 		}
+		if old == nil {
+			return nil, nil, 0
+		}
+		if old.size == old.synced {
+			return old, old.f, old.size
+		}
+		if l.run == nil {
+			return nil, nil, 0
+		}
+		done := l.run.done
+		l.mu.Unlock()
+		<-done
+		l.mu.Lock()
 	}
-	if old == nil || old.size != old.synced {
-		return nil, nil, 0
-	}
-	return old, old.f, old.size
+}
+
+// activeID returns the id of the segment being written.
+func (l *log) activeID() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.active.id
 }
 
 // sizes returns the bytes of every segment and the live bytes among them.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // recover rebuilds the index by replaying every segment, oldest first:
@@ -148,10 +149,13 @@ func parallel(fn func(w int)) {
 	wg.Wait()
 }
 
-// decodeAll decodes segs, oldest first, on a goroutine of its own. Only
-// the tail of the log may be torn: the last segment that holds more than
-// its header (a crash while rotating leaves a new, empty segment after a
-// torn one). After a segment fails, the rest are not read.
+// decodeAll decodes segs on goroutines of their own, recoverWorkers
+// segments at a time, each taken in order (applyAll takes them oldest
+// first, whatever order they finish in). Only the tail of the log may be
+// torn: the last segment that holds more than its header (a crash while
+// rotating leaves a new, empty segment after a torn one). A segment is
+// cut only once every segment before it has decoded: after one fails,
+// Open fails, and nothing after it is changed.
 func (s *Store) decodeAll(segs []*decoded) {
 	if len(segs) == 0 {
 		return
@@ -159,21 +163,43 @@ func (s *Store) decodeAll(segs []*decoded) {
 	go func() {
 		tail := len(segs) - 1
 		var err error
-		var buf []byte
 		for ; tail > 0 && err == nil; tail-- {
 			var has bool
 			if has, err = hasFrames(filepath.Join(s.log.dir, segmentName(segs[tail].id))); has {
 				break
 			}
 		}
-		for i, d := range segs {
-			if err != nil {
+		if err != nil {
+			for _, d := range segs {
 				d.err = err
-			} else {
-				d.seg, d.err = s.decode(d, i >= tail, &buf)
-				err = d.err
+				close(d.done)
 			}
-			close(d.done)
+			return
+		}
+		var next atomic.Int64
+		for range min(recoverWorkers, len(segs)) {
+			go func() {
+				var buf []byte
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(segs) {
+						return
+					}
+					d := segs[i]
+					// A later segment is read only if every one before it
+					// decodes, as Open fails otherwise.
+					before := func() error {
+						for _, p := range segs[:i] {
+							if <-p.done; p.err != nil {
+								return p.err
+							}
+						}
+						return nil
+					}
+					d.seg, d.err = s.decode(d, i >= tail, before, &buf)
+					close(d.done)
+				}
+			}()
 		}
 	}()
 }
@@ -303,8 +329,8 @@ func (st *stripe) seqAt(slot uint32, seq uint64) {
 
 // decode reads segment d.id and decodes its frames into d.recs and d.seq.
 // The last segment is the only one whose tail may be torn: it is cut
-// there.
-func (s *Store) decode(d *decoded, last bool, buf *[]byte) (*segment, error) {
+// there, once before reports that the segments before it decoded.
+func (s *Store) decode(d *decoded, last bool, before func() error, buf *[]byte) (*segment, error) {
 	id := d.id
 	path := filepath.Join(s.log.dir, segmentName(id))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -323,6 +349,10 @@ func (s *Store) decode(d *decoded, last bool, buf *[]byte) (*segment, error) {
 		if !last {
 			f.Close()
 			return nil, fmt.Errorf("%w: segment %s at byte %d: %s", ErrCorrupt, segmentName(id), off, why)
+		}
+		if err := before(); err != nil {
+			f.Close()
+			return nil, err
 		}
 		s.logger.Info("file: dropping the unacknowledged tail of the log", "segment", segmentName(id), "at", off, "why", why)
 		if off < len(segmentMagic) {

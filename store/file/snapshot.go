@@ -58,8 +58,8 @@ var snapshotMagic = []byte("IDEMIDX\x01")
 // segment calls for, at the pace of the writes rather than of Cleanup
 // (the gateway's runs every few minutes): it removes the records expired
 // by now, drops the oldest segments no record lives in, and compacts
-// while the log holds more than twice its live data plus two segments
-// (as Cleanup does, unless one runs; the compaction of segments that are
+// while the log holds more than twice its live data (as Cleanup does,
+// unless one runs; the compaction of segments that are
 // merely mostly dead is left to Cleanup), so that disk follows the live
 // data whatever the cleanup interval; then it writes a snapshot if one is due
 // (snapshotDue), so that a restart after a crash, which has no snapshot
