@@ -101,7 +101,7 @@ temporal: ## build (once, cached) and start the Temporal dev server that trigger
 	./scripts/temporal.sh start
 
 crash: test-deps ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record
-	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestSeed004Crash' ./examples/ledger ./store/s3
+	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestTaskQueueCrash' ./examples/ledger ./store/s3
 
 bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16, five interleaved rounds (benchstat the output)
 	mkdir -p bin && $(GO) test -c -o bin/pgtx.test ./store/postgres/pgtx

@@ -39,13 +39,13 @@ type crashConfig struct {
 	Keys                                  []string
 }
 
-// TestSeed004CrashBetweenTaskAndRecord: a submitter killed with SIGKILL
+// TestTaskQueueCrashBetweenTaskAndRecord: a submitter killed with SIGKILL
 // after writing its task but before completing its record, 20 times (one
 // key each); then 8 processes retry every key at once, after the dead
 // submitters' leases. Every key must end with one task object, the one the
 // dead submitter wrote, and every retry must get its ID. Before tasks were
 // named by the record's identity, each of these crashes made a second task.
-func TestSeed004CrashBetweenTaskAndRecord(t *testing.T) {
+func TestTaskQueueCrashBetweenTaskAndRecord(t *testing.T) {
 	t.Parallel()
 	crashRounds := 20 // submitters killed between their task and their record
 	if os.Getenv("IDEM_LONG") != "" {
@@ -129,7 +129,7 @@ func startCrashChild(t *testing.T, mode string, cfg crashConfig) *testkit.Child 
 	return testkit.StartChild(t, crashChildEnv+"="+mode, crashConfigEnv+"="+string(b))
 }
 
-// crashChildMain is a child of TestSeed004CrashBetweenTaskAndRecord. A
+// crashChildMain is a child of TestTaskQueueCrashBetweenTaskAndRecord. A
 // "crash" child submits its key and stops after writing the task, to be
 // killed; a "retry" child waits for "go", submits every key at once, and
 // prints "KEY TASK_ID" for each.

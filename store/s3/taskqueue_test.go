@@ -145,7 +145,7 @@ type task struct {
 // The seed's example input.
 var chargeInput = map[string]any{"order_id": "ORD-123", "amount_cents": 4200, "currency": "EUR"}
 
-func TestSeed004SameKeySameTask(t *testing.T) {
+func TestTaskQueueSameKeySameTask(t *testing.T) {
 	t.Parallel()
 	q, _ := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
@@ -173,9 +173,9 @@ func TestSeed004SameKeySameTask(t *testing.T) {
 	}
 }
 
-// TestSeed004ConcurrentSubmits: producers on two clients retry at once;
+// TestTaskQueueConcurrentSubmits: producers on two clients retry at once;
 // all get the one task.
-func TestSeed004ConcurrentSubmits(t *testing.T) {
+func TestTaskQueueConcurrentSubmits(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	q, clock := newTaskQueue(t, srv)
@@ -213,7 +213,7 @@ func TestSeed004ConcurrentSubmits(t *testing.T) {
 	}
 }
 
-func TestSeed004InputHashConflict(t *testing.T) {
+func TestTaskQueueInputHashConflict(t *testing.T) {
 	t.Parallel()
 	q, _ := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
@@ -235,7 +235,7 @@ func TestSeed004InputHashConflict(t *testing.T) {
 	}
 }
 
-func TestSeed004Scopes(t *testing.T) {
+func TestTaskQueueScopes(t *testing.T) {
 	t.Parallel()
 	q, _ := newTaskQueue(t, realServer(t))
 	ctx := context.Background()
@@ -295,10 +295,10 @@ func sha256hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// TestSeed004Record checks the object against the seed's example: its name
+// TestTaskQueueRecord checks the object against the seed's example: its name
 // and its fields, with created_at 2026-01-27T12:00:00Z (the server's
 // clock when the record was made) and expires_at 30 days later.
-func TestSeed004Record(t *testing.T) {
+func TestTaskQueueRecord(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	q, _ := newTaskQueue(t, srv)
@@ -359,13 +359,13 @@ func TestSeed004Record(t *testing.T) {
 	}
 }
 
-// TestSeed004ExpiredOverwrite: "If record expired and still present, it is
+// TestTaskQueueExpiredOverwrite: "If record expired and still present, it is
 // treated as stale and can be overwritten with CAS." After 30 days the key
 // makes a new task (under the same name, the record's identity, which is
 // derived from the key), and of many producers doing so at once one writes.
 // The 30 days pass on the server's clock: a producer's own clock has no
 // say.
-func TestSeed004ExpiredOverwrite(t *testing.T) {
+func TestTaskQueueExpiredOverwrite(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	q, clock := newTaskQueue(t, srv)
@@ -436,7 +436,7 @@ func TestSeed004ExpiredOverwrite(t *testing.T) {
 	}
 }
 
-// TestSeed004TwoPhase maps the seed's optional two-phase status onto the
+// TestTaskQueueTwoPhase maps the seed's optional two-phase status onto the
 // record's states: creating is in_progress, ready is succeeded. A submitter
 // that crashed between the record and the task leaves "creating" behind;
 // retries are told it is in progress until its lease runs out, and then
@@ -446,7 +446,7 @@ func TestSeed004ExpiredOverwrite(t *testing.T) {
 // S3 has no clock for leases: the retrying producer counts the crashed
 // submitter's lease itself, from when it first saw the record (its lease
 // watch, stepped here instead of slept).
-func TestSeed004TwoPhase(t *testing.T) {
+func TestTaskQueueTwoPhase(t *testing.T) {
 	t.Parallel()
 	srv := realServer(t)
 	q, _ := newTaskQueue(t, srv)

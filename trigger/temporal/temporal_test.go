@@ -147,7 +147,7 @@ func startWorkers(t *testing.T, n int, queue string, rec *recorder) (stop func()
 }
 
 // The seed's two example IDs, character for character, as workflow IDs.
-func TestSeedWorkflowIDs(t *testing.T) {
+func TestWorkflowIDsVerbatim(t *testing.T) {
 	c := dial(t)
 	queue := unique("ids")
 	rec := newRecorder()

@@ -57,7 +57,7 @@ func stripeServer(t *testing.T, block <-chan struct{}, ttl time.Duration) *serve
 
 const startPath = "/api/workflows/wf-7/start/"
 
-func TestPaymentsReplayHeaders(t *testing.T) {
+func TestStripeProfileReplayHeaders(t *testing.T) {
 	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
@@ -72,7 +72,7 @@ func TestPaymentsReplayHeaders(t *testing.T) {
 	}
 }
 
-func TestPaymentsScopeOrganizationAndEndpoint(t *testing.T) {
+func TestStripeProfileScopeOrganizationAndEndpoint(t *testing.T) {
 	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
@@ -88,7 +88,7 @@ func TestPaymentsScopeOrganizationAndEndpoint(t *testing.T) {
 	}
 }
 
-func TestPaymentsKeysAreOptional(t *testing.T) {
+func TestStripeProfileKeysAreOptional(t *testing.T) {
 	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	s.do("POST", startPath, `{}`, "X-Organization-ID", "org-1")
@@ -98,7 +98,7 @@ func TestPaymentsKeysAreOptional(t *testing.T) {
 	}
 }
 
-func TestPaymentsInFlightConflictWithoutWaiting(t *testing.T) {
+func TestStripeProfileInFlightConflictWithoutWaiting(t *testing.T) {
 	t.Parallel()
 	block := make(chan struct{})
 	s := stripeServer(t, block, 24*time.Hour)
@@ -130,7 +130,7 @@ func TestPaymentsInFlightConflictWithoutWaiting(t *testing.T) {
 	}
 }
 
-func TestPaymentsHashGuard(t *testing.T) {
+func TestStripeProfileHashGuard(t *testing.T) {
 	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
@@ -138,7 +138,7 @@ func TestPaymentsHashGuard(t *testing.T) {
 	problem(t, s.do("POST", startPath, `{"files":["b.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1"), 422, idemhttp.KindPayloadMismatch)
 }
 
-func TestPaymentsKeyLength(t *testing.T) {
+func TestStripeProfileKeyLength(t *testing.T) {
 	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	if r := s.do("POST", startPath, `{}`, "Idempotency-Key", strings.Repeat("a", 255), "X-Organization-ID", "org-1"); r.Status != 201 {
@@ -149,7 +149,7 @@ func TestPaymentsKeyLength(t *testing.T) {
 
 // TTL & cleanup: keys expire after the configured hours; the cleanup command
 // (engine.Cleanup, run by `idem cleanup`) removes them.
-func TestPaymentsTTLAndCleanup(t *testing.T) {
+func TestStripeProfileTTLAndCleanup(t *testing.T) {
 	t.Parallel()
 	s := stripeServer(t, nil, 48*time.Hour) // IDEMPOTENCY_KEY_TTL_HOURS=48
 	key := uuid.NewString()
@@ -174,7 +174,7 @@ func TestPaymentsTTLAndCleanup(t *testing.T) {
 
 // Like Stripe, the profile keeps what the endpoint answered once it ran,
 // even a 500.
-func TestPaymentsServerErrorIsKept(t *testing.T) {
+func TestStripeProfileServerErrorIsKept(t *testing.T) {
 	t.Parallel()
 	s := stripeServer(t, nil, 24*time.Hour)
 	key := uuid.NewString()
