@@ -62,105 +62,20 @@
 // fail, the log no longer knows what its tail holds and refuses every
 // write until the store is opened again.
 //
-// # Design: a log with an index in memory
+// # Design
 //
-// The store is log-structured, in the manner of Bitcask, which suits
-// records that expire unusually well. Every write appends one checksummed
-// entry (the whole record, or a delete) to the active segment file; an
-// index in memory maps each key hash to its record's metadata and to where
-// its latest entry lies. A reservation of a new key reads nothing: it looks
-// the key up in memory, appends, and waits for the shared fsync. A replay
-// reads the record and its stored response with one pread. Recovery loads
-// the index snapshot, if one checks, then replays the segments written
-// since it began (all of them without one), keeping each key's entry with
-// the highest sequence number, and cuts the log at the first torn entry of
-// its tail (a write that was never acknowledged); damage anywhere else in
-// what it replays fails Open with ErrCorrupt.
-//
-// Segment files are allocated 4 MiB ahead of their writes, so the fsync
-// after an append flushes data without committing a new file size through
-// the filesystem's journal, which would cost half as much CPU again a sync
-// (docs/bench/FILE-LOG.md). Recovery reads the
-// zeros after the last entry as the segment's end, and cuts a tail that
-// has entries after a gap (pages of an unacknowledged write reach the disk
-// in any order), so they can never be read later. Zeros are written only
-// while the filesystem keeps 8 MiB free beyond them, so preallocation
-// never takes the room the frames need; a piece that fails for want of
-// room all the same gives back what it took.
-//
-// Expiry costs no write: an expired record replayed after a crash is still
-// expired. Cleanup takes the due items of an in-memory index of expiry
-// times, bucketed by second, so its cost grows with the expired records,
-// not the live ones. A write that moves a record's expiry to another
-// second appends an item to that second's bucket (cheaper than an ordered
-// B-tree's insert and delete, docs/bench/FILE-LOG.md); an item
-// of an earlier write or a released key is skipped once when its time
-// comes.
-// Disk is reclaimed a segment at a time, oldest first: a segment no record
-// lives in is deleted; one that is mostly dead, or a log grown past twice
-// its live data, has its live entries copied to the head of the log first,
-// segment after segment until the log, every segment counted, is back
-// within twice its live data. Removing only the oldest segment means a
-// delete entry never outlives an older entry of its key, so a released
-// key never comes back. Cleanup does it, and so does the log's move to a
-// new segment, in the background, after removing the records expired by
-// then: the log stays within twice its live data at the pace of the
-// writes, however long the interval between Cleanups (the gateway's is
-// minutes, a TTL may be seconds). The segment being written cannot be
-// compacted: live data smaller than a segment or two (64 MiB each by
-// default) leaves the log above the bound.
-//
-// # The index: 40 bytes a key
-//
-// The index keeps, per live key, what a write decides on without reading
-// the disk, in a fixed 40-byte entry with no pointer: 96 bits of the key
-// hash (its first byte picks one of 256 stripes, the next eleven are the
-// entry's tag), the state, the expiry and the lease's end in nanoseconds,
-// and where the key's latest frame lies (segment, offset, length).
-// Entries sit in chunks of 256 and never move; an open-addressing table
-// of 4-byte slot numbers per stripe, probed linearly and kept at most 3/4
-// full, finds a key's entry by its tag; each place holds the tag's last
-// byte beside the slot number, so that a probe reads another key's entry
-// once in 256 places rather than at each. The expiry index holds 4-byte
-// slot references in buckets of one second. Everything else (scope, key,
-// fingerprint, binding, token, request ID, the stored response) is read
-// back from the frame with one pread, which the page cache makes a copy
-// from memory as a rule; the read checks the frame's checksum and its
-// whole key hash, so two keys that share the tag (a chance of about one
-// in 10^15 among ten million keys) fail with ErrCorrupt rather than
-// answer for each other. Reserve of a new key reads nothing from the
-// disk; a replay, Get, Renew, Complete and Release read their frame.
-//
-// The garbage collector has nothing in the index to scan.
-// docs/bench/FILE-INDEX.md has the memory per key and the restart times,
-// measured with bench/cmd/filescale.
-//
-// # Restart: index snapshots
-//
-// Close writes the index to index.snap (a hint file, as Bitcask writes
-// them; snapshot.go), and so do Cleanup and, in the background, the log's
-// move to a new segment, once the log written since the last snapshot is
-// a snapshot's size: snapshots then add at most the log's own bytes to
-// the disk's writes, and a restart after a kill reads at most about one
-// snapshot's worth of log. A snapshot holds 41 bytes per key, the
-// segment that was active when it began, and the sizes of the segments
-// before it. Open loads it and replays only that segment and the later
-// ones: a restart reads the snapshot and the log's tail, not the whole
-// log. The segments to replay are read and decoded, several at a time,
-// on goroutines of their own while the snapshot loads; their frames go
-// into the index oldest segment first, and a key's frame with the highest
-// seq wins (a delete included, over an older put), whatever order the
-// segments decoded in. Both the snapshot's entries and the replayed
-// frames go into the index from several goroutines, each with stripes
-// of its own, so that a restart after a kill, with a tail
-// to replay, costs little more than one after Close. The snapshot is
-// taken while the store runs, a stripe at a time, and holds only entries
-// whose frames lie before its first segment; any frame written since is
-// in the replayed segments and wins. It is
-// written to a temporary file, synced and renamed; one that is torn,
-// fails its checksums or does not match the segments on disk is ignored,
-// and the whole log is replayed as before. Damage to a sealed segment,
-// which Open then no longer reads, is found by the read of the frame.
+// The store is log-structured, in the manner of Bitcask: every write
+// appends one checksummed frame (the whole record, or a delete) to the
+// active segment file, and an index in memory of 40 bytes a key, with no
+// pointers for the garbage collector to scan, maps each key hash to where
+// its latest frame lies. A reservation of a new key reads nothing from
+// the disk; a replay reads its frame with one pread. Expiry costs no
+// write. Cleanup, and the log's move to a new segment, reclaim disk a
+// segment at a time, oldest first, so that the log stays within twice
+// its live data; Close, Cleanup and the move to a new segment write index
+// snapshots (hint files), so that a restart reads a snapshot and the
+// log's tail rather than the whole log. docs/stores/FILE.md describes the
+// layout, recovery and snapshots.
 //
 // # Why a log of our own, not Pebble
 //
