@@ -49,12 +49,9 @@ type segment struct {
 // append that grows the file must also commit the new size and blocks
 // through the filesystem's journal, and so must one that writes into space
 // allocated by fallocate (its extents are marked unwritten until then);
-// over zeros already written it flushes the data alone. Measured on this
-// project's machine (ext4 on a virtual disk, 5,500-byte groups, 1,400
-// syncs, three alternated runs): 90-107 µs of CPU and 214-227 µs of wall
-// time per append-and-fdatasync, 75-86 µs and 151-189 µs inside fallocated
-// space, 45-63 µs and 107-128 µs over written zeros. PostgreSQL zero-fills
-// its WAL segments for the same reason. Every byte of the log is written
+// over zeros already written it flushes the data alone, at about half the
+// CPU of an append that grows the file (docs/bench/FILE-LOG.md).
+// PostgreSQL zero-fills its WAL segments for the same reason. Every byte of the log is written
 // twice; the zeros are written in zeroPiece pieces, off the writers' path,
 // and at most zeroAhead of them are left at a segment's end, which
 // recovery reads as its end.
