@@ -64,8 +64,10 @@ type Harness struct {
 	Resolution time.Duration
 
 	// UnconditionalDeletes declares that the backend ignores conditions
-	// on deletes (gofakes3 ignores If-Match on DeleteObject), so that a
-	// Release racing a takeover may delete the new holder's record. The
+	// on deletes (gofakes3 ignores If-Match on DeleteObject), or does not
+	// apply them atomically with a concurrent conditional write
+	// (versitygw), so that a Release racing a takeover may delete the new
+	// holder's record. The
 	// Linearizable case then releases only failed records, which nothing
 	// else changes.
 	UnconditionalDeletes bool
