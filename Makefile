@@ -14,7 +14,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
 
 test: test-deps vet fmt-check ## the test command: installs what tests need, then vet, gofmt, and every test with the race detector
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	./scripts/dynalite.sh run $(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd trigger/temporal && $(GO) vet ./... && ../../scripts/temporal.sh run $(GO) test -race -count=1 -timeout 10m ./...
 	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 

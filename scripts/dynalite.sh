@@ -9,6 +9,9 @@
 #                                 server already answers on the port
 #   scripts/dynalite.sh stop      stop the server that start started
 #   scripts/dynalite.sh status    exit 0 when a server answers on the port
+#   scripts/dynalite.sh run CMD   start it, run CMD, and stop it again (a
+#                                 server already answering is used and left
+#                                 running); make test runs its tests so
 #
 # Idempotent: start with a server up and stop with none are no-ops. The
 # cache is ${IDEM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idem}/dynalite,
@@ -88,13 +91,31 @@ stop() {
 	rm -f "$RUN/pid"
 }
 
+run() {
+	if answering; then
+		log "using the server already answering on 127.0.0.1:$PORT; left running (scripts/dynalite.sh stop stops it if start started it)"
+		"$@"
+		return
+	fi
+	start
+	trap stop EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	"$@"
+}
+
 case ${1:-} in
 install) install ;;
 start) start ;;
 stop) stop ;;
 status) answering ;;
+run)
+	shift
+	[[ $# -gt 0 ]] || { echo "usage: $0 run COMMAND [ARG...]" >&2; exit 2; }
+	run "$@"
+	;;
 *)
-	echo "usage: $0 install|start|stop|status" >&2
+	echo "usage: $0 install|start|stop|status|run COMMAND..." >&2
 	exit 2
 	;;
 esac

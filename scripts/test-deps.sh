@@ -47,9 +47,10 @@ apt_need npm npm
 ./scripts/admin-ui-deps.sh
 # clients/typescript: node_modules (npm ci) and chromium for its browser test.
 ./scripts/ts-deps.sh
-# store/dynamodb: dynalite (npm) in the cache, started on 127.0.0.1:8000
-# unless a server already answers there.
-./scripts/dynalite.sh start
+# store/dynamodb: dynalite (npm) in the cache. `make test` starts it on
+# 127.0.0.1:8000 around the tests and stops it after (scripts/dynalite.sh
+# run), unless a server already answers there.
+./scripts/dynalite.sh install >/dev/null
 # cmd/idem: the tracing test's OTLP receiver, Jaeger, built once into the
 # cache from internal/tools/jaeger (several minutes the first time).
 ./scripts/jaeger.sh install >/dev/null
