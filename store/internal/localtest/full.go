@@ -234,7 +234,13 @@ func runFullChild(t *testing.T, dir string, round int) []string {
 	var lines []string
 	refused := 0
 	sc := bufio.NewScanner(stdout)
-	timeout := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	// A child still writing after a minute is stuck: SIGQUIT makes it
+	// print its goroutines (in stderr, below) before it is killed.
+	timeout := time.AfterFunc(60*time.Second, func() {
+		cmd.Process.Signal(syscall.SIGQUIT)
+		time.Sleep(2 * time.Second)
+		cmd.Process.Kill()
+	})
 	defer timeout.Stop()
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
