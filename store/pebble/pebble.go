@@ -79,6 +79,10 @@ type Store struct {
 	db       *pebble.DB
 	fsCloser io.Closer
 	readOnly bool // guarded by closeMu
+	// stuck is set, under closeMu, once the engine could not be closed
+	// after a failed write (see closeEngine): it serves reads until the
+	// process ends, and the store writes nothing more.
+	stuck bool
 	// retryAt is when the recovery may next try to open the engine
 	// read-write, and backoff how long it waits after a failed try; only
 	// the recovery goroutine touches them.
@@ -268,17 +272,40 @@ func walBytes(dir string) int64 {
 	return n
 }
 
+// errEngineStuck: the engine did not close after a failed write. Pebble
+// can fail a WAL write by panicking out of its commit pipeline with the
+// pipeline's lock held; guard turns the panic into the call's error, but
+// the lock stays held and the engine's Close waits for it forever. Reads
+// do not take that lock, so the engine goes on serving them (replays of
+// what the store holds); writing again needs a new process, since the
+// stuck engine keeps its directory's lock.
+var errEngineStuck = errors.New("pebble: the engine is stuck after a failed write; restart the process to write again")
+
+// closeWait bounds how long closeEngine waits for the engine's Close.
+const closeWait = 10 * time.Second
+
 // closeEngine closes the engine; closeMu is write-held (or the store is
-// not yet shared).
+// not yet shared). An engine that does not close within closeWait is left
+// open, for reads, and errEngineStuck returned.
 func (s *Store) closeEngine() error {
 	if s.db == nil {
 		return nil
 	}
+	if s.stuck {
+		return errEngineStuck
+	}
 	db, fsCloser := s.db, s.fsCloser
-	s.db, s.fsCloser = nil, nil
-	err := guard(db.Close)
-	fsCloser.Close()
-	return err
+	closed := make(chan error, 1)
+	go func() { closed <- guard(db.Close) }()
+	select {
+	case err := <-closed:
+		s.db, s.fsCloser = nil, nil
+		fsCloser.Close()
+		return err
+	case <-time.After(closeWait):
+		s.stuck = true
+		return errEngineStuck
+	}
 }
 
 // engineOptions is the store's Pebble configuration, shared with the raw
@@ -510,7 +537,12 @@ func (s *Store) reopen() (done, stop bool) {
 	if s.db != nil && s.readOnly && !try {
 		return false, false
 	}
-	if err := s.closeEngine(); err != nil {
+	if err := s.closeEngine(); errors.Is(err, errEngineStuck) {
+		werr := fmt.Errorf("pebble: write: %w: %w", store.ErrNoSpace, err)
+		s.unwritable.Store(&werr)
+		s.opts.Logger.Error("pebble: the store serves reads only until the process restarts", "dir", s.dir, "err", err)
+		return false, true
+	} else if err != nil {
 		s.opts.Logger.Info("pebble: closing the engine after a failed write", "err", err)
 	}
 	if try {
