@@ -149,9 +149,9 @@ func parallel(fn func(w int)) {
 	wg.Wait()
 }
 
-// decodeAll decodes segs on goroutines of their own, recoverWorkers
-// segments at a time, each taken in order (applyAll takes them oldest
-// first, whatever order they finish in). Only the tail of the log may be
+// decodeAll decodes segs on parallel's workers, recoverWorkers segments
+// at a time, each taken in order (applyAll takes them oldest first,
+// whatever order they finish in). Only the tail of the log may be
 // torn: the last segment that holds more than its header (a crash while
 // rotating leaves a new, empty segment after a torn one). A segment is
 // cut only once every segment before it has decoded: after one fails,
@@ -177,30 +177,28 @@ func (s *Store) decodeAll(segs []*decoded) {
 			return
 		}
 		var next atomic.Int64
-		for range min(recoverWorkers, len(segs)) {
-			go func() {
-				var buf []byte
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= len(segs) {
-						return
-					}
-					d := segs[i]
-					// A later segment is read only if every one before it
-					// decodes, as Open fails otherwise.
-					before := func() error {
-						for _, p := range segs[:i] {
-							if <-p.done; p.err != nil {
-								return p.err
-							}
-						}
-						return nil
-					}
-					d.seg, d.err = s.decode(d, i >= tail, before, &buf)
-					close(d.done)
+		parallel(func(int) {
+			var buf []byte
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(segs) {
+					return
 				}
-			}()
-		}
+				d := segs[i]
+				// A later segment is read only if every one before it
+				// decodes, as Open fails otherwise.
+				before := func() error {
+					for _, p := range segs[:i] {
+						if <-p.done; p.err != nil {
+							return p.err
+						}
+					}
+					return nil
+				}
+				d.seg, d.err = s.decode(d, i >= tail, before, &buf)
+				close(d.done)
+			}
+		})
 	}()
 }
 
