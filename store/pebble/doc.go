@@ -49,7 +49,9 @@
 // matches store.ErrNoSpace; the store then refuses writes, keeps serving
 // reads (replays included) from the engine reopened read-only, and writes
 // again once the filesystem has room for its WAL written out as tables
-// (up to about 64 MiB) and 1 MiB more. Writable reports which it is.
+// (up to about 64 MiB) and 1 MiB more. Writable reports which it is. An
+// engine that a failed write left unable to close is replaced by a new
+// one, without a restart.
 //
 // The design in full (run numbers and the record formats, how the store
 // survives Pebble's fatal errors on a full disk, the layout on disk) is in

@@ -55,6 +55,11 @@ type Options struct {
 	// freeBytes, in tests, replaces the report of the room left on the
 	// directory's filesystem.
 	freeBytes func() (int64, error)
+	// fs, in tests, wraps the engine's filesystem (to fail its writes).
+	fs func(vfs.FS) vfs.FS
+	// beforeCommit, in tests, runs in a write after the store decided
+	// to take it and before the engine does.
+	beforeCommit func()
 }
 
 // Store is the embedded store. It is safe for concurrent use; Open it once
@@ -74,15 +79,21 @@ type Store struct {
 	run    uint64
 
 	// db is the engine, read-write or read-only; replaced under closeMu
-	// held for writing, read under it held for reading. fsCloser stops
-	// the disk-health checks of its filesystem.
+	// held for writing, read under it held for reading, as are the fields
+	// of the engine beside it: fs, its filesystem, which can take the
+	// directory from it; fsCloser, which stops the disk-health checks of
+	// that filesystem; and stuck, closed once the engine cannot be closed
+	// (see errEngineStuck).
 	db       *pebble.DB
+	fs       *fencedFS
 	fsCloser io.Closer
-	readOnly bool // guarded by closeMu
-	// stuck is set, under closeMu, once the engine could not be closed
-	// after a failed write (see closeEngine): it serves reads until the
-	// process ends, and the store writes nothing more.
-	stuck bool
+	readOnly bool
+	stuck    *signal
+	// leftBehind counts the stuck engines the store replaced; kept is
+	// set once it keeps one instead (see maxLeftBehind). Guarded by
+	// closeMu.
+	leftBehind int
+	kept       bool
 	// retryAt is when the recovery may next try to open the engine
 	// read-write, and backoff how long it waits after a failed try; only
 	// the recovery goroutine touches them.
@@ -195,13 +206,25 @@ func open(dir string, opts Options) (*Store, error) {
 // which take the room it lacked. openEngine removes those tables, unless
 // the MANIFEST changed (it may name them).
 func (s *Store) openEngine(readOnly bool) error {
-	o := engineOptions(s.cache, pebbleLogger{l: s.opts.Logger, fatal: s.engineFailed})
-	o.ReadOnly = readOnly
 	logger := s.opts.Logger
-	var fsCloser io.Closer
-	o.FS, fsCloser = vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, func(info vfs.DiskSlowInfo) {
+	base := vfs.Default
+	if s.opts.fs != nil {
+		base = s.opts.fs(base)
+	}
+	health, fsCloser := vfs.WithDiskHealthChecks(base, 5*time.Second, func(info vfs.DiskSlowInfo) {
 		logger.Warn("pebble: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 	})
+	fs := newFencedFS(health)
+	// A Fatalf in a goroutine of an engine the store left behind is not
+	// the current engine's failure.
+	fatal := func(err error) {
+		if !fs.isFenced() {
+			s.engineFailed(err)
+		}
+	}
+	o := engineOptions(s.cache, pebbleLogger{l: logger, fatal: fatal})
+	o.ReadOnly = readOnly
+	o.FS = fs
 	before := engineFiles(s.dir)
 	var db *pebble.DB
 	err := guard(func() (err error) {
@@ -209,13 +232,16 @@ func (s *Store) openEngine(readOnly bool) error {
 		return err
 	})
 	if err != nil {
+		// What a failed Open left open, its lock on the directory
+		// included, would keep the next Open out.
+		fs.fence()
 		fsCloser.Close()
 		if !readOnly {
 			s.removeLeftovers(before)
 		}
 		return err
 	}
-	s.db, s.fsCloser, s.readOnly = db, fsCloser, readOnly
+	s.db, s.fs, s.fsCloser, s.readOnly, s.stuck = db, fs, fsCloser, readOnly, newSignal()
 	return nil
 }
 
@@ -272,39 +298,80 @@ func walBytes(dir string) int64 {
 	return n
 }
 
-// errEngineStuck: the engine did not close after a failed write. Pebble
-// can fail a WAL write by panicking out of its commit pipeline with the
-// pipeline's lock held; guard turns the panic into the call's error, but
-// the lock stays held and the engine's Close waits for it forever. Reads
-// do not take that lock, so the engine goes on serving them (replays of
-// what the store holds); writing again needs a new process, since the
-// stuck engine keeps its directory's lock.
-var errEngineStuck = errors.New("pebble: the engine is stuck after a failed write; restart the process to write again")
+// errEngineStuck: the engine cannot be closed after a failed write.
+// Pebble fails a WAL write it cannot make (a full disk) by panicking out
+// of its commit pipeline, and when that happens inside the pipeline (a
+// commit that finds the WAL already failed, or a new WAL that cannot be
+// created) the pipeline's lock stays held: every later commit, and the
+// engine's Close, would wait for it forever. guard turns the panic into
+// the call's error and tells the engine stuck; the writes waiting on it
+// fail at once, and the recovery replaces the engine rather than close it
+// (closeEngine).
+var errEngineStuck = errors.New("pebble: the engine is stuck after a failed write")
 
-// closeWait bounds how long closeEngine waits for the engine's Close.
+// errRestart: the store keeps a stuck engine for reads, having left
+// maxLeftBehind behind already.
+var errRestart = errors.New("restart the process to write again")
+
+// closeWait bounds how long closeEngine waits for the engine's Close;
+// an engine that takes longer is treated as stuck.
 const closeWait = 10 * time.Second
 
+// maxLeftBehind bounds the stuck engines a process leaves behind, each
+// with its memtables (up to twice MemTableSize): past it the store keeps
+// the stuck engine for reads, and writes again after a restart.
+const maxLeftBehind = 4
+
 // closeEngine closes the engine; closeMu is write-held (or the store is
-// not yet shared). An engine that does not close within closeWait is left
-// open, for reads, and errEngineStuck returned.
+// not yet shared). A stuck engine (one found stuck, or that does not close
+// within closeWait) is not closed: fencing its filesystem takes the
+// directory from it, and the store leaves it behind, so that a new engine
+// can open. Past maxLeftBehind, the stuck engine is kept, serving reads,
+// and errRestart returned.
 func (s *Store) closeEngine() error {
 	if s.db == nil {
 		return nil
 	}
-	if s.stuck {
-		return errEngineStuck
+	if !s.stuck.isSet() {
+		db := s.db
+		closed := make(chan error, 1)
+		go func() { closed <- guard(db.Close) }()
+		select {
+		case err := <-closed:
+			s.db = nil
+			s.fsCloser.Close()
+			return err
+		case <-time.After(closeWait):
+			s.stuck.set()
+		}
 	}
-	db, fsCloser := s.db, s.fsCloser
-	closed := make(chan error, 1)
-	go func() { closed <- guard(db.Close) }()
+	if s.leftBehind >= maxLeftBehind && !s.closed {
+		s.kept = true
+		return fmt.Errorf("%w; %d left behind already: %w", errEngineStuck, s.leftBehind, errRestart)
+	}
+	s.fs.fence()
+	s.fsCloser.Close()
+	s.db = nil
+	s.leftBehind++
+	return errEngineStuck
+}
+
+// signal is a flag set once, that can be waited on.
+type signal struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func newSignal() *signal { return &signal{c: make(chan struct{})} }
+
+func (g *signal) set() { g.once.Do(func() { close(g.c) }) }
+
+func (g *signal) isSet() bool {
 	select {
-	case err := <-closed:
-		s.db, s.fsCloser = nil, nil
-		fsCloser.Close()
-		return err
-	case <-time.After(closeWait):
-		s.stuck = true
-		return errEngineStuck
+	case <-g.c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -457,6 +524,10 @@ func (s *Store) write(r, old *store.Record, lease time.Duration) error {
 // through its logger's Fatalf, which guard turns into an error here)
 // leaves Pebble's WAL unusable: the store stops writing and reopens the
 // engine read-only, then read-write once there is room (recover).
+//
+// The engine commits on a goroutine of its own, so that a write the
+// engine would hold forever (errEngineStuck) fails once the engine is
+// found stuck, and lets the store replace it.
 func (s *Store) commit(fn func(db *pebble.DB) error) error {
 	if p := s.unwritable.Load(); p != nil {
 		return *p
@@ -464,7 +535,21 @@ func (s *Store) commit(fn func(db *pebble.DB) error) error {
 	if s.readOnly {
 		return fmt.Errorf("pebble: write: %w", pebble.ErrReadOnly)
 	}
-	err := guard(func() error { return fn(s.db) })
+	if s.opts.beforeCommit != nil {
+		s.opts.beforeCommit()
+	}
+	db, stuck := s.db, s.stuck
+	done := make(chan error, 1)
+	go func() { done <- guard(func() error { return fn(db) }) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-stuck.c:
+		err = errEngineStuck
+	}
+	if f := (fatalError{}); errors.As(err, &f) && f.locked {
+		stuck.set()
+	}
 	if err != nil {
 		s.engineFailed(err)
 		if p := s.unwritable.Load(); p != nil {
@@ -537,11 +622,14 @@ func (s *Store) reopen() (done, stop bool) {
 	if s.db != nil && s.readOnly && !try {
 		return false, false
 	}
-	if err := s.closeEngine(); errors.Is(err, errEngineStuck) {
+	if err := s.closeEngine(); errors.Is(err, errRestart) {
 		werr := fmt.Errorf("pebble: write: %w: %w", store.ErrNoSpace, err)
 		s.unwritable.Store(&werr)
 		s.opts.Logger.Error("pebble: the store serves reads only until the process restarts", "dir", s.dir, "err", err)
 		return false, true
+	} else if errors.Is(err, errEngineStuck) {
+		s.opts.Logger.Warn("pebble: left behind an engine stuck after a failed write, to open a new one; its memory stays held until the process exits",
+			"dir", s.dir, "left behind", s.leftBehind)
 	} else if err != nil {
 		s.opts.Logger.Info("pebble: closing the engine after a failed write", "err", err)
 	}
@@ -877,15 +965,19 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error(msg, "store", "pebble")
 	if guarded() {
-		panic(fatalError{msg})
+		panic(fatalError{msg: msg})
 	}
 	if p.fatal != nil {
-		p.fatal(fatalError{msg})
+		p.fatal(fatalError{msg: msg})
 	}
 }
 
-// fatalError is a Fatalf of Pebble's, as an error.
-type fatalError struct{ msg string }
+// fatalError is a Fatalf of Pebble's, as an error, or a panic of
+// Pebble's own with an error (locked: see errEngineStuck).
+type fatalError struct {
+	msg    string
+	locked bool
+}
 
 func (f fatalError) Error() string {
 	if strings.HasPrefix(f.msg, "pebble: ") {
@@ -897,7 +989,8 @@ func (f fatalError) Error() string {
 // guard runs fn, which calls into Pebble, and returns a Fatalf of
 // Pebble's during it as an error. Pebble's commit also panics with the
 // error itself when its WAL write fails (a full disk): that is returned as
-// a fatal error too, and the store stops writing and reopens the engine.
+// a fatal error too, locked, for Pebble may have left its locks held, and
+// the store stops writing and replaces the engine.
 func guard(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -905,7 +998,7 @@ func guard(fn func() error) (err error) {
 			case fatalError:
 				err = f
 			case error:
-				err = fatalError{f.Error()}
+				err = fatalError{msg: f.Error(), locked: true}
 			default:
 				panic(r)
 			}

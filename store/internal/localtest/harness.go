@@ -90,6 +90,9 @@ func Main(m *testing.M, h Harness, own map[string]func(dir, round string) int) {
 		testkit.VerifyTestMain(m)
 		return
 	}
+	if name == testChild {
+		os.Exit(m.Run())
+	}
 	dir, round := os.Getenv(dirEnv), os.Getenv(roundEnv)
 	switch name {
 	case "hold":
@@ -104,6 +107,32 @@ func Main(m *testing.M, h Harness, own map[string]func(dir, round string) int) {
 	}
 	fmt.Fprintf(os.Stderr, "unknown %s\n", childEnv)
 	os.Exit(2)
+}
+
+// testChild is the child that runs one test (see InChild).
+const testChild = "test"
+
+// InChild runs the calling test again in a child process, whose
+// goroutines are not checked when it ends, and reports whether the caller
+// is that child: a test that leaves goroutines behind by design (an engine
+// the store gave up on) runs its body only then.
+//
+//	if !localtest.InChild(t) {
+//		return
+//	}
+func InChild(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(childEnv) == testChild {
+		return true
+	}
+	cmd := ChildCommand(testChild, "", 0)
+	cmd.Args = append(cmd.Args, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=5m")
+	out, err := cmd.CombinedOutput()
+	t.Logf("the test in a child process:\n%s", out)
+	if err != nil {
+		t.Fatalf("the test failed in its child process: %v", err)
+	}
+	return false
 }
 
 // ChildCommand runs the test binary as the child name (one of Main's) on
