@@ -616,12 +616,19 @@ func (l *log) activeID() uint64 {
 }
 
 // sizes returns the bytes of every segment on disk, its frames and the
-// zeros written ahead of them, and the live bytes among them.
+// zeros written ahead of them, and the live bytes among them. The
+// segment being written counts as its limit once zeros are to be written
+// there (fillAhead): they come right after, and a reclaim that left them
+// out would leave the log above its bound until the next.
 func (l *log) sizes() (total, live int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range l.segs {
-		total += max(s.size, s.ready.Load())
+		n := max(s.size, s.ready.Load())
+		if s == l.active && s.size+zeroGap < s.limit {
+			n = max(n, s.limit)
+		}
+		total += n
 		live += s.live.Load()
 	}
 	return total, live
