@@ -41,6 +41,14 @@ type Options struct {
 	// file. Zero means 64 MiB; at most 1 GiB. Smaller segments are dropped and compacted
 	// sooner; larger ones mean fewer files.
 	SegmentBytes int64
+	// MinSegmentBytes is the smallest a segment is made while little is
+	// live: the log starts a new segment past an eighth of its live data,
+	// at least MinSegmentBytes and at most SegmentBytes, so that the
+	// segment being written and the oldest, partly expired, which no
+	// reclaim can shrink, weigh at most a quarter of the live data in the
+	// log's 2x bound (docs/stores/FILE.md). Zero means 1 MiB; more than
+	// SegmentBytes means SegmentBytes (segments of one size).
+	MinSegmentBytes int64
 	// WallClock is read once, when Open starts, to set the store's clock,
 	// which then advances on the monotonic clock only (see "One clock" in
 	// the package doc). Nil means time.Now.
@@ -102,6 +110,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = 64 << 20
 	}
+	if opts.MinSegmentBytes <= 0 {
+		opts.MinSegmentBytes = 1 << 20
+	}
+	opts.MinSegmentBytes = min(opts.MinSegmentBytes, opts.SegmentBytes)
 	if opts.SegmentBytes > maxSegmentBytes {
 		// The index addresses a frame in its segment with 32 bits.
 		return nil, fmt.Errorf("file: open %s: Options.SegmentBytes %d is more than the largest segment, %d bytes (1 GiB): set it lower, or leave it zero for 64 MiB", dir, opts.SegmentBytes, int64(maxSegmentBytes))
@@ -118,7 +130,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		clock = monoclock.Stepped(opts.now)
 	}
 	s := &Store{
-		log:    newLog(dir, opts.SegmentBytes),
+		log:    newLog(dir, opts.MinSegmentBytes, opts.SegmentBytes),
 		lock:   lock,
 		logger: opts.Logger,
 		exp:    newExpiryIndex(),

@@ -492,7 +492,7 @@ func TestZeroFilled(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	// Segments of a little more than one fill each.
-	s := openT(t, dir, func(o *Options) { o.SegmentBytes = zeroAhead + zeroAhead/4 })
+	s := openT(t, dir, func(o *Options) { o.SegmentBytes = zeroAhead + zeroAhead/4; o.MinSegmentBytes = o.SegmentBytes })
 	if _, err := s.Reserve(ctx, localtest.ReserveReq("a", time.Hour)); err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,9 @@ type segment struct {
 	// Up to it the file holds zeros written ahead (see zeroAhead), or
 	// frames, or a hole the sync left for a fill to start past.
 	ready atomic.Int64
+	// limit is the size past which the log moves on from this segment,
+	// set when the log moves to it (rollSize); fills stop there.
+	limit int64
 }
 
 // zeroAhead is how far ahead of its frames a segment's file is written
@@ -126,7 +129,8 @@ func newBatch() *batch { return &batch{done: make(chan struct{})} }
 // the store is opened again (broken).
 type log struct {
 	dir        string
-	maxSegment int64
+	minSegment int64 // Options.MinSegmentBytes
+	maxSegment int64 // Options.SegmentBytes
 
 	mu     sync.Mutex
 	active *segment            // guarded by mu
@@ -190,8 +194,8 @@ type fill struct {
 	from int64
 }
 
-func newLog(dir string, maxSegment int64) *log {
-	l := &log{dir: dir, maxSegment: maxSegment, segs: map[uint64]*segment{}, nextID: 1,
+func newLog(dir string, minSegment, maxSegment int64) *log {
+	l := &log{dir: dir, minSegment: minSegment, maxSegment: maxSegment, segs: map[uint64]*segment{}, nextID: 1,
 		cur: newBatch(), start: time.Now()}
 	l.freeBytes = func() (int64, error) { return freeBytes(dir) }
 	l.zcond = sync.NewCond(&l.zmu)
@@ -260,7 +264,7 @@ func (l *log) sync() {
 	l.grouped = l.frames > 1
 	l.frames = 0
 	l.buf = l.spare[:0]
-	rotated := seg.size >= l.maxSegment
+	rotated := seg.size >= seg.limit
 	if rotated {
 		// Rotate while holding mu: every frame appended from now on goes
 		// to the new segment, and all of seg's frames are in buf.
@@ -448,10 +452,12 @@ func (l *log) fillAhead(seg *segment) {
 		return
 	}
 	f := &fill{seg: seg, from: max(ready, seg.written+zeroGap)}
-	if f.from >= l.maxSegment {
+	if f.from >= seg.limit {
 		// The log moves to a new segment before its frames get there.
 		return
 	}
+	// Zeros past the limit would be disk the segment's frames never use.
+	end := min(f.from+zeroAhead, seg.limit)
 	l.fill = f
 	l.fills.Add(1)
 	go func() {
@@ -477,15 +483,16 @@ func (l *log) fillAhead(seg *segment) {
 			return
 		}
 		defer zf.Close()
-		for off := f.from; off < f.from+zeroAhead; off += zeroPiece {
-			if free, err := l.freeBytes(); err != nil || free < zeroPiece+fillReserve {
+		for off := f.from; off < end; off += zeroPiece {
+			n := min(zeroPiece, end-off)
+			if free, err := l.freeBytes(); err != nil || free < n+fillReserve {
 				pause = true
 				return
 			}
 			if l.slowFill != nil {
 				l.slowFill()
 			}
-			_, err := zf.WriteAt(zeros(), off)
+			_, err := zf.WriteAt(zeros()[:n], off)
 			if err == nil {
 				err = fdatasync(zf)
 			}
@@ -498,7 +505,7 @@ func (l *log) fillAhead(seg *segment) {
 				return
 			}
 			l.zmu.Lock()
-			seg.ready.Store(max(seg.ready.Load(), off+zeroPiece))
+			seg.ready.Store(max(seg.ready.Load(), off+n))
 			l.zcond.Broadcast()
 			l.zmu.Unlock()
 		}
@@ -511,10 +518,30 @@ func (l *log) newSegment() *segment {
 	id := l.nextID
 	l.nextID++
 	n := int64(len(segmentMagic))
-	seg := &segment{id: id, path: filepath.Join(l.dir, segmentName(id)), size: n, synced: n, written: n}
+	seg := &segment{id: id, path: filepath.Join(l.dir, segmentName(id)), size: n, synced: n, written: n,
+		limit: l.rollSize()}
 	seg.ready.Store(n)
 	l.addSeg(seg)
 	return seg
+}
+
+// liveShare: the log moves to a new segment past an eighth of its live
+// data (within Options.MinSegmentBytes and SegmentBytes). The segment
+// being written and the oldest, partly expired, cannot be reclaimed;
+// segments of an eighth of the live data keep them within a quarter of
+// it. The sweeps that come with each move then come about eight times a
+// TTL, so few records that have expired still count as live.
+const liveShare = 8
+
+// rollSize returns the size past which the log moves on from a segment
+// made now: an eighth of the live data, within the least and the largest
+// segment. mu is held, or recovery runs.
+func (l *log) rollSize() int64 {
+	var live int64
+	for _, s := range l.segs {
+		live += s.live.Load()
+	}
+	return min(max(live/liveShare, l.minSegment), l.maxSegment)
 }
 
 // addSeg adds seg to the log's segments; mu is held, or recovery runs.
@@ -588,12 +615,20 @@ func (l *log) activeID() uint64 {
 	return l.active.id
 }
 
-// sizes returns the bytes of every segment and the live bytes among them.
+// sizes returns the bytes of every segment on disk, its frames and the
+// zeros written ahead of them, and the live bytes among them. The
+// segment being written counts as its limit once zeros are to be written
+// there (fillAhead): they come right after, and a reclaim that left them
+// out would leave the log above its bound until the next.
 func (l *log) sizes() (total, live int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range l.segs {
-		total += s.size
+		n := max(s.size, s.ready.Load())
+		if s == l.active && s.size+zeroGap < s.limit {
+			n = max(n, s.limit)
+		}
+		total += n
 		live += s.live.Load()
 	}
 	return total, live

@@ -92,7 +92,10 @@ func (s *Store) recover() error {
 		return err
 	}
 	s.settle()
-	if last == nil || last.size >= s.log.maxSegment {
+	if last != nil {
+		last.limit = s.log.rollSize()
+	}
+	if last == nil || last.size >= last.limit {
 		last = s.log.newSegment() // its file comes with its first write
 	}
 	s.log.active = last
