@@ -120,10 +120,18 @@ func (s *Store) sweep(ctx context.Context, now time.Time, limit int) (int, error
 // reclaim drops and compacts the oldest segments; cleanMu is held. Only
 // the oldest segment is ever removed: a delete entry then never outlives
 // an older put of its key, so nothing released comes back on replay. It
-// goes on, a segment at a time, while the log holds more than twice its
-// live data (every segment counted, the one being written too), so that
-// one call restores the bound however far the writes ran ahead; with
-// sparse it also compacts a segment mostly dead. It takes only segments
+// goes on, a segment at a time, while the log holds more than 1.6 times
+// its live data (every segment counted, the one being written too), so
+// that one call restores the bound however far the writes ran ahead; with
+// sparse it also compacts a segment mostly dead. The bound the store
+// keeps is twice; reclaiming to 1.6 times leaves room for what comes
+// before the next reclaim, a rotation later: the new frames, up to an
+// eighth of the live data (see rollSize; a quarter while segments are
+// at their least, 1 MiB, and 4 MiB live), while as much may expire.
+// Lower would cost copies: a key's reservation frame is dead once its
+// outcome is written, so a log of small responses holds up to about
+// twice its live data with no expired record at all. It takes
+// only segments
 // sealed before it began: the copies it makes are not taken again, and
 // a log whose live data is less than the segment being written, which
 // no compaction can shrink, costs one pass, not a loop.
@@ -137,7 +145,10 @@ func (s *Store) reclaim(ctx context.Context, sparse bool) error {
 		if old.live.Load() > 0 {
 			total, live := s.log.sizes()
 			mostlyDead := sparse && old.live.Load()*2 < size
-			bloated := total > 2*live
+			// Compaction takes back only the dead bytes of sealed
+			// segments: with few, it would copy live frames for nothing
+			// (and on a full disk, take the room they need).
+			bloated := 5*total > 8*live && s.log.sealedDead() > live/8
 			if !mostlyDead && !bloated || s.log.unwritable.Load() != nil {
 				return nil
 			}

@@ -634,6 +634,20 @@ func (l *log) sizes() (total, live int64) {
 	return total, live
 }
 
+// sealedDead is the bytes of the sealed segments that no live record
+// holds: what compacting them could take back at most.
+func (l *log) sealedDead() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var dead int64
+	for _, s := range l.segs {
+		if s != l.active {
+			dead += max(s.size, s.ready.Load()) - s.live.Load()
+		}
+	}
+	return dead
+}
+
 // drop deletes seg, which no index entry points to any more.
 func (l *log) drop(seg *segment) error {
 	l.mu.Lock()

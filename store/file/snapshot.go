@@ -58,7 +58,7 @@ var snapshotMagic = []byte("IDEMIDX\x01")
 // segment calls for, at the pace of the writes rather than of Cleanup
 // (the gateway's runs every few minutes): it removes the records expired
 // by now, drops the oldest segments no record lives in, and compacts
-// while the log holds more than twice its live data (as Cleanup does,
+// while the log holds more than 1.6 times its live data (as Cleanup does,
 // unless one runs; the compaction of segments that are
 // merely mostly dead is left to Cleanup), so that disk follows the live
 // data whatever the cleanup interval; then it writes a snapshot if one is due
