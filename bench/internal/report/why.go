@@ -32,11 +32,11 @@ var why = map[string]string{
 		"To close: a snapshot due after one snapshot's size of log, not two (about 3.2 s at 10^7 keys, at the price of writing as many snapshot bytes as log bytes), " +
 		"and the log since the snapshot replayed by segment on both cores. A loaded machine lengthens every restart: after a Close at 10^7 keys, " +
 		"2.00-2.53 s on 2026-11-27 09:15-10:05 (docs/bench/FILE-INDEX.md), against this run's figure at its load average.",
-	keyChurn: "Compaction reclaims the oldest segments until the log, the segment being written counted, is back within twice its live data, " +
-		"at each Cleanup and at each move to a new segment; that segment cannot be compacted while it is written. With a short TTL and no Cleanup " +
-		"the live data is only a segment or two (4 MiB segments in this test), and the records that expired since the last move to a new segment " +
-		"count as log but not as live until the next one sweeps them: both put the ratio just above 2x there, and nowhere else. To close: " +
-		"segments sized to the live data (a smaller segment while little is live), or a sweep on a timer between moves to a new segment.",
+	keyChurn: "The log moves to a new segment past an eighth of its live data (at least 1 MiB), and reclaim brings it back to 1.6 times its live data " +
+		"at each move and at each Cleanup; between two, new frames and records expiring (which count as live until the next sweep) move the ratio " +
+		"by up to an eighth of the live data each, a quarter while little is live. Writers stalled for a good part of a TTL (a machine loaded " +
+		"far past its cores) let records expire with no write, so with no move and no sweep: the ratio then follows the stall. To close: a sweep " +
+		"on a timer as well as at each move (docs/stores/FILE.md).",
 }
 
 const durability = "This goal compares unlike work: the memory store writes nothing to disk, and on the file store a first call waits for " +
