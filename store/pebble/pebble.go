@@ -89,11 +89,9 @@ type Store struct {
 	fsCloser io.Closer
 	readOnly bool
 	stuck    *signal
-	// leftBehind counts the stuck engines the store replaced; kept is
-	// set once it keeps one instead (see maxLeftBehind). Guarded by
-	// closeMu.
+	// leftBehind counts the stuck engines the store replaced (see
+	// maxLeftBehind); guarded by closeMu.
 	leftBehind int
-	kept       bool
 	// retryAt is when the recovery may next try to open the engine
 	// read-write, and backoff how long it waits after a failed try; only
 	// the recovery goroutine touches them.
@@ -346,7 +344,6 @@ func (s *Store) closeEngine() error {
 		}
 	}
 	if s.leftBehind >= maxLeftBehind && !s.closed {
-		s.kept = true
 		return fmt.Errorf("%w; %d left behind already: %w", errEngineStuck, s.leftBehind, errRestart)
 	}
 	s.fs.fence()
