@@ -75,22 +75,27 @@ func (fs *fencedFS) change(fn func() error) error {
 	return fn()
 }
 
-// track keeps a file the engine opened, for fence to close. A file opened
-// as the fence went up is closed, and the caller waits forever.
+// track keeps a file the engine opened, for fence to close.
 func (fs *fencedFS) track(f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
 	ff := &fencedFile{File: f, fs: fs}
+	fs.keep(ff)
+	return ff, nil
+}
+
+// keep adds c to what fence closes. What was opened as the fence went up
+// is closed at once, and the caller waits forever.
+func (fs *fencedFS) keep(c io.Closer) {
 	fs.mu.Lock()
 	if fs.fenced {
 		fs.mu.Unlock()
-		f.Close()
+		c.Close()
 		fs.park()
 	}
 	defer fs.mu.Unlock()
-	fs.open[ff] = struct{}{}
-	return ff, nil
+	fs.open[c] = struct{}{}
 }
 
 func (fs *fencedFS) Create(name string) (f vfs.File, err error) {
@@ -146,14 +151,7 @@ func (fs *fencedFS) Lock(name string) (io.Closer, error) {
 		return nil, err
 	}
 	c := &onceCloser{c: l}
-	fs.mu.Lock()
-	if fs.fenced {
-		fs.mu.Unlock()
-		c.Close()
-		fs.park()
-	}
-	defer fs.mu.Unlock()
-	fs.open[c] = struct{}{}
+	fs.keep(c)
 	return c, nil
 }
 
