@@ -624,7 +624,7 @@ func (l *log) sizes() (total, live int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range l.segs {
-		n := max(s.size, s.ready.Load())
+		n := s.onDisk()
 		if s == l.active && s.size+zeroGap < s.limit {
 			n = max(n, s.limit)
 		}
@@ -634,6 +634,10 @@ func (l *log) sizes() (total, live int64) {
 	return total, live
 }
 
+// onDisk is the segment's bytes on disk: its frames, and the zeros
+// written ahead of them. mu is held.
+func (s *segment) onDisk() int64 { return max(s.size, s.ready.Load()) }
+
 // sealedDead is the bytes of the sealed segments that no live record
 // holds: what compacting them could take back at most.
 func (l *log) sealedDead() int64 {
@@ -642,7 +646,7 @@ func (l *log) sealedDead() int64 {
 	var dead int64
 	for _, s := range l.segs {
 		if s != l.active {
-			dead += max(s.size, s.ready.Load()) - s.live.Load()
+			dead += s.onDisk() - s.live.Load()
 		}
 	}
 	return dead
