@@ -162,7 +162,9 @@ func TestEngineClockSkew(t *testing.T) {
 // TestEngineDeadHolderSkew: a holder reserves skewKeys keys and dies (it
 // never renews); the other replica, whose clock is 0 to 10 leases off,
 // retries each every quarter lease. It takes each key over no sooner than
-// a lease after the reservation, and within two.
+// a lease after the reservation, and on its first try that begins a lease
+// after its first look ended (within two leases of the reservation on a
+// quiet machine; the log says how long it took).
 func TestEngineDeadHolderSkew(t *testing.T) {
 	a, b := skewStores(t)
 	p := idem.Policy{Lease: storetest.SkewLease, TTL: time.Hour, CleanupInterval: -1}
@@ -188,10 +190,20 @@ func TestEngineDeadHolderSkew(t *testing.T) {
 						t.Errorf("key %d: the dead holder's reservation: %+v, %v", k, res, err)
 						return
 					}
+					var firstLook time.Time
 					for {
+						try := time.Now()
 						res, err := retrier.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
 						took := time.Since(sent)
+						if firstLook.IsZero() {
+							firstLook = time.Now()
+						}
 						if errors.Is(err, idem.ErrInProgress) {
+							if storetest.TakeoverOverdue(firstLook, try) {
+								t.Errorf("key %d: still in progress on a try %v after the first look ended, more than a lease",
+									k, try.Sub(firstLook).Round(time.Millisecond))
+								return
+							}
 							if took > 30*storetest.SkewLease {
 								t.Errorf("key %d: the dead holder's key still held after %v", k, took)
 								return
@@ -204,8 +216,6 @@ func TestEngineDeadHolderSkew(t *testing.T) {
 							t.Errorf("key %d: %+v, %v; want a takeover", k, res, err)
 						case took < storetest.SkewLease:
 							t.Errorf("key %d: taken over %v after the reservation, before its lease of %v", k, took, storetest.SkewLease)
-						case took > 2*storetest.SkewLease:
-							t.Errorf("key %d: taken over %v after the reservation, more than two leases", k, took)
 						}
 						mu.Lock()
 						if fast == 0 || took < fast {

@@ -23,8 +23,9 @@ import (
 // key every quarter lease: no key runs twice. Then 5 holders per offset,
 // each on a client of its own that dying makes, die half a lease into
 // their work (kill closes their client: not another write), and the other
-// replica, retrying every quarter lease, takes each key over within two
-// leases.
+// replica, retrying every quarter lease, takes each key over on its first
+// try that begins a lease after its first look ended (within two leases of
+// the death on a quiet machine; the table logs how long it took).
 //
 // It is for stores whose replicas share a backend over the network, each
 // with clients of its own (store/postgres, store/redis).
@@ -146,8 +147,18 @@ func EngineClockSkew(t *testing.T, holder, retrier store.Store, dying func(t *te
 			var retries sync.WaitGroup
 			for _, call := range calls {
 				retries.Go(func() {
+					var firstLook time.Time
 					for {
+						try := time.Now()
 						res, err := r.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
+						if firstLook.IsZero() {
+							firstLook = time.Now()
+						}
+						if errors.Is(err, idem.ErrInProgress) && TakeoverOverdue(firstLook, try) {
+							note(skew, "dead holder's key still in progress on a try %v after the first look ended, more than a lease",
+								try.Sub(firstLook).Round(time.Millisecond))
+							return
+						}
 						if errors.Is(err, idem.ErrInProgress) && time.Since(died) < 20*SkewLease {
 							time.Sleep(SkewLease / 4)
 							continue
@@ -176,9 +187,6 @@ func EngineClockSkew(t *testing.T, holder, retrier store.Store, dying func(t *te
 			skew, twice[skew], liveKeys, takeovr[skew].Seconds()/SkewLease.Seconds()))
 		if twice[skew] > 0 {
 			t.Errorf("retrier %+v leases off: %d of %d keys ran twice", skew, twice[skew], liveKeys)
-		}
-		if takeovr[skew] > 2*SkewLease {
-			t.Errorf("retrier %+v leases off: a dead holder's key taken over after %v, more than two leases", skew, takeovr[skew])
 		}
 	}
 	t.Logf("lease %v:\n%s", SkewLease, strings.Join(table, "\n"))

@@ -30,6 +30,16 @@ func Skewed(leases float64) func() time.Time {
 	return func() time.Time { return time.Now().Add(d) }
 }
 
+// TakeoverOverdue reports whether a retry of a dead holder's key that
+// began at try, and still found the key in progress, came a whole lease
+// after the end of the taker's first look (firstLook): the lease rule
+// says that try must take the key over. Counting from the taker's own
+// calls, not from the reservation, keeps the check true on a loaded
+// machine, where each call to the store may take a good part of a lease.
+func TakeoverOverdue(firstLook, try time.Time) bool {
+	return try.Sub(firstLook) >= SkewLease
+}
+
 // skewWork is the work of a clock-skew test's key: it closes started on
 // the key's first run, then works 2.5 leases unless ctx ends first.
 func skewWork(ctx context.Context, runs *atomic.Int32, started chan struct{}) ([]byte, error) {
