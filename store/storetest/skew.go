@@ -99,47 +99,8 @@ func testClockSkew(t *testing.T, h Harness) {
 				call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-%v-%d", uniqueKey(t), skew, k), Fingerprint: "fp"}
 				var runs atomic.Int32
 				started := make(chan struct{})
-				// A run started while another run's context was live
-				// is a takeover of a live holder, unless that other run
-				// gave its lease up by its own count (its renewals too
-				// slow on a loaded machine: its context canceled with
-				// ErrLeaseExpired, perhaps late, as after any pause of
-				// its process). A holder told by the store that its key
-				// was taken over is no excuse.
-				var (
-					mu       sync.Mutex
-					active   []*skewRun
-					suspects []*skewRun
-				)
-				work := func(ctx context.Context) ([]byte, error) {
-					me := &skewRun{}
-					mu.Lock()
-					for _, o := range active {
-						if o.ctx.Err() == nil {
-							suspects = append(suspects, o)
-						}
-					}
-					me.ctx = ctx
-					active = append(active, me)
-					mu.Unlock()
-					defer func() {
-						mu.Lock()
-						me.lost = errors.Is(context.Cause(ctx), idem.ErrLeaseExpired)
-						active = slices.DeleteFunc(active, func(o *skewRun) bool { return o == me })
-						mu.Unlock()
-					}()
-					return skewWork(ctx, &runs, started)
-				}
-				overlapping := func() (n int32) {
-					mu.Lock()
-					defer mu.Unlock()
-					for _, o := range suspects {
-						if !o.lost {
-							n++
-						}
-					}
-					return n
-				}
+				var tracker skewTracker
+				work := tracker.work(&runs, started)
 				held := make(chan error, 1)
 				go func() {
 					_, err := holder.Do(context.Background(), call, work)
@@ -175,7 +136,7 @@ func testClockSkew(t *testing.T, h Harness) {
 						r.replayed = true
 					}
 				}
-				r.runs, r.overlaps = runs.Load(), overlapping()
+				r.runs, r.overlaps = runs.Load(), tracker.overlaps()
 			}()
 		}
 	}
@@ -268,4 +229,50 @@ func testDeadHolderSkew(t *testing.T, h Harness) {
 type skewRun struct {
 	ctx  context.Context
 	lost bool
+}
+
+// skewTracker watches one key's runs in a clock-skew test for a takeover
+// of a live holder: a run started while another run's context was live,
+// unless that other run gave its lease up by its own count (its renewals
+// too slow on a loaded machine: its context canceled with
+// ErrLeaseExpired, perhaps late, as after any pause of its process). A
+// holder told by the store that its key was taken over is no excuse.
+type skewTracker struct {
+	mu       sync.Mutex
+	active   []*skewRun
+	suspects []*skewRun
+}
+
+// work is skewWork, watched.
+func (tr *skewTracker) work(runs *atomic.Int32, started chan struct{}) idem.Func {
+	return func(ctx context.Context) ([]byte, error) {
+		me := &skewRun{ctx: ctx}
+		tr.mu.Lock()
+		for _, o := range tr.active {
+			if o.ctx.Err() == nil {
+				tr.suspects = append(tr.suspects, o)
+			}
+		}
+		tr.active = append(tr.active, me)
+		tr.mu.Unlock()
+		defer func() {
+			tr.mu.Lock()
+			me.lost = errors.Is(context.Cause(ctx), idem.ErrLeaseExpired)
+			tr.active = slices.DeleteFunc(tr.active, func(o *skewRun) bool { return o == me })
+			tr.mu.Unlock()
+		}()
+		return skewWork(ctx, runs, started)
+	}
+}
+
+// overlaps returns how many runs were taken over while live.
+func (tr *skewTracker) overlaps() (n int32) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, o := range tr.suspects {
+		if !o.lost {
+			n++
+		}
+	}
+	return n
 }
