@@ -130,11 +130,10 @@ func (s *Store) sweep(ctx context.Context, now time.Time, limit int) (int, error
 // at their least, 1 MiB, and 4 MiB live), while as much may expire.
 // Lower would cost copies: a key's reservation frame is dead once its
 // outcome is written, so a log of small responses holds up to about
-// twice its live data with no expired record at all. It takes
-// only segments
-// sealed before it began: the copies it makes are not taken again, and
-// a log whose live data is less than the segment being written, which
-// no compaction can shrink, costs one pass, not a loop.
+// twice its live data with no expired record at all. It takes only
+// segments sealed before it began: the copies it makes are not taken
+// again, and a log whose live data is less than the segment being
+// written, which no compaction can shrink, costs one pass, not a loop.
 func (s *Store) reclaim(ctx context.Context, sparse bool) error {
 	end := s.log.activeID()
 	for ctx.Err() == nil {
