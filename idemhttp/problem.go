@@ -189,7 +189,38 @@ func setExpires(h http.Header, t time.Time) {
 // httpDate formats t as an HTTP-date (IMF-fixdate). Both formats of the
 // expiry drop the fraction of a second, so that neither says later than
 // the record really expires.
-func httpDate(t time.Time) string { return t.UTC().Format(http.TimeFormat) }
+//
+// Every replay sends one, so it is written by hand: time.Format reads its
+// layout on each call, at several times the cost. Years that do not take
+// four digits go through Format.
+func httpDate(t time.Time) string {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.Format(http.TimeFormat)
+	}
+	hour, min, sec := t.Clock()
+	const days, months = "SunMonTueWedThuFriSat", "JanFebMarAprMayJunJulAugSepOctNovDec"
+	var b [len(http.TimeFormat)]byte
+	wd, m := 3*int(t.Weekday()), 3*(int(month)-1)
+	two := func(at, v int) { b[at], b[at+1] = byte('0'+v/10), byte('0'+v%10) }
+	copy(b[0:], days[wd:wd+3])
+	b[3], b[4] = ',', ' '
+	two(5, day)
+	b[7] = ' '
+	copy(b[8:], months[m:m+3])
+	b[11] = ' '
+	two(12, year/100)
+	two(14, year%100)
+	b[16] = ' '
+	two(17, hour)
+	b[19] = ':'
+	two(20, min)
+	b[22] = ':'
+	two(23, sec)
+	copy(b[25:], " GMT")
+	return string(b[:])
+}
 
 // rfc3339 formats t in RFC 3339, in UTC, to the second.
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
