@@ -94,8 +94,15 @@ type stripe struct {
 	chunks []*[chunkLen]entry
 	slots  uint32   // slots ever made
 	free   []uint32 // slots given back, reused first
-	// seqs, during recovery only, holds each slot's entry's seq.
-	seqs []uint64
+	// During recovery only, the seq of each slot's entry: seqs holds the
+	// slots from seqBase on, made by the replay; seqOld the slots below
+	// it, loaded from the snapshot, that a frame replaced. A slot loaded
+	// from the snapshot and not replaced is older than any frame: seq 0.
+	// (A slice over every slot would cost 8 bytes a key, allocated and
+	// cleared at each Open, to replay a tail that touches few of them.)
+	seqBase uint32
+	seqs    []uint64
+	seqOld  map[uint32]uint64
 }
 
 const (
@@ -141,6 +148,34 @@ func (st *stripe) insert(e entry) uint32 {
 	if (st.used+1)*4 > len(st.table)*3 {
 		st.grow()
 	}
+	slot := st.newSlot(e)
+	st.place(slot)
+	return slot
+}
+
+// insertNew stores e in a slot and returns it, unless e's tag is in the
+// table already: then it returns that slot and false. One probe does
+// both, where find and insert take two: recovery inserts every key.
+func (st *stripe) insertNew(e entry) (uint32, bool) {
+	if (st.used+1)*4 > len(st.table)*3 {
+		st.grow()
+	}
+	mask := len(st.table) - 1
+	b := tagByte(&e.tag)
+	i := home(&e.tag, mask)
+	for ; st.table[i] != 0; i = (i + 1) & mask {
+		if v := st.table[i]; v&^slotMask == b && st.at(v&slotMask-1).tag == e.tag {
+			return v&slotMask - 1, false
+		}
+	}
+	slot := st.newSlot(e)
+	st.table[i] = b | (slot + 1)
+	return slot, true
+}
+
+// newSlot stores e in a free slot, or a new one, for the caller to place
+// in the table.
+func (st *stripe) newSlot(e entry) uint32 {
 	var slot uint32
 	if n := len(st.free); n > 0 {
 		slot = st.free[n-1]
@@ -156,7 +191,6 @@ func (st *stripe) insert(e entry) uint32 {
 		}
 	}
 	*st.at(slot) = e
-	st.place(slot)
 	st.used++
 	return slot
 }

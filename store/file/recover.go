@@ -210,6 +210,9 @@ func (s *Store) decodeAll(segs []*decoded) {
 // (apply), each worker its own stripes. It returns the first segment's
 // error, if one failed.
 func (s *Store) applyAll(segs []*decoded) error {
+	for i := range s.stripes {
+		s.stripes[i].seqBase = s.stripes[i].slots
+	}
 	parallel(func(w int) {
 		for _, d := range segs {
 			<-d.done
@@ -238,7 +241,7 @@ func (s *Store) applyAll(segs []*decoded) error {
 func (s *Store) settle() {
 	parallel(func(w int) {
 		live := map[uint32]int64{}
-		items := map[int64][]uint32{}
+		items := s.expiryBuckets(w)
 		for i := w; i < stripes; i += recoverWorkers {
 			st := &s.stripes[i]
 			// Entries come in the order they were written, as a rule:
@@ -276,13 +279,46 @@ func (s *Store) settle() {
 			if inSec != nil {
 				items[sec] = inSec
 			}
-			st.seqs = nil
+			st.seqs, st.seqOld = nil, nil
 		}
 		s.exp.addMany(items)
 		for id, n := range live {
 			s.log.segment(id).live.Add(n)
 		}
 	})
+}
+
+// expiryBuckets returns, for worker w's stripes, an empty bucket of
+// expiry items for each second their entries expire in, with room for
+// all of them: grown by append instead, the buckets were copied over and
+// over, a third of a restart's time at ten million keys.
+func (s *Store) expiryBuckets(w int) map[int64][]uint32 {
+	counts := map[int64]int{}
+	for i := w; i < stripes; i += recoverWorkers {
+		st := &s.stripes[i]
+		sec, n := int64(noTime), 0
+		for slot := range st.slots {
+			e := st.at(slot)
+			if e.state == stateFree || e.state == stateDeleted {
+				continue
+			}
+			if es := expSec(e.exp); es != sec {
+				if n > 0 {
+					counts[sec] += n
+				}
+				sec, n = es, 0
+			}
+			n++
+		}
+		if n > 0 {
+			counts[sec] += n
+		}
+	}
+	items := make(map[int64][]uint32, len(counts))
+	for sec, n := range counts {
+		items[sec] = make([]uint32, 0, n)
+	}
+	return items
 }
 
 func (s *Store) count() int {
@@ -305,27 +341,42 @@ func (s *Store) apply(r *frameRec, seg uint32) {
 	st := &s.stripes[r.key[0]]
 	e := entry{state: r.state, exp: r.exp, lease: r.lease, seg: seg, off: r.off, size: r.size}
 	copy(e.tag[:], r.key[1:12])
-	slot, ok := st.find(e.tag)
-	if !ok {
-		slot = st.insert(e)
-		st.seqAt(slot, r.seq)
-		return
-	}
-	if int(slot) >= len(st.seqs) || r.seq > st.seqs[slot] {
-		// A slot past seqs was loaded from the snapshot: every frame
-		// replayed is newer.
+	slot, added := st.insertNew(e)
+	if !added {
+		if r.seq <= st.seqOf(slot) {
+			return
+		}
 		*st.at(slot) = e
-		st.seqAt(slot, r.seq)
 	}
+	st.setSeq(slot, r.seq)
 }
 
-// seqAt sets slot's seq, growing seqs to hold it; the slots it grows
-// over, loaded from the snapshot, get 0: older than any frame.
-func (st *stripe) seqAt(slot uint32, seq uint64) {
-	if n := int(slot) + 1; n > len(st.seqs) {
+// seqOf returns the seq of slot's entry: 0 for one loaded from the
+// snapshot, older than any frame.
+func (st *stripe) seqOf(slot uint32) uint64 {
+	if slot < st.seqBase {
+		return st.seqOld[slot]
+	}
+	if i := int(slot - st.seqBase); i < len(st.seqs) {
+		return st.seqs[i]
+	}
+	return 0
+}
+
+// setSeq sets slot's seq (see stripe.seqs).
+func (st *stripe) setSeq(slot uint32, seq uint64) {
+	if slot < st.seqBase {
+		if st.seqOld == nil {
+			st.seqOld = map[uint32]uint64{}
+		}
+		st.seqOld[slot] = seq
+		return
+	}
+	i := int(slot - st.seqBase)
+	if n := i + 1; n > len(st.seqs) {
 		st.seqs = append(st.seqs, make([]uint64, n-len(st.seqs))...)
 	}
-	st.seqs[slot] = seq
+	st.seqs[i] = seq
 }
 
 // decode reads segment d.id and decodes its frames into d.recs and d.seq.

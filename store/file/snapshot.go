@@ -488,10 +488,10 @@ func (s *Store) loadEntries(block []byte, w int, first uint64, held []uint32) ([
 			continue // its segment was dropped: the record is gone
 		}
 		st := &s.stripes[b[0]]
-		if _, ok := st.find(e.tag); ok {
+		slot, ok := st.insertNew(e)
+		if !ok {
 			return held, fmt.Errorf("%w: an entry twice", errBadSnapshot)
 		}
-		slot := st.insert(e)
 		if e.state == 1 {
 			held = append(held, ref(int(b[0]), slot))
 		}

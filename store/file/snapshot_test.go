@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -299,7 +301,7 @@ func TestSnapshotIgnoredWhenDamaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, damage := range []string{"whole", "cut", "flip", "flip header", "trailing"} {
+	for _, damage := range []string{"whole", "cut", "flip", "flip header", "trailing", "an entry twice"} {
 		d := copyDir(t, dir)
 		b := bytes.Clone(snap)
 		switch damage {
@@ -311,6 +313,13 @@ func TestSnapshotIgnoredWhenDamaged(t *testing.T) {
 			b[12] ^= 1
 		case "trailing":
 			b = append(b, 0)
+		case "an entry twice":
+			// The second entry is the first again, under checksums that
+			// agree: the snapshot checks, but cannot be loaded.
+			from := 36 + 16*int(binary.BigEndian.Uint32(b[24:]))
+			entries := b[from : len(b)-8]
+			copy(entries[snapEntry:2*snapEntry], entries[:snapEntry])
+			binary.BigEndian.PutUint32(b[len(b)-4:], crc32.Checksum(entries, castagnoli))
 		}
 		if err := os.WriteFile(filepath.Join(d, snapshotFile), b, 0o600); err != nil {
 			t.Fatal(err)

@@ -33,6 +33,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,7 @@ func main() {
 	sample := flag.Int("sample", 10000, "keys read back after open")
 	from := flag.Int("from", 0, "the first key's number (crash)")
 	hold := flag.Bool("hold", false, "crash: wait for a kill instead of exiting")
+	cpuProfile := flag.String("cpuprofile", "", "open: write a CPU profile of the open to this file")
 	flag.Parse()
 	if *storeDSN == "" && *dir != "" {
 		*storeDSN = "file:" + *dir
@@ -148,9 +150,11 @@ func main() {
 		fmt.Printf("fill: Close took %.2f s\n", res.CloseSeconds)
 	case "open":
 		rss0 := rss()
+		stopProfile := profileCPU(*cpuProfile)
 		start := time.Now()
 		s := openStore()
 		took := time.Since(start)
+		stopProfile()
 		rss1 := rss()
 		n := min(*sample, *keys)
 		t := time.Now()
@@ -182,6 +186,26 @@ func main() {
 	}
 	b, _ := json.Marshal(res)
 	fmt.Printf("result: %s\n", b)
+}
+
+// profileCPU starts a CPU profile into path, unless path is empty, and
+// returns what stops it.
+func profileCPU(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // fill writes the pairs from..from+n-1 from conc goroutines.
