@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
@@ -101,7 +103,11 @@ func TestStripeProfileKeysAreOptional(t *testing.T) {
 func TestStripeProfileInFlightConflictWithoutWaiting(t *testing.T) {
 	t.Parallel()
 	block := make(chan struct{})
-	s := stripeServer(t, block, 24*time.Hour)
+	// The request's span says whether it waited for the key's holder.
+	rec := tracetest.NewSpanRecorder()
+	p := idemhttp.Stripe()
+	s := newServer(t, idemhttp.Options{Profile: p, Tenant: idemhttp.TenantHeader("X-Organization-ID"),
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, validationAPI(block))
 	key := uuid.NewString()
 	done := make(chan *response)
 	go func() {
@@ -118,11 +124,14 @@ func TestStripeProfileInFlightConflictWithoutWaiting(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	start := time.Now()
 	r := s.do("POST", startPath+"?block=1", `{}`, "Idempotency-Key", key, "X-Organization-ID", "org-1")
 	problem(t, r, 409, idemhttp.KindInProgress)
-	if time.Since(start) > 2*time.Second {
-		t.Fatal("the in-flight duplicate waited")
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans ended while the first request runs, want the duplicate's", len(spans))
+	}
+	if a := attrs(spans[0]); a["idem.outcome"] != string(idemhttp.KindInProgress) || a["idem.waited"] != "false" {
+		t.Fatalf("the in-flight duplicate's span: %v, want an in_progress conflict that did not wait", a)
 	}
 	close(block)
 	if first := <-done; first.Status != 201 {
