@@ -142,12 +142,12 @@ func (s *Store) reclaim(ctx context.Context, sparse bool) error {
 			return nil
 		}
 		if old.live.Load() > 0 {
-			total, live := s.log.sizes()
+			total, live, sealedDead := s.log.usage()
 			mostlyDead := sparse && old.live.Load()*2 < size
 			// Compaction takes back only the dead bytes of sealed
 			// segments: with few, it would copy live frames for nothing
 			// (and on a full disk, take the room they need).
-			bloated := 5*total > 8*live && s.log.sealedDead() > live/8
+			bloated := 5*total > 8*live && sealedDead > live/8
 			if !mostlyDead && !bloated || s.log.unwritable.Load() != nil {
 				return nil
 			}

@@ -621,36 +621,32 @@ func (l *log) activeID() uint64 {
 // there (fillAhead): they come right after, and a reclaim that left them
 // out would leave the log above its bound until the next.
 func (l *log) sizes() (total, live int64) {
+	total, live, _ = l.usage()
+	return total, live
+}
+
+// usage returns sizes' two figures and the bytes of the sealed segments
+// that no live record holds: what compacting them could take back at
+// most. One pass, under mu once.
+func (l *log) usage() (total, live, sealedDead int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range l.segs {
-		n := s.onDisk()
-		if s == l.active && s.size+zeroGap < s.limit {
+		n, segLive := s.onDisk(), s.live.Load()
+		if s != l.active {
+			sealedDead += n - segLive
+		} else if s.size+zeroGap < s.limit {
 			n = max(n, s.limit)
 		}
 		total += n
-		live += s.live.Load()
+		live += segLive
 	}
-	return total, live
+	return total, live, sealedDead
 }
 
 // onDisk is the segment's bytes on disk: its frames, and the zeros
 // written ahead of them. mu is held.
 func (s *segment) onDisk() int64 { return max(s.size, s.ready.Load()) }
-
-// sealedDead is the bytes of the sealed segments that no live record
-// holds: what compacting them could take back at most.
-func (l *log) sealedDead() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var dead int64
-	for _, s := range l.segs {
-		if s != l.active {
-			dead += s.onDisk() - s.live.Load()
-		}
-	}
-	return dead
-}
 
 // drop deletes seg, which no index entry points to any more.
 func (l *log) drop(seg *segment) error {
