@@ -67,43 +67,27 @@ func TestEngineClockSkew(t *testing.T) {
 				wg.Go(func() {
 					call := idem.Call{Scope: "skew", Key: fmt.Sprintf("%s-%d-%d", t.Name(), k, keySeq.Add(1)), Fingerprint: "fp"}
 					var (
-						mu       sync.Mutex
-						runs     int
-						first    context.Context // the first run's context
-						takeover bool            // a run started while the first's context was live
-						gave     bool            // the holder gave its lease up
+						mu      sync.Mutex
+						runs    atomic.Int32
+						tracker storetest.SkewTracker
+						gave    bool // the holder gave its lease up
 					)
 					started := make(chan struct{})
-					work := func(ctx context.Context) ([]byte, error) {
-						mu.Lock()
-						if runs++; runs == 1 {
-							first = ctx
-							close(started)
-						} else if first.Err() == nil {
-							takeover = true
-						}
-						mu.Unlock()
-						select {
-						case <-time.After(storetest.SkewLease * 5 / 2):
-							return []byte("done"), nil
-						case <-ctx.Done():
-							return nil, context.Cause(ctx)
-						}
-					}
+					work := tracker.Work(&runs, started)
 					// Judged however the key ends: a holder whose key was
 					// taken over returns an error.
 					defer func() {
 						mu.Lock()
 						defer mu.Unlock()
-						switch {
-						case takeover:
+						switch n := runs.Load(); {
+						case tracker.Overlaps() > 0:
 							ranTwice.Add(1)
-							t.Errorf("key %d: a second run started while the holder's was live", k)
-						case runs > 1 && gave:
+							t.Errorf("key %d: a second run started while an earlier one was live", k)
+						case n > 1 && gave:
 							reran.Add(1)
-						case runs > 1:
+						case n > 1:
 							ranTwice.Add(1)
-							t.Errorf("key %d: the work ran %d times", k, runs)
+							t.Errorf("key %d: the work ran %d times", k, n)
 						}
 					}()
 					held := make(chan error, 1)

@@ -70,14 +70,27 @@ func EngineClockSkew(t *testing.T, holder, retrier store.Store, dying func(t *te
 					call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-live-%d-%v-%d", prefix, round, skew, k), Fingerprint: "fp"}
 					var (
 						runs    atomic.Int32
-						tracker skewTracker
+						tracker SkewTracker
 						gave    bool // a run gave its lease up by its own count
 					)
 					started := make(chan struct{})
-					fn := tracker.work(&runs, started)
+					fn := tracker.Work(&runs, started)
 					held := make(chan error, 1)
 					go func() { _, err := h.Do(context.Background(), call, fn); held <- err }()
 					<-started
+					// holderEnded reads the holder's result.
+					holderEnded := func(err error) {
+						switch {
+						case errors.Is(err, idem.ErrLeaseLost):
+							// Its renewals did not get through in time (a
+							// loaded machine) and it gave its lease up, as
+							// it must: the key may run again, after its
+							// context ended.
+							gave = true
+						case err != nil:
+							note(skew, "holder: %v", err)
+						}
+					}
 					deadline := time.Now().Add(30 * SkewLease)
 					holding := true
 				retry:
@@ -86,16 +99,7 @@ func EngineClockSkew(t *testing.T, holder, retrier store.Store, dying func(t *te
 							select {
 							case err := <-held:
 								holding = false
-								switch {
-								case errors.Is(err, idem.ErrLeaseLost):
-									// Its renewals did not get through in
-									// time (a loaded machine) and it gave its
-									// lease up, as it must: the key may run
-									// again, after its context ended.
-									gave = true
-								case err != nil:
-									note(skew, "holder: %v", err)
-								}
+								holderEnded(err)
 							case <-time.After(SkewLease / 4):
 							}
 						} else {
@@ -120,14 +124,12 @@ func EngineClockSkew(t *testing.T, holder, retrier store.Store, dying func(t *te
 						}
 					}
 					if holding {
-						if errors.Is(<-held, idem.ErrLeaseLost) {
-							gave = true
-						}
+						holderEnded(<-held)
 					}
 					mu.Lock()
 					defer mu.Unlock()
 					switch {
-					case tracker.overlaps() > 0:
+					case tracker.Overlaps() > 0:
 						twice[skew]++ // a live holder taken over
 					case gave:
 						gaveUp[skew]++

@@ -99,8 +99,8 @@ func testClockSkew(t *testing.T, h Harness) {
 				call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-%v-%d", uniqueKey(t), skew, k), Fingerprint: "fp"}
 				var runs atomic.Int32
 				started := make(chan struct{})
-				var tracker skewTracker
-				work := tracker.work(&runs, started)
+				var tracker SkewTracker
+				work := tracker.Work(&runs, started)
 				held := make(chan error, 1)
 				go func() {
 					_, err := holder.Do(context.Background(), call, work)
@@ -136,7 +136,7 @@ func testClockSkew(t *testing.T, h Harness) {
 						r.replayed = true
 					}
 				}
-				r.runs, r.overlaps = runs.Load(), tracker.overlaps()
+				r.runs, r.overlaps = runs.Load(), tracker.Overlaps()
 			}()
 		}
 	}
@@ -231,20 +231,23 @@ type skewRun struct {
 	lost bool
 }
 
-// skewTracker watches one key's runs in a clock-skew test for a takeover
+// SkewTracker watches one key's runs in a clock-skew test for a takeover
 // of a live holder: a run started while another run's context was live,
 // unless that other run gave its lease up by its own count (its renewals
 // too slow on a loaded machine: its context canceled with
 // ErrLeaseExpired, perhaps late, as after any pause of its process). A
 // holder told by the store that its key was taken over is no excuse.
-type skewTracker struct {
+// The zero value is ready; give every replica's Do the one Work.
+type SkewTracker struct {
 	mu       sync.Mutex
 	active   []*skewRun
 	suspects []*skewRun
 }
 
-// work is skewWork, watched.
-func (tr *skewTracker) work(runs *atomic.Int32, started chan struct{}) idem.Func {
+// Work returns the key's work, watched: its first run closes started, and
+// each run takes two and a half leases (SkewLease) unless its context
+// ends first; runs counts them.
+func (tr *SkewTracker) Work(runs *atomic.Int32, started chan struct{}) idem.Func {
 	return func(ctx context.Context) ([]byte, error) {
 		me := &skewRun{ctx: ctx}
 		tr.mu.Lock()
@@ -265,8 +268,8 @@ func (tr *skewTracker) work(runs *atomic.Int32, started chan struct{}) idem.Func
 	}
 }
 
-// overlaps returns how many runs were taken over while live.
-func (tr *skewTracker) overlaps() (n int32) {
+// Overlaps returns how many runs were taken over while live.
+func (tr *SkewTracker) Overlaps() (n int32) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	for _, o := range tr.suspects {
