@@ -290,8 +290,8 @@ func (s *Store) settle() {
 
 // expiryBuckets returns, for worker w's stripes, an empty bucket of
 // expiry items for each second their entries expire in, with room for
-// all of them: grown by append instead, the buckets were copied over and
-// over, a third of a restart's time at ten million keys.
+// all of them: grown by append instead, each bucket is copied over and
+// over as every stripe adds its share.
 func (s *Store) expiryBuckets(w int) map[int64][]uint32 {
 	counts := map[int64]int{}
 	for i := w; i < stripes; i += recoverWorkers {
