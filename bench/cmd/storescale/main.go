@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -38,6 +39,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/idem-dev/idem/internal/gateway/dsn"
@@ -103,6 +105,7 @@ func main() {
 	from := flag.Int("from", 0, "the first key's number (crash)")
 	hold := flag.Bool("hold", false, "crash: wait for a kill instead of exiting")
 	cpuProfile := flag.String("cpuprofile", "", "open: write a CPU profile of the open to this file")
+	midSnapshot := flag.Bool("kill-mid-snapshot", false, "crash, file store (-dir): SIGKILL this process once a background index snapshot is half written, the worst moment for the next restart (exits 1 if none starts within -keys)")
 	flag.Parse()
 	if *storeDSN == "" && *dir != "" {
 		*storeDSN = "file:" + *dir
@@ -126,7 +129,14 @@ func main() {
 	case "fill", "crash":
 		rss0, heap0 := rss(), heap()
 		s := openStore()
+		if op == "crash" && *midSnapshot {
+			go killMidSnapshot(*dir)
+		}
 		took := fill(ctx, s, *from, *keys, *conc)
+		if *midSnapshot {
+			fmt.Fprintf(os.Stderr, "crash: %d keys written and no snapshot started\n", *keys)
+			os.Exit(1)
+		}
 		res = Result{Op: op, Keys: *keys, Seconds: took.Seconds()}
 		if op == "crash" {
 			fmt.Printf("crash: %d keys from %d in %.1f s; exiting without Close\n", *keys, *from, took.Seconds())
@@ -186,6 +196,26 @@ func main() {
 	}
 	b, _ := json.Marshal(res)
 	fmt.Printf("result: %s\n", b)
+}
+
+// killMidSnapshot kills this process with SIGKILL once the file store in
+// dir is half through writing a new index snapshot (its temporary file as
+// large as half the last one): the next restart then reads the older
+// snapshot and all the log written since, the most a kill can leave it.
+func killMidSnapshot(dir string) {
+	last, err := os.Stat(filepath.Join(dir, "index.snap"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kill-mid-snapshot: no snapshot to start from:", err)
+		os.Exit(1)
+	}
+	for {
+		time.Sleep(time.Millisecond)
+		if fi, err := os.Stat(filepath.Join(dir, "index.snap.tmp")); err == nil && fi.Size() >= last.Size()/2 {
+			fmt.Printf("crash: killed with the snapshot %d of %d bytes written\n", fi.Size(), last.Size())
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
 }
 
 // profileCPU starts a CPU profile into path, unless path is empty, and
