@@ -145,9 +145,7 @@ func (st *stripe) find(tag [11]byte) (uint32, bool) {
 
 // insert stores e, whose tag is not in the table, in a slot and returns it.
 func (st *stripe) insert(e entry) uint32 {
-	if (st.used+1)*4 > len(st.table)*3 {
-		st.grow()
-	}
+	st.roomForOne()
 	slot := st.newSlot(e)
 	st.place(slot)
 	return slot
@@ -157,9 +155,7 @@ func (st *stripe) insert(e entry) uint32 {
 // table already: then it returns that slot and false. One probe does
 // both, where find and insert take two: recovery inserts every key.
 func (st *stripe) insertNew(e entry) (uint32, bool) {
-	if (st.used+1)*4 > len(st.table)*3 {
-		st.grow()
-	}
+	st.roomForOne()
 	mask := len(st.table) - 1
 	b := tagByte(&e.tag)
 	i := home(&e.tag, mask)
@@ -172,6 +168,10 @@ func (st *stripe) insertNew(e entry) (uint32, bool) {
 	st.table[i] = b | (slot + 1)
 	return slot, true
 }
+
+// roomForOne grows the table if one more entry would fill it past three
+// quarters.
+func (st *stripe) roomForOne() { st.reserve(st.used + 1) }
 
 // newSlot stores e in a free slot, or a new one, for the caller to place
 // in the table.
