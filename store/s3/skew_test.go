@@ -67,7 +67,6 @@ func TestEngineClockSkew(t *testing.T) {
 				wg.Go(func() {
 					call := idem.Call{Scope: "skew", Key: fmt.Sprintf("%s-%d-%d", t.Name(), k, keySeq.Add(1)), Fingerprint: "fp"}
 					var (
-						mu      sync.Mutex
 						runs    atomic.Int32
 						tracker storetest.SkewTracker
 						gave    bool // the holder gave its lease up
@@ -77,8 +76,6 @@ func TestEngineClockSkew(t *testing.T) {
 					// Judged however the key ends: a holder whose key was
 					// taken over returns an error.
 					defer func() {
-						mu.Lock()
-						defer mu.Unlock()
 						switch n := runs.Load(); {
 						case tracker.Overlaps() > 0:
 							ranTwice.Add(1)
@@ -104,9 +101,7 @@ func TestEngineClockSkew(t *testing.T) {
 								// Its renewals did not get through in time,
 								// and it gave its lease up by its own count.
 								gaveUp.Add(1)
-								mu.Lock()
 								gave = true
-								mu.Unlock()
 								return
 							}
 							if err != nil {
