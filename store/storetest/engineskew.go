@@ -25,10 +25,11 @@ import (
 // renewals do not get through in time gives its lease up by its own
 // count, and its key may run again after its context ended; that is
 // counted apart. Then 5 holders per offset, each on a client of its own
-// that dying makes, die half a lease into their work (kill closes their client: not another write), and the other
-// replica, retrying every quarter lease, takes each key over on its first
-// try that begins a lease after its first look ended (within two leases of
-// the death on a quiet machine; the table logs how long it took).
+// that dying makes, die half a lease into their work (kill closes their
+// client: not another write), and the other replica, retrying every
+// quarter lease, takes each key over on its first try that begins a
+// lease after its first look ended (within two leases of the death on a
+// quiet machine; the table logs how long it took).
 //
 // It is for stores whose replicas share a backend over the network, each
 // with clients of its own (store/postgres, store/redis).
