@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/idemwire"
 )
 
 // KeyExpires returns when the server forgets the key of res (a replay, or
@@ -30,7 +30,7 @@ func KeyExpires(res *http.Response) (time.Time, bool) {
 // problem body (key_expires_at, or the mobile envelope's
 // error.details.keyExpiresAt), on the clock that read now when it arrived.
 func keyExpires(h http.Header, body []byte, now time.Time) (time.Time, bool) {
-	exp, err := http.ParseTime(h.Get(idemhttp.ExpiresHeader))
+	exp, err := http.ParseTime(h.Get(idemwire.ExpiresHeader))
 	if err != nil {
 		var ok bool
 		if exp, ok = bodyExpiry(body); !ok {

@@ -1,6 +1,8 @@
 package idemclient
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +12,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/idem-dev/idem/store"
 )
 
 // Pending is a request whose outcome has not been seen. Its identity in
@@ -54,9 +54,12 @@ func OpenOutbox(dir string) (*Outbox, error) {
 }
 
 // ID is p's identity in the outbox: a digest of its scope, method, URL and
-// key.
+// key. It is store.HashKey("outbox", ...), the name outboxes have always
+// used (a test holds them equal), written out here so that the client does
+// not import the store contract.
 func (p Pending) ID() string {
-	return store.HashKey("outbox", p.Scope+"\x00"+p.Method+"\x00"+p.URL+"\x00"+p.Key)
+	sum := sha256.Sum256([]byte("outbox:" + p.Scope + "\x00" + p.Method + "\x00" + p.URL + "\x00" + p.Key))
+	return hex.EncodeToString(sum[:])
 }
 
 // File names are the ID: keys and URLs may hold any text.

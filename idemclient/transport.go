@@ -16,13 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/idemwire"
 )
 
 // HeaderName is the request header that carries the key.
-const HeaderName = idemhttp.HeaderName
+const HeaderName = idemwire.HeaderName
 
 // DefaultSecretHeaders returns the request headers kept out of the outbox
 // when Transport.SecretHeaders is nil, in a new slice: the credentials a
@@ -120,7 +118,7 @@ func Key(res *http.Response) string {
 // Replayed reports whether the server answered from its stored outcome
 // (Idempotent-Replayed: true, or the mobile app's X-Idempotency-Cached: true).
 func Replayed(res *http.Response) bool {
-	return res.Header.Get("Idempotent-Replayed") == "true" || res.Header.Get("X-Idempotency-Cached") == "true"
+	return res.Header.Get(idemwire.ReplayedHeader) == "true" || res.Header.Get("X-Idempotency-Cached") == "true"
 }
 
 func (t *Transport) base() http.RoundTripper {
@@ -139,7 +137,7 @@ func (t *Transport) now() time.Time {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if idemhttp.SafeMethod(req.Method) {
+	if idemwire.SafeMethod(req.Method) {
 		return t.base().RoundTrip(req)
 	}
 	body, err := readAll(req)
@@ -151,7 +149,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t.NewKey != nil {
 			key = t.NewKey()
 		} else {
-			key = uuid.NewString()
+			key = newUUID()
 		}
 	}
 	scope := DefaultScope

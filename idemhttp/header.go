@@ -1,8 +1,10 @@
 package idemhttp
 
+import "github.com/idem-dev/idem/idemwire"
+
 // HeaderName is the request header that carries the key (IETF draft
 // "The Idempotency-Key HTTP Header Field", and Stripe).
-const HeaderName = "Idempotency-Key"
+const HeaderName = idemwire.HeaderName
 
 // ExpiresHeader is the response header that tells a client until when the
 // server keeps its key: set on replays and on every answer about an
@@ -11,4 +13,4 @@ const HeaderName = "Idempotency-Key"
 // (IMF-fixdate). Until then a retry with the key gets the key's outcome
 // (or the same conflict); after it the key is forgotten, and a retry would
 // run the operation again, so a client stops retrying it then.
-const ExpiresHeader = "Idempotency-Key-Expires"
+const ExpiresHeader = idemwire.ExpiresHeader

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemwire"
 )
 
 // Scope says what, besides the tenant, separates keys.
@@ -116,7 +117,7 @@ func (p *Profile) status(k Kind) int {
 func IETF() *Profile {
 	return &Profile{
 		Name:                    "ietf",
-		ReplayedHeader:          "Idempotent-Replayed",
+		ReplayedHeader:          idemwire.ReplayedHeader,
 		OriginalRequestIDHeader: "Original-Request-Id",
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemwire"
 )
 
 // Route is the policy of the requests matching Pattern. Its decisions are
@@ -257,10 +258,4 @@ func cleanPath(p string) string {
 
 // SafeMethod reports whether method is one the middleware passes through
 // untouched (GET, HEAD, OPTIONS, TRACE): the methods that need no key.
-func SafeMethod(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
-}
+func SafeMethod(method string) bool { return idemwire.SafeMethod(method) }
