@@ -1,6 +1,7 @@
 package idemclient
 
 import (
+	"bytes"
 	"encoding/json"
 	"mime"
 	"net/http"
@@ -95,13 +96,27 @@ func ProblemKind(header http.Header, body []byte) string {
 	return ""
 }
 
-// classify says what an answer means. A replay is always the outcome: the
-// server answered from its record. Otherwise idem's named problems decide;
-// then 429 and 5xx are retried; a 409 without a name is retried only when it
-// says when to come back (Retry-After), as idem's in_progress does, and is
-// otherwise the operation's own stored outcome.
+// retryKinds are idem's answers that nothing ran, or that no outcome was
+// recorded yet: sent again with the same key, whatever their status (a 400
+// unreadable_body included).
+var retryKinds = map[string]bool{
+	"unreadable_body": true, "body_timeout": true, "store_unavailable": true,
+	"outcome_not_recorded": true, "upstream_unavailable": true, "upstream_timeout": true,
+}
+
+// classify says what an answer means, by the one rule every idem client
+// follows (docs/problems.md, "How a client retries"; the vectors in
+// clients/testdata/retry.json, which the TypeScript client passes too). A
+// replay is always the outcome: the server answered from its record. Then
+// idem's named problems decide: in_progress is waited out, a conflict is
+// final and never sent again, the answers that nothing ran are retried.
+// Then the status: 408, 429 and every 5xx but 501 and 505 (which say the
+// same on every attempt) are retried with the key, which is safe since the
+// server runs the key once; a 409 without a name is waited out only when
+// it says when to come back (Retry-After), as idem's in_progress does, and
+// is otherwise the operation's own stored outcome.
 func classify(res *http.Response, body []byte) (verdict, string) {
-	if Replayed(res) {
+	if Replayed(res) || replayedBody(body) {
 		return final, ""
 	}
 	kind := ProblemKind(res.Header, body)
@@ -110,15 +125,29 @@ func classify(res *http.Response, body []byte) (verdict, string) {
 		return running, kind
 	case conflictKinds[kind]:
 		return conflict, kind
+	case retryKinds[kind]:
+		return retry, kind
 	}
-	switch res.StatusCode {
-	case http.StatusConflict:
+	switch s := res.StatusCode; {
+	case s == http.StatusConflict:
 		if res.Header.Get("Retry-After") != "" {
 			return running, "in_progress"
 		}
-	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests,
+		s >= 500 && s != http.StatusNotImplemented && s != http.StatusHTTPVersionNotSupported:
 		return retry, kind
 	}
 	return final, kind
+}
+
+// replayedBody reports whether a JSON body says it is a replay
+// ("idempotency_replayed": true, the workflow-admin profile's member).
+func replayedBody(body []byte) bool {
+	if !bytes.Contains(body, []byte(`"idempotency_replayed"`)) {
+		return false
+	}
+	var doc struct {
+		Replayed bool `json:"idempotency_replayed"`
+	}
+	return json.Unmarshal(body, &doc) == nil && doc.Replayed
 }

@@ -26,6 +26,13 @@
 //     key".
 //   - ErrGaveUp: no answer after the last attempt; Error.MayHaveRun says
 //     whether it can have reached the server.
+//
+// What is retried is the rule every idem client shares (docs/problems.md,
+// "How a client retries"; its vectors, clients/testdata/retry.json, are
+// read by this package's tests and the TypeScript client's): replays are
+// final whatever their status, in_progress is waited out, conflicts stop,
+// the problems that say nothing ran are retried, then 408, 429 and every
+// 5xx but 501 and 505 are retried with the key.
 //   - ErrKeyExpired (which matches ErrExpired): the server forgets the key
 //     before another attempt could reach it. Sent again after that, the
 //     request would run as new, a second time if the first ran, so the

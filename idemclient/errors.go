@@ -21,7 +21,8 @@ var (
 	// tried): sending the request again with a new key may run it twice.
 	ErrConflict = errors.New("idemclient: the idempotency key conflicts with an earlier request")
 	// ErrGaveUp: no final answer after the last attempt (network errors,
-	// 5xx, 429). The request may have run; it stays in the outbox.
+	// 408, 429, 5xx but 501 and 505: docs/problems.md, "How a client
+	// retries"). The request may have run; it stays in the outbox.
 	ErrGaveUp = errors.New("idemclient: no final answer")
 	// ErrOffline: SendPending did not send the request because the server
 	// could not be reached; it stays in the outbox.

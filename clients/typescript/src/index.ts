@@ -15,7 +15,7 @@ export {
 } from './client.js'
 export { IdemError, type IdemErrorCode, type IdemErrorFields } from './errors.js'
 export {
-  IdemResponse, CONFLICT_KINDS, KEY_EXPIRES_HEADER, problemKind, replayed, classify, retryAfterMs, keyExpiresAt,
+  IdemResponse, CONFLICT_KINDS, RETRY_KINDS, KEY_EXPIRES_HEADER, problemKind, replayed, classify, retryAfterMs, keyExpiresAt,
   type IdemResponseInit, type HeadersLike, type Verdict,
 } from './response.js'
 export type { IdemBody, JsonBody } from './body.js'

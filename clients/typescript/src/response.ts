@@ -87,11 +87,24 @@ export function replayed(headers: HeadersLike, json?: unknown): boolean {
 export type Verdict = 'final' | 'retry' | 'running' | 'conflict'
 
 /**
- * classify says what an answer means: 'final' (the outcome), 'retry'
- * (nothing ran or no outcome yet: 408, 429, 5xx), 'running' (in_progress) or
- * 'conflict'. A replay is always final; a 409 without a name is in_progress
- * when it carries Retry-After (idem's does) and otherwise the API's own
- * stored answer.
+ * idem's answers that nothing ran, or that no outcome was recorded yet:
+ * sent again with the same key, whatever their status (a 400
+ * unreadable_body included).
+ */
+export const RETRY_KINDS: ReadonlySet<string> = new Set([
+  'unreadable_body', 'body_timeout', 'store_unavailable', 'outcome_not_recorded', 'upstream_unavailable', 'upstream_timeout',
+])
+
+/**
+ * classify says what an answer means, by the one rule every idem client
+ * follows (docs/problems.md, "How a client retries"; the vectors in
+ * clients/testdata/retry.json, which the Go client passes too): 'final'
+ * (the outcome), 'conflict' (final: the key is bound to an earlier request),
+ * 'running' (in_progress: waited out) or 'retry' (nothing ran or no outcome
+ * yet). A replay is always final; then idem's named problems decide; then
+ * the status: 408, 429 and every 5xx but 501 and 505 are retried with the
+ * key; a 409 without a name is in_progress when it carries Retry-After
+ * (idem's does) and otherwise the API's own stored answer.
  */
 export function classify(status: number, headers: HeadersLike, text: string): { verdict: Verdict; kind: string } {
   const json = parseJSON(text)
@@ -99,6 +112,7 @@ export function classify(status: number, headers: HeadersLike, text: string): { 
   const kind = problemKind(headers, json)
   if (kind === 'in_progress') return { verdict: 'running', kind }
   if (CONFLICT_KINDS.has(kind)) return { verdict: 'conflict', kind }
+  if (RETRY_KINDS.has(kind)) return { verdict: 'retry', kind }
   if (status === 409 && headers.get('retry-after')) return { verdict: 'running', kind: 'in_progress' }
   if (status === 408 || status === 429 || (status >= 500 && status !== 501 && status !== 505)) {
     return { verdict: 'retry', kind }
