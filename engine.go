@@ -61,7 +61,10 @@ type Result struct {
 	// ExpiresAt, for a replay (and the stored failure of a
 	// ConflictPreviousFailure or ConflictOutcomeUnknown), is when the key's
 	// record expires: until then every call with the key gets this outcome
-	// back; after it, the key is free and a call with it runs again.
+	// back; after it, the key is free and a call with it runs again. For
+	// the call that ran the operation and recorded its outcome it is
+	// TTL after the moment before the record was written, never later than
+	// the store's own expiry; zero when the key was released.
 	ExpiresAt time.Time
 	// Waited is true when the call found the key held by a running call
 	// and waited for it to end (Policy.Wait), whatever it got then.
@@ -523,6 +526,9 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 			final.LeaseLeft = 0
 		}
 		e.announce(ctx, rec.Scope, rec.KeyHash, final)
+		if final != nil {
+			res.ExpiresAt = final.ExpiresAt
+		}
 	}
 	return res, werr
 }

@@ -39,7 +39,8 @@
 //     transport stops and the request leaves the outbox.
 //
 // Servers say until when they keep a key (the Idempotency-Key-Expires
-// header of replays and conflicts, or key_expires_at in a problem body):
+// header of first answers, replays and conflicts, or key_expires_at in a
+// problem body):
 // KeyExpires reads it from a response, Error.KeyExpires from the last
 // answer, and the outbox keeps it with a pending request (Pending.KeyExpires)
 // so that SendPending drops the request unsent once it passed. Times are on

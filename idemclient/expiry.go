@@ -8,8 +8,9 @@ import (
 	"github.com/idem-dev/idem/idemwire"
 )
 
-// KeyExpires returns when the server forgets the key of res (a replay, or
-// an answer about the key such as 409 in_progress), on this client's
+// KeyExpires returns when the server forgets the key of res (a first
+// answer, a replay, or an answer about the key such as 409 in_progress),
+// on this client's
 // clock, and false when res does not say. Servers tell it in the
 // Idempotency-Key-Expires header; the time is moved by the difference
 // between the server's Date header and this clock, as HTTP caches judge

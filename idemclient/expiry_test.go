@@ -194,6 +194,31 @@ func TestKeyExpiryToldAndKeptInTheOutbox(t *testing.T) {
 	}
 }
 
+// The first answer tells its key's expiry too, as replays do: a client
+// that got its answer knows how long a retry would still replay it.
+func TestKeyExpiryToldOnTheFirstAnswer(t *testing.T) {
+	t.Parallel()
+	a := newHoldAPI(t, idem.Policy{}) // a day
+	a.free()
+	start := time.Now()
+	req, _ := http.NewRequest("POST", a.url, strings.NewReader(`{}`))
+	res, err := (&http.Client{Transport: &idemclient.Transport{}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated || idemclient.Replayed(res) {
+		t.Fatalf("first answer: %d, replayed %v", res.StatusCode, idemclient.Replayed(res))
+	}
+	exp, ok := idemclient.KeyExpires(res)
+	if !ok {
+		t.Fatalf("the first answer tells no expiry: %v", res.Header)
+	}
+	if exp.Before(start.Add(24*time.Hour-3*time.Second)) || exp.After(time.Now().Add(24*time.Hour)) {
+		t.Fatalf("key expires %v; want a day from %v", exp, start)
+	}
+}
+
 // The expiry is read from the header, else from the problem body (both
 // shapes), on this client's clock: the server's Date says how far off it
 // is.

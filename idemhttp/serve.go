@@ -152,6 +152,9 @@ func (x *exchange) finish(a *attempt) {
 		// The outcome is recorded; let http.Server report the panic.
 		panic(a.panicked)
 	default:
+		// The record is kept: the first answer tells until when, as
+		// replays do (zero, and no header, when the key was released).
+		setExpires(x.w.Header(), a.res.ExpiresAt)
 		x.commit(cap)
 	}
 }

@@ -139,7 +139,7 @@ function parseDate(s: unknown): Date | undefined {
  * keyExpiresAt reads until when the server keeps the answer's key: the
  * Idempotency-Key-Expires header (an HTTP-date), else the key_expires_at
  * member of a JSON problem (RFC 3339). undefined when the answer says
- * neither. Replays and 409 answers carry it.
+ * neither. First answers, replays and 409 answers carry it.
  */
 export function keyExpiresAt(headers: HeadersLike, body: unknown): Date | undefined {
   const fromHeader = parseDate(headers.get(KEY_EXPIRES_HEADER))

@@ -1,5 +1,5 @@
 // The key's expiry a server announces (Idempotency-Key-Expires, an HTTP-date,
-// on replays and 409 answers; key_expires_at, RFC 3339, in problem+json
+// on first answers, replays and 409 answers; key_expires_at, RFC 3339, in problem+json
 // bodies), against a local HTTP server that sends it: the client exposes it,
 // and stops sending a key once the server no longer keeps it, since a new
 // attempt could then run the request again.

@@ -86,6 +86,17 @@ for (const [profile, { n, routes = '' }] of Object.entries(PROFILES)) {
 
         const c = await client.request(SAVE, { method: 'POST', key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c1' } })
         assert.ok(c.ok)
+        // The first answer tells until when its key is kept, as replays do,
+        // in every profile.
+        assert.ok(!c.replayed && c.keyExpiresAt instanceof Date, `first answer's keyExpiresAt: ${c.keyExpiresAt}`)
+        assert.ok(c.keyExpiresAt.getTime() > Date.now(), `${c.keyExpiresAt} is past`)
+        const again = await client.request(SAVE, { method: 'POST', key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c1' } })
+        assert.ok(again.replayed)
+        // The record's expiry is set as it is written, just after the moment
+        // the first answer told (never later than the record): the same
+        // second, or the next.
+        const ahead = again.keyExpiresAt.getTime() - c.keyExpiresAt.getTime()
+        assert.ok(ahead === 0 || ahead === 1000, `replay says ${again.keyExpiresAt}, the first answer ${c.keyExpiresAt}`)
         const conflict = await client.request(SAVE, { method: 'POST', key: 'k-conflict', headers: { 'x-user-id': 'dave' }, body: { n: 'c2' } }).then(() => null, e => e)
         assert.equal(conflict.code, 'conflict')
         assert.equal(conflict.kind, 'payload_mismatch')
