@@ -108,9 +108,12 @@ func (r recordRecorder) SubscribeRecord(ctx context.Context, scope, keyHash stri
 	return ch, func() *store.Record { return nil }, cancel, err
 }
 
-// Records never cross a sealed store's notifications: the engine's record
-// is the unsealed one, so the seal's Notifier, which the engine finds
-// first, must not carry records even when its backend can.
+// The engine's unsealed record never crosses a sealed store's
+// notifications: over a backend that is a store.RecordNotifier (which
+// would carry what it is given as the engine's), the seal's Notifier,
+// which the engine finds first, carries no record. Only over a
+// store.RecordCarrier does it carry one, sealed (store/postgres's
+// TestListenerWithoutTableAccess).
 func TestNotifyCarriesNoRecord(t *testing.T) {
 	t.Parallel()
 	backend := recordRecorder{&recorder{Store: memory.New()}}

@@ -28,14 +28,18 @@ var _ store.Store = (*Store)(nil)
 // through Wrap with a keyring that holds the secret that indexed them.
 //
 // The result is a *Store, or, when s is (or wraps) a store.Notifier, a
-// store that is a Notifier too and notifies under sealed identities. Both
-// have Unwrap.
+// store that is a Notifier too and notifies under sealed identities (and a
+// store.RecordNotifier carrying sealed records when s's Notifier is a
+// store.RecordCarrier). All have Unwrap.
 func Wrap(s store.Store, k *Keyring) store.Store {
 	if s == nil || k == nil {
 		panic("seal: Wrap needs a store and a keyring")
 	}
 	st := &Store{inner: s, ring: k}
 	if n, ok := store.NotifierOf(s); ok {
+		if c, ok := n.(store.RecordCarrier); ok {
+			return &carryingStore{notifyingStore{Store: st, n: n}, c}
+		}
 		return &notifyingStore{Store: st, n: n}
 	}
 	return st

@@ -36,10 +36,14 @@ type Notifier interface {
 // reads the store.
 //
 // The record crosses the store's channel as the engine sees it, before any
-// wrapper between the engine and the store transforms it. A wrapper that
-// changes records (one that encrypts them, such as package seal's) must
-// therefore implement Notifier itself, so that NotifierOf stops at it and
-// the engine sends only key hashes.
+// wrapper between the engine and the store transforms it: scope, raw key,
+// request ID and stored outcome in the clear. A backend must therefore
+// never be a RecordNotifier itself when whoever may listen on its channel
+// is not trusted with records (PostgreSQL lets every role LISTEN on every
+// channel, whatever its table privileges): such a backend is a
+// RecordCarrier, and a wrapper that seals records (package seal's) is the
+// RecordNotifier over it, carrying sealed records. A wrapper that changes
+// records must implement Notifier itself, so that NotifierOf stops at it.
 type RecordNotifier interface {
 	Notifier
 	// NotifyRecord is Notify for rec.Scope and rec.KeyHash, carrying rec,
@@ -51,13 +55,30 @@ type RecordNotifier interface {
 	SubscribeRecord(ctx context.Context, scope, keyHash string) (<-chan struct{}, func() *Record, func(), error)
 }
 
+// RecordCarrier is a Notifier whose channel can carry a record with a
+// notification, as it is given, to anyone who may listen. The engine never
+// hands it one (it is no RecordNotifier): only a wrapper that makes
+// records unreadable first (package seal) carries them, so that no
+// notification holds a key, scope or outcome in the clear.
+type RecordCarrier interface {
+	Notifier
+	// CarryRecord is Notify for rec.Scope and rec.KeyHash, carrying rec,
+	// which left in_progress, when it fits.
+	CarryRecord(ctx context.Context, rec Record) error
+	// SubscribeCarried is Subscribe, plus a function that returns, once
+	// the channel is closed, the record the waking notification carried,
+	// or nil when it carried none.
+	SubscribeCarried(ctx context.Context, scope, keyHash string) (<-chan struct{}, func() *Record, func(), error)
+}
+
 // NotifierOf returns s's Notifier: s itself, or the Notifier of the store
 // it wraps, found through an Unwrap() Store method, so that a wrapper (one
 // that encrypts records, say) need not pass the capability on by hand.
 // Going round a wrapper is safe for notifications: they carry only the key
 // hash the engine chose, and both ends go round it alike; a RecordNotifier
 // also carries the engine's record, which a wrapper that changes records
-// must keep to itself by being a Notifier (see RecordNotifier).
+// must keep to itself by being a Notifier (see RecordNotifier), and which
+// a RecordCarrier is never given by the engine.
 func NotifierOf(s Store) (Notifier, bool) {
 	for s != nil {
 		if n, ok := s.(Notifier); ok {

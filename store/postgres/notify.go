@@ -13,7 +13,12 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-var _ store.RecordNotifier = (*Store)(nil)
+// The store carries records only for a wrapper that seals them: PostgreSQL
+// lets every role LISTEN on every channel, whatever its privileges on the
+// table, so the engine's records (scope, raw key, outcome) must never
+// cross it in the clear. Unsealed, a waiter is woken by the key hash and
+// reads the table.
+var _ store.RecordCarrier = (*Store)(nil)
 
 // channelOf is the LISTEN/NOTIFY channel of the table of opts: stores over
 // other tables never wake each other's waiters. It is derived from the
@@ -83,11 +88,12 @@ func (s *Store) send(ctx context.Context, payload string) error {
 	return nil
 }
 
-// NotifyRecord implements store.RecordNotifier: the notification carries
-// rec when its payload fits Options.NotifyRecordMax, so that waiters in
-// other processes replay it without reading the table. Otherwise it is
-// Notify.
-func (s *Store) NotifyRecord(ctx context.Context, rec store.Record) error {
+// CarryRecord implements store.RecordCarrier: the notification carries
+// rec, as given, when its payload fits Options.NotifyRecordMax, so that
+// waiters in other processes replay it without reading the table.
+// Otherwise it is Notify. Every role that can connect may read it: only a
+// sealed record may be given (package seal does).
+func (s *Store) CarryRecord(ctx context.Context, rec store.Record) error {
 	payload := rec.KeyHash
 	if rec.State != store.InProgress && s.opts.NotifyRecordMax > 0 {
 		if b, ok := appendPayload(nil, &rec, s.opts.NotifyRecordMax); ok {
@@ -97,9 +103,9 @@ func (s *Store) NotifyRecord(ctx context.Context, rec store.Record) error {
 	return s.send(ctx, payload)
 }
 
-// SubscribeRecord implements store.RecordNotifier: Subscribe, plus the
+// SubscribeCarried implements store.RecordCarrier: Subscribe, plus the
 // record the waking notification carried, if any.
-func (s *Store) SubscribeRecord(ctx context.Context, _, keyHash string) (<-chan struct{}, func() *store.Record, func(), error) {
+func (s *Store) SubscribeCarried(ctx context.Context, _, keyHash string) (<-chan struct{}, func() *store.Record, func(), error) {
 	if err := s.check(ctx); err != nil {
 		return nil, nil, nil, err
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // A notification's payload is the key hash, alone (Notify) or followed by
-// a space and the record the call ended with (NotifyRecord), so that a
-// waiter in another process replays it without reading the table:
+// a space and the record the call ended with (CarryRecord, given sealed
+// records only), so that a waiter in another process replays it without
+// reading the table:
 //
 //	payload  keyhash [" " base64(record)]
 //	record   version byte | scope | key | fingerprint | binding | state |

@@ -44,8 +44,9 @@ type Options struct {
 	// held for longer than one batch.
 	CleanupBatch int
 	// NotifyRecordMax is the longest notification payload, in bytes, that
-	// carries a completed record to waiters in other processes
-	// (store.RecordNotifier), sparing each a read of the table; a record
+	// carries a completed, sealed record to waiters in other processes
+	// (store.RecordCarrier, used by package seal only: unsealed records
+	// never cross the channel), sparing each a read of the table; a record
 	// that does not fit is announced by its key hash alone and its waiters
 	// read it. 0 means DefaultNotifyRecordMax (7999, PostgreSQL's limit); a
 	// negative value sends key hashes only.
