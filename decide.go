@@ -16,11 +16,15 @@ import (
 // when an outcome could not be recorded), so that a record means the same
 // on every path.
 //
-// The order matters: a key bound to another action or request is a
-// conflict whatever the record's state, so that a client reusing a key by
-// mistake learns it at once, not after the first call ends.
+// The order matters: a record that is not c's own (another scope or key
+// under its identity: planted, or damaged) answers nothing of its
+// content; then a key bound to another action or request is a conflict
+// whatever the record's state, so that a client reusing a key by mistake
+// learns it at once, not after the first call ends.
 func decide(c Call, ex store.Record) (res Result, err error, ended bool) {
 	switch {
+	case !owns(c, ex):
+		return Result{}, &StoreError{Op: "get", Err: fmt.Errorf("key %q: %w", c.Key, store.ErrForeignRecord)}, true
 	case ex.Binding != c.Binding:
 		return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
 	case ex.Fingerprint != c.Fingerprint:
@@ -37,6 +41,12 @@ func decide(c Call, ex store.Record) (res Result, err error, ended bool) {
 	}
 	return Result{}, nil, false
 }
+
+// owns reports whether ex is the record of c's scope and key. Identities
+// frame the two (store.HashKey), so a record found under c's identity holds
+// another pair only if it was planted there; a record found under a legacy
+// identity may be another caller's, whose pair joined to the same string.
+func owns(c Call, ex store.Record) bool { return ex.Scope == c.Scope && ex.Key == c.Key }
 
 // inProgress is the conflict of a call whose key is held by a running
 // call (or, when ex.Stale(), by one whose lease is over).
@@ -57,18 +67,49 @@ func (e *Engine) Peek(ctx context.Context, c Call) (Result, error) {
 		return Result{}, err
 	}
 	c.Key = key
-	keyHash := e.hashKey(c.Scope, key)
-	ex, ok := e.keptRecord(keyHash)
+	ex, ok := e.keptRecord(e.hashKey(c.Scope, key))
 	if !ok {
-		if ex, err = e.store.Get(ctx, c.Scope, keyHash); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				return Result{}, fmt.Errorf("idem: key %q: %w", key, err)
-			}
-			return Result{}, &StoreError{Op: "get", Err: err}
+		var id identity
+		if ex, id, err = e.find(ctx, c); errors.Is(err, store.ErrNotFound) {
+			return Result{}, fmt.Errorf("idem: %w", err)
+		} else if err != nil {
+			return Result{}, err
 		}
+		c.Scope = id.scope
 	}
 	if res, err, ended := decide(c, ex); ended {
 		return res, err
 	}
 	return Result{}, inProgress(c, ex)
+}
+
+// find returns the live record of c's key (valid and trimmed): under its
+// own identity, or, while legacy reads are on, c's own record where an
+// earlier version of idem kept it (see former); with where it was found.
+// The record found under c's own identity is returned whoever's it is,
+// for the caller to refuse (decide, owns). It returns an error matching
+// store.ErrNotFound when there is none, a *StoreError when the store
+// fails.
+func (e *Engine) find(ctx context.Context, c Call) (store.Record, identity, error) {
+	return e.shared.find(ctx, e.store, c)
+}
+
+func (s *shared) find(ctx context.Context, st store.Store, c Call) (store.Record, identity, error) {
+	own := identity{c.Scope, s.hashKey(c.Scope, c.Key)}
+	ids := append([]identity{own}, s.formerIdentities(c, c.Key, own.keyHash)...)
+	for _, id := range ids {
+		rec, err := st.Get(ctx, id.scope, id.keyHash)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue
+		case err != nil:
+			return store.Record{}, id, &StoreError{Op: "get", Err: err}
+		}
+		as := c
+		as.Scope = id.scope
+		if id == own || owns(as, rec) {
+			return rec, id, nil
+		}
+	}
+	return store.Record{}, own, fmt.Errorf("key %q: %w", c.Key, store.ErrNotFound)
 }

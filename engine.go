@@ -43,6 +43,14 @@ type Call struct {
 	Binding string
 	// RequestID identifies this call; replays report the first call's.
 	RequestID string
+	// FormerScopes are scopes under which an earlier version of the
+	// caller may have recorded this call's key: the scope its rules gave
+	// the same caller before they changed. While legacy reads are on
+	// (WithLegacyReads), a first call also looks for its record there and
+	// replays, or conflicts with, what it finds as if found under Scope.
+	// Name only scopes that identified this very caller: a record found
+	// there is given to this call. Empty for most callers.
+	FormerScopes []string
 }
 
 // Result is the outcome of Do.
@@ -117,6 +125,8 @@ type shared struct {
 	// even when the caller's context is canceled.
 	completeTimeout time.Duration
 	keyHash         func(scope, key string) string // nil: store.HashKey; see WithKeyHash
+	storeHash       store.KeyHasher                // the store's own record names, if it has them
+	noLegacyReads   bool                           // see WithLegacyReads
 	onFreed         func(scope string)             // nil: nothing; see WithOnFreed
 
 	cleanMu   sync.Mutex
@@ -212,6 +222,7 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 		}
 	}
 	sh.notifier, _ = store.NotifierOf(s)
+	sh.storeHash, _ = store.KeyHasherOf(s)
 	sh.closeCtx, sh.signalClose = context.WithCancel(context.Background())
 	return &Engine{store: s, policy: p, renewals: newRenewals(p.Lease / 3), shared: sh}
 }
@@ -312,6 +323,11 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 		}
 		if res.Acquired {
 			w.stop()
+			if ids := e.formerIdentities(c, key, keyHash); len(ids) > 0 {
+				if res, err, ended := e.former(ctx, c, req, sent, ids, fn); ended {
+					return res, err
+				}
+			}
 			return e.run(ctx, req.Record, sent, res.TookOver, fn)
 		}
 		if res, err, ended := decide(c, ex); ended {
@@ -352,6 +368,62 @@ func (e *Engine) reservation(c Call, keyHash string) store.ReserveRequest {
 		TTL:           e.policy.TTL,
 		TakeOverStale: e.policy.OnStale == OnStaleRetry,
 	}
+}
+
+// former looks for call c's record where an earlier version of idem kept
+// it (ids), c having reserved the key under its own identity (req, sent
+// at sent). It reports ended false when there is none: c runs. A record
+// found there answers c as it would have before the upgrade: c gives its
+// reservation back and the record is replayed or conflicts (decide), or
+// answers in progress at once (no wait: the holder is a process of the
+// earlier version, which announces nothing to this one). A record whose
+// holder died before finishing is taken over as a stale record would be:
+// c runs under its own reservation. Only c's own record counts: under a
+// legacy identity another caller's pair may have joined to the same
+// string, and its record is skipped.
+func (e *Engine) former(ctx context.Context, c Call, req store.ReserveRequest, sent time.Time, ids []identity, fn Func) (Result, error, bool) {
+	for _, id := range ids {
+		ex, err := e.store.Get(ctx, id.scope, id.keyHash)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			// Whether the key ran before cannot be told: c must not run
+			// (unless the policy runs it unprotected).
+			res, err := e.storeFailed(ctx, c, req, err, fn)
+			return res, err, true
+		}
+		as := c
+		as.Scope = id.scope
+		if !owns(as, ex) {
+			continue
+		}
+		if ex.Stale() && e.policy.OnStale == OnStaleRetry && ex.Fingerprint == c.Fingerprint && ex.Binding == c.Binding {
+			res, err := e.run(ctx, req.Record, sent, true, fn)
+			return res, err, true
+		}
+		e.giveBack(ctx, req.Record)
+		res, err, ended := decide(as, ex)
+		if !ended {
+			return Result{}, inProgress(as, ex), true
+		}
+		return res, err, true
+	}
+	return Result{}, nil, false
+}
+
+// giveBack releases rec, a reservation this call made and will not run
+// under, and wakes whoever waits for its key; if the store fails, the
+// reservation is freed in the background as one whose answer was lost.
+func (e *Engine) giveBack(ctx context.Context, rec store.Record) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanTry)
+	defer cancel()
+	err := e.store.Release(gctx, store.Fence{KeyHash: rec.KeyHash, Scope: rec.Scope, Token: rec.Token})
+	if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		e.freeOrphan(rec)
+		return
+	}
+	e.announce(ctx, rec.Scope, rec.KeyHash, nil)
 }
 
 // reserve asks the store for req, unless the key's record is known
@@ -655,9 +727,14 @@ func (e *Engine) Lookup(ctx context.Context, scope, key string) (Record, error) 
 	if err != nil {
 		return Record{}, err
 	}
-	r, err := e.store.Get(ctx, scope, e.hashKey(scope, key))
-	if err != nil {
+	r, id, err := e.find(ctx, Call{Scope: scope, Key: key})
+	if errors.Is(err, store.ErrNotFound) {
+		return Record{}, fmt.Errorf("idem: %w", err)
+	} else if err != nil {
 		return Record{}, err
+	}
+	if !owns(Call{Scope: id.scope, Key: key}, r) {
+		return Record{}, &StoreError{Op: "get", Err: fmt.Errorf("key %q: %w", key, store.ErrForeignRecord)}
 	}
 	return RecordOf(r), nil
 }

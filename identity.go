@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"math"
 
 	"github.com/google/uuid"
@@ -22,6 +23,9 @@ var recordNamespace = uuid.MustParse("6c3f1f0e-4b53-4f0e-9b0c-2a6d2d8f5e11")
 // the dead holder wrote instead of writing it twice. key is validated and
 // trimmed as Do does; an invalid key gives "".
 //
+// It is derived from store.HashKey, which frames scope and key, whatever
+// names the store gives its records: two pairs never share an ID.
+//
 // It is derived, not stored: every store keeps it across takeovers without
 // knowing about it, and an operation can compute it before Do runs. The
 // price: a key used again after its record expired (or was released) has
@@ -33,6 +37,32 @@ func RecordID(scope, key string) string {
 		return ""
 	}
 	return recordID(store.HashKey(scope, key))
+}
+
+// FindRecord returns the live record of key in scope in s as an engine
+// over s finds it (Engine.Lookup): under its identity (s's own record
+// names, store.KeyHasherOf, or store.HashKey), or where idem kept it before
+// identities framed the scope (store.LegacyHashKey), and only if the record
+// holds this scope and key. It is for operator tools that read a store
+// directly (the gateway's admin page, `idem inspect`); the key is trimmed
+// as Do trims it. It returns an error matching store.ErrNotFound when there
+// is no such record, and one matching store.ErrForeignRecord when the
+// record under the key's identity holds another scope or key.
+func FindRecord(ctx context.Context, s store.Store, scope, key string) (store.Record, error) {
+	key, err := ValidateKey(key, math.MaxInt)
+	if err != nil {
+		return store.Record{}, err
+	}
+	sh := &shared{}
+	sh.storeHash, _ = store.KeyHasherOf(s)
+	rec, id, err := sh.find(ctx, s, Call{Scope: scope, Key: key})
+	switch {
+	case err != nil:
+		return store.Record{}, err
+	case !owns(Call{Scope: id.scope, Key: key}, rec):
+		return store.Record{}, fmt.Errorf("idem: key %q: %w", key, store.ErrForeignRecord)
+	}
+	return rec, nil
 }
 
 func recordID(keyHash string) string {
@@ -77,7 +107,7 @@ func HoldFrom(ctx context.Context) (Hold, bool) {
 		return Hold{}, false
 	}
 	return Hold{
-		ID: recordID(h.keyHash), Scope: h.scope, Key: h.key, KeyHash: h.keyHash,
+		ID: recordID(store.HashKey(h.scope, h.key)), Scope: h.scope, Key: h.key, KeyHash: h.keyHash,
 		Token: h.token, TookOver: h.tookOver,
 	}, true
 }

@@ -27,14 +27,17 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	if err != nil {
 		return err
 	}
-	keyHash := e.hashKey(scope, key)
-	rec, err := e.store.Get(ctx, scope, keyHash)
+	c := Call{Scope: scope, Key: key}
+	rec, id, err := e.find(ctx, c)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("idem: release: key %q: %w", key, err)
+		return fmt.Errorf("idem: release: %w", err)
 	case err != nil:
-		return &StoreError{Op: "get", Err: err}
+		return err
+	case !owns(Call{Scope: id.scope, Key: key}, rec):
+		return &StoreError{Op: "get", Err: fmt.Errorf("key %q: %w", key, store.ErrForeignRecord)}
 	}
+	scope, keyHash := id.scope, id.keyHash
 	view := RecordOf(rec)
 	if !view.Releasable() {
 		what := string(rec.State)

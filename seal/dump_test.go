@@ -145,6 +145,8 @@ type probe struct {
 	n *needleSet
 }
 
+func (p *probe) Unwrap() store.Store { return p.Store }
+
 func (p *probe) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	p.n.add("unkeyed key hash", req.Record.KeyHash)
 	p.n.add("tenant hash", hexRun.FindAllString(req.Record.Scope, -1)...)
@@ -159,6 +161,8 @@ type tap struct {
 	t       *testing.T
 	needles *needleSet
 }
+
+func (p *tap) Unwrap() store.Store { return p.Store }
 
 func (p *tap) check(op string, r store.Record) {
 	b := fmt.Appendf(nil, "%s|%s|%s|%s|%s|%s|%s", r.KeyHash, r.Scope, r.Key, r.Fingerprint, r.Binding, r.RequestID, r.Value)

@@ -116,11 +116,17 @@ func (s *Store) seal(r store.Record, id identity) store.Record {
 	return out
 }
 
-// open turns a stored record back into the engine's, for scope and the
-// engine's keyHash.
-func (s *Store) open(r store.Record, scope, keyHash string) (store.Record, error) {
+// open turns a stored record, read under id, back into the engine's, for
+// scope and the engine's keyHash. A record whose sealed scope is not id's
+// keeps it, so that the engine sees a record of another scope (and
+// refuses it): the key's hash does not bind the scope for records named
+// by a legacy identity (store.LegacyHashKey).
+func (s *Store) open(r store.Record, id identity, scope, keyHash string) (store.Record, error) {
 	out := r
 	out.KeyHash, out.Scope = keyHash, scope
+	if r.Scope != id.scope {
+		out.Scope = r.Scope
+	}
 	b64, ok := strings.CutPrefix(r.Key, keyPrefix)
 	if !ok {
 		return store.Record{}, fmt.Errorf("seal: record %s: %w: its key is not sealed", short(keyHash), ErrCorrupt)
@@ -177,7 +183,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			ex.Binding == comparable(id, "binding", r.KeyHash, r.Binding) {
 			return s.reserveAt(ctx, req, id)
 		}
-		rec, err := s.open(ex, r.Scope, r.KeyHash)
+		rec, err := s.open(ex, id, r.Scope, r.KeyHash)
 		if err != nil {
 			return store.Reservation{}, err
 		}
@@ -199,7 +205,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		}
 		var rec store.Record
 		if err == nil {
-			rec, err = s.open(ex, r.Scope, r.KeyHash)
+			rec, err = s.open(ex, id, r.Scope, r.KeyHash)
 		}
 		// Another holder, or no way to tell: either way this reservation
 		// must not run. Give the key back; if that fails too, the lease
@@ -224,7 +230,7 @@ func (s *Store) reserveAt(ctx context.Context, req store.ReserveRequest, id iden
 		res.Existing = store.Record{}
 		return res, err
 	}
-	if res.Existing, err = s.open(res.Existing, req.Record.Scope, req.Record.KeyHash); err != nil {
+	if res.Existing, err = s.open(res.Existing, id, req.Record.Scope, req.Record.KeyHash); err != nil {
 		return store.Reservation{}, err
 	}
 	return res, nil
@@ -240,7 +246,7 @@ func (s *Store) Get(ctx context.Context, scope, keyHash string) (store.Record, e
 		if err != nil {
 			return store.Record{}, err
 		}
-		return s.open(r, scope, keyHash)
+		return s.open(r, id, scope, keyHash)
 	}
 	return store.Record{}, fmt.Errorf("seal: %w", store.ErrNotFound)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,10 @@ var (
 	// ErrNoSpace: the store cannot write for want of space (its disk is
 	// full). Reads still work; retry the write later.
 	ErrNoSpace = errors.New("store: no space left to write")
+	// ErrForeignRecord: the record found under a call's identity holds
+	// another scope or key (it was planted, or is damaged). Nothing of it
+	// is replayed; callers treat it as a store failure.
+	ErrForeignRecord = errors.New("store: the record found belongs to another scope or key")
 )
 
 // State is the state of a record.
@@ -38,28 +43,109 @@ func (s State) Valid() bool {
 	return s == InProgress || s == Succeeded || s == Failed
 }
 
-// HashKey returns the hex SHA-256 of scope + ":" + key, the identity of a
-// record. Stores index records by it, never by the raw key, so that key
-// length and content never reach an index.
+// HashKey returns the identity of the record of key in scope: the hex
+// SHA-256 of the scope with '%' and ':' escaped ("%25", "%3A"), a ':', and
+// the key. The escaped scope holds no ':', so the first ':' ends it and no
+// two different (scope, key) pairs share an identity: scope "alice" with
+// key "x:y" and scope "alice:x" with key "y" are two records. Stores index
+// records by it, never by the raw key, so that key length and content
+// never reach an index.
+//
+// A scope with neither character is hashed exactly as LegacyHashKey
+// hashes it, so the records of such scopes kept their identity across the
+// change that introduced the escape.
 func HashKey(scope, key string) string {
+	if !strings.ContainsAny(scope, "%:") {
+		return LegacyHashKey(scope, key)
+	}
+	// Escaped on the stack when scope and key fit, as LegacyHashKey does.
+	var buf [256]byte
+	n := 0
+	for i := 0; i < len(scope) && n >= 0; i++ {
+		switch c := scope[i]; {
+		case n+3 > len(buf):
+			n = -1
+		case c == '%':
+			n += copy(buf[n:], "%25")
+		case c == ':':
+			n += copy(buf[n:], "%3A")
+		default:
+			buf[n] = c
+			n++
+		}
+	}
+	if n >= 0 && n+1+len(key) <= len(buf) {
+		buf[n] = ':'
+		n++
+		n += copy(buf[n:], key)
+		return hexSum(sha256.Sum256(buf[:n]))
+	}
+	h := sha256.New()
+	h.Write([]byte(scopeEscaper.Replace(scope)))
+	h.Write([]byte{':'})
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return hexSum(sum)
+}
+
+var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
+
+// LegacyHashKey returns the hex SHA-256 of scope + ":" + key, the identity
+// of records before HashKey escaped the scope. It is ambiguous (scope
+// "alice" with key "x:y" shares it with scope "alice:x" with key "y"), so
+// it names no new record: the engine reads it only to find records
+// written before the change (idem.WithLegacyReads), and replays what it
+// finds there only to the call whose scope and key the record holds.
+func LegacyHashKey(scope, key string) string {
 	// Most keys fit a buffer on the stack: hashed in one call, the hex
 	// string is the only allocation.
-	var sum [sha256.Size]byte
 	if n := len(scope) + 1 + len(key); n <= 256 {
 		var buf [256]byte
 		copy(buf[copy(buf[:], scope)+1:], key)
 		buf[len(scope)] = ':'
-		sum = sha256.Sum256(buf[:n])
-	} else {
-		h := sha256.New()
-		h.Write([]byte(scope))
-		h.Write([]byte{':'})
-		h.Write([]byte(key))
-		h.Sum(sum[:0])
+		return hexSum(sha256.Sum256(buf[:n]))
 	}
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{':'})
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return hexSum(sum)
+}
+
+func hexSum(sum [sha256.Size]byte) string {
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], sum[:])
 	return string(out[:]) // the only allocation
+}
+
+// KeyHasher is an optional capability of a Store whose own layout keeps
+// scopes apart (S3's folder per scope), so that a hash of scope and key
+// need not frame them: the engine names the store's records by its
+// HashKey instead of the package's. S3 keeps seed 004's object names,
+// idempotency/{scope}/{sha256(scope:key)}.json, with it.
+type KeyHasher interface {
+	HashKey(scope, key string) string
+}
+
+// KeyHasherOf returns s's KeyHasher: s itself, or the KeyHasher of the
+// store it wraps, found through an Unwrap() Store method (as NotifierOf
+// does). A wrapper that renames records (seal's) keeps the wrapped store's
+// separation of scopes, so the capability passes through it.
+func KeyHasherOf(s Store) (KeyHasher, bool) {
+	for s != nil {
+		if h, ok := s.(KeyHasher); ok {
+			return h, true
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+	return nil, false
 }
 
 // Record is what a store keeps per key.
@@ -69,13 +155,15 @@ func HashKey(scope, key string) string {
 // the process's monotonic clock for the embedded stores. Callers compare
 // them only with ReadAt, which is on the same clock.
 type Record struct {
-	// KeyHash is HashKey(Scope, Key): the record's identity, 64 lowercase
-	// hex digits. Stores may reject any other form.
+	// KeyHash is HashKey(Scope, Key) (or the store's own KeyHasher's):
+	// the record's identity, 64 lowercase hex digits. Stores may reject any
+	// other form.
 	KeyHash string
 	// Scope is the namespace the key lives in (tenant, endpoint, task type).
 	Scope string
-	// Key is the client's raw key, kept for inspection only; it is never
-	// part of an index.
+	// Key is the client's raw key, never part of an index. Stores return
+	// Scope and Key as written: the engine replays a record, or answers a
+	// conflict with it, only to the call whose scope and key it holds.
 	Key string
 	// Fingerprint identifies the request the key was first used with.
 	Fingerprint string

@@ -56,7 +56,7 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	rec, err := opened.Get(ctx, *scope, store.HashKey(*scope, k))
+	rec, err := idem.FindRecord(ctx, opened.Store, *scope, k)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("inspect: no live record for scope %q and key %q in %s", *scope, k, opened.DSN)
 	}

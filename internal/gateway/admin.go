@@ -268,7 +268,7 @@ func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, err := a.o.Store.Get(r.Context(), scope, store.HashKey(scope, key))
+	rec, err := idem.FindRecord(r.Context(), a.o.Store, scope, key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, "no live record for this scope and key")
@@ -314,7 +314,7 @@ func (a *admin) release(w http.ResponseWriter, r *http.Request) {
 	a.o.Logger.Warn("idem: key released by an operator; its next request runs the operation again",
 		"scope", scope, "key", key, "remote", r.RemoteAddr)
 	if a.o.Tracker != nil {
-		a.o.Tracker.forget(scope, store.HashKey(scope, key))
+		a.o.Tracker.forget(scope, key)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"released": true, "scope": scope, "key": key})
 }
@@ -480,10 +480,10 @@ func (a *admin) releasable(ctx context.Context, t *Tracker, now time.Time, keys 
 	ctx, cancel := context.WithTimeout(ctx, a.o.HealthTimeout)
 	defer cancel()
 	for _, k := range t.Candidates(now) {
-		rec, err := a.o.Store.Get(ctx, k.Scope, store.HashKey(k.Scope, k.Key))
+		rec, err := idem.FindRecord(ctx, a.o.Store, k.Scope, k.Key)
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				t.forget(k.Scope, store.HashKey(k.Scope, k.Key))
+				t.forget(k.Scope, k.Key)
 			}
 			continue
 		}

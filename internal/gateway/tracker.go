@@ -86,9 +86,14 @@ func (t *Tracker) Candidates(now time.Time) []TrackedKey {
 	return l
 }
 
-func (t *Tracker) forget(scope, hash string) {
+// forget drops what is known of the failure of key in scope.
+func (t *Tracker) forget(scope, key string) {
 	t.mu.Lock()
-	delete(t.failed, scope+"\x00"+hash)
+	for id, k := range t.failed {
+		if k.Scope == scope && k.Key == key {
+			delete(t.failed, id)
+		}
+	}
 	t.mu.Unlock()
 }
 

@@ -141,6 +141,15 @@ func New(client *s3.Client, opts Options) (*Store, error) {
 // Options returns the store's options, defaults applied.
 func (s *Store) Options() Options { return Options{Bucket: s.bucket, Prefix: s.prefix} }
 
+// HashKey names the record of key in scope as seed 004 does,
+// sha256(scope:key) (store.LegacyHashKey): its scope's folder keeps it
+// apart from every other scope's, so the hash need not frame the scope,
+// and objects written before store.HashKey framed it keep their names
+// (store.KeyHasher).
+func (s *Store) HashKey(scope, key string) string { return store.LegacyHashKey(scope, key) }
+
+var _ store.KeyHasher = (*Store)(nil)
+
 // ObjectKey returns the key of the object that holds the record of keyHash
 // in scope: idempotency/{scope}/{key_hash}.json, under Prefix.
 func (s *Store) ObjectKey(scope, keyHash string) string {

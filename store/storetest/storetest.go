@@ -128,6 +128,7 @@ func Run(t *testing.T, h Harness) {
 		{"Notifier", testNotifier},
 		{"EnginePausedHolder", testPausedHolder},
 		{"EngineOutcomeUnknown", testOutcomeUnknown},
+		{"EngineIdentityUpgrade", testIdentityUpgrade},
 		{"EngineClockSkew", testClockSkew},
 		{"EngineDeadHolderSkew", testDeadHolderSkew},
 		{"Linearizable", testLinearizable},

@@ -376,6 +376,10 @@ type Opened struct {
 	closers []func()
 }
 
+// Unwrap returns the opened store, for callers that look for its optional
+// capabilities (store.NotifierOf, store.KeyHasherOf).
+func (o *Opened) Unwrap() store.Store { return o.Store }
+
 // Close closes the store, then the clients it was given.
 func (o *Opened) Close() error {
 	err := o.Store.Close()
