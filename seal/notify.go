@@ -76,7 +76,7 @@ func (s *carryingStore) SubscribeRecord(ctx context.Context, scope, keyHash stri
 		if r == nil {
 			return nil
 		}
-		rec, err := s.open(*r, scope, keyHash)
+		rec, err := s.open(*r, id, scope, keyHash)
 		if err != nil {
 			return nil
 		}
