@@ -128,6 +128,7 @@ type shared struct {
 	storeHash       store.KeyHasher                // the store's own record names, if it has them
 	noLegacyReads   bool                           // see WithLegacyReads
 	onFreed         func(scope string)             // nil: nothing; see WithOnFreed
+	redact          Redactor                       // how logs print scopes and keys; see WithRedactor
 
 	cleanMu   sync.Mutex
 	lastClean atomic.Int64 // unix ns of the last cleanup start, 0 for never; written under cleanMu
@@ -458,7 +459,7 @@ func (e *Engine) storeFailed(ctx context.Context, c Call, req store.ReserveReque
 	}
 	if e.policy.OnStoreError == OnStoreErrorFailOpen {
 		e.logger.Warn("idem: store failed, running without protection",
-			"scope", c.Scope, "err", err)
+			e.logAttrs(slog.LevelWarn, c.Scope, c.Key, "err", err)...)
 		v, ferr := fn(ctx)
 		return Result{Value: v, State: stateOf(ferr), RequestID: c.RequestID, CreatedAt: req.Record.CreatedAt, Unprotected: true}, ferr
 	}
@@ -529,7 +530,7 @@ func (e *Engine) run(ctx context.Context, rec store.Record, sent time.Time, took
 			err := fmt.Errorf("%s: %w", panicFailure, ErrOutcomeUnknown)
 			if _, werr := e.finish(ctx, rec, f, nil, err); werr != nil {
 				e.logger.Error("idem: the outcome of a panicked operation was not recorded",
-					"scope", rec.Scope, "err", werr)
+					e.logAttrs(slog.LevelError, rec.Scope, "", "err", werr)...)
 			}
 		}
 	}()
@@ -636,7 +637,7 @@ func (e *Engine) announce(ctx context.Context, scope, keyHash string, final *sto
 	defer cancel()
 	if err := notify(nctx, n, scope, keyHash, final); err != nil {
 		// Waiters elsewhere fall back on polling.
-		e.logger.Debug("idem: notify failed", "scope", scope, "err", err)
+		e.logger.Debug("idem: notify failed", e.logAttrs(slog.LevelDebug, scope, "", "err", err)...)
 	}
 }
 

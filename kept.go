@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -82,7 +83,7 @@ func (e *Engine) keep(rec store.Record, release bool) bool {
 	kp.byKey[rec.KeyHash] = k
 	kp.bytes += len(rec.Value)
 	e.logger.Warn("idem: outcome not recorded; kept in memory until the store accepts it",
-		"scope", rec.Scope, "request_id", rec.RequestID, "state", string(rec.State))
+		e.logAttrs(slog.LevelWarn, rec.Scope, "", "request_id", rec.RequestID, "state", string(rec.State))...)
 	return true
 }
 
@@ -169,7 +170,7 @@ func (kp *keeper) drop(k *kept) {
 func (e *Engine) writeOne(k *kept) (done bool, err error) {
 	f := store.Fence{KeyHash: k.rec.KeyHash, Scope: k.rec.Scope, Token: k.rec.Token}
 	if time.Now().After(k.until) {
-		e.logger.Error("idem: a kept outcome outlived its lifetime unwritten; dropped", "scope", f.Scope)
+		e.logger.Error("idem: a kept outcome outlived its lifetime unwritten; dropped", e.logAttrs(slog.LevelError, f.Scope, "")...)
 		return true, nil
 	}
 	ctx, cancel := context.WithTimeout(e.closeCtx, min(e.completeTimeout, 5*time.Second))
@@ -181,7 +182,7 @@ func (e *Engine) writeOne(k *kept) (done bool, err error) {
 	}
 	switch {
 	case err == nil:
-		e.logger.Info("idem: kept outcome recorded", "scope", f.Scope, "request_id", k.rec.RequestID)
+		e.logger.Info("idem: kept outcome recorded", e.logAttrs(slog.LevelInfo, f.Scope, "", "request_id", k.rec.RequestID)...)
 		var final *store.Record
 		if !k.release {
 			final = &k.rec
@@ -192,7 +193,7 @@ func (e *Engine) writeOne(k *kept) (done bool, err error) {
 		if e.wroteIt(ctx, k.rec, k.release, k.rec.State, k.rec.Value) {
 			k.e.announce(ctx, f.Scope, f.KeyHash, nil)
 		} else {
-			e.logger.Warn("idem: a kept outcome's key was taken over; its outcome stands", "scope", f.Scope)
+			e.logger.Warn("idem: a kept outcome's key was taken over; its outcome stands", e.logAttrs(slog.LevelWarn, f.Scope, "")...)
 		}
 		return true, nil
 	}
@@ -204,7 +205,7 @@ func (e *Engine) writeOne(k *kept) (done bool, err error) {
 		case rerr == nil:
 			k.renewed = time.Now()
 		case errors.Is(rerr, store.ErrLeaseLost):
-			e.logger.Warn("idem: a kept outcome's key was taken over; its outcome stands", "scope", f.Scope)
+			e.logger.Warn("idem: a kept outcome's key was taken over; its outcome stands", e.logAttrs(slog.LevelWarn, f.Scope, "")...)
 			return true, nil
 		}
 	}

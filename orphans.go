@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/idem-dev/idem/store"
@@ -151,7 +152,7 @@ func (e *Engine) releaseOrphan(o orphan) error {
 		return err
 	}
 	e.logger.Info("idem: freed a reservation whose answer was lost; the key can run again",
-		"scope", o.fence.Scope)
+		e.logAttrs(slog.LevelInfo, o.fence.Scope, "")...)
 	e.announce(ctx, o.fence.Scope, o.fence.KeyHash, nil)
 	if e.onFreed != nil {
 		e.onFreed(o.fence.Scope) // after the waiters are woken: they need not wait for it

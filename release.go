@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/idem-dev/idem/store"
 )
@@ -59,8 +60,8 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	case err != nil:
 		return &StoreError{Op: "release", Err: err}
 	}
-	e.logger.Info("idem: key released by an operator", "scope", scope,
-		"state", string(rec.State), "outcome_unknown", view.OutcomeUnknown, "request_id", rec.RequestID)
+	e.logger.Info("idem: key released by an operator", e.logAttrs(slog.LevelInfo, scope, key,
+		"state", string(rec.State), "outcome_unknown", view.OutcomeUnknown, "request_id", rec.RequestID)...)
 	e.announce(ctx, scope, keyHash, nil)
 	return nil
 }

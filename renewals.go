@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -115,7 +116,7 @@ func (h *hold) renew() {
 	if err != nil {
 		// The next renewal may get through before the lease runs out; if
 		// none does, expire gives the lease up when it does.
-		e.logger.Warn("idem: lease renewal failed", "scope", h.f.Scope, "err", err)
+		e.logger.Warn("idem: lease renewal failed", e.logAttrs(slog.LevelWarn, h.f.Scope, "", "err", err)...)
 		if h.expire == nil && !h.stopped {
 			h.expire = time.AfterFunc(time.Until(h.until), h.expired)
 		}
@@ -163,7 +164,7 @@ func (h *hold) lose(cause error) {
 		return
 	}
 	h.e.logger.Warn("idem: lease lost; the operation's context is canceled",
-		"scope", h.f.Scope, "err", cause)
+		h.e.logAttrs(slog.LevelWarn, h.f.Scope, "", "err", cause)...)
 	h.end(cause)
 }
 

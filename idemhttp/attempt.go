@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -190,7 +191,8 @@ func (a *attempt) outcome(m *middleware, rt *route) ([]byte, error) {
 }
 
 func (m *middleware) logDetached(rt *route, c idem.Call, a *attempt) {
-	attrs := []any{"route", rt.Pattern, "key", c.Key, "scope", c.Scope, "request_id", c.RequestID}
+	// Info and Error lines alike: never the raw scope or key.
+	attrs := m.logAttrs(slog.LevelInfo, c, "route", rt.Pattern, "request_id", c.RequestID)
 	if a.panicked != nil {
 		m.log.Error("idem: detached handler panicked; outcome unknown", append(attrs, "panic", fmt.Sprint(a.panicked))...)
 	}

@@ -76,9 +76,14 @@
 //	                 previous_failure, outcome_unknown, ...)
 //	idem.waited      the request waited for a running holder (Policy.Wait)
 //	idem.took_over   it ran after taking the key over from a dead holder
-//	idem.scope_hash  hashes of the scope, and of scope and key, keyed like
-//	idem.key_hash    the tenant hash (Options.CredentialMAC): the raw key
-//	                 and scope appear in no attribute
+//	idem.scope_hash  hashes of the scope, and of scope and key, as the
+//	idem.key_hash    engine's idem.Redactor prints them (keyed when it is
+//	                 given a MAC): the raw key and scope appear in no
+//	                 attribute
+//
+// Logs follow the same rule: lines at Info and above name a call by
+// scope_hash and key_hash; only Debug lines, and only with
+// idem.Redactor.Raw, carry the raw scope and key.
 //
 // Requests without a key get no span. While the provider records nothing
 // (the global provider before it is set, a no-op one) the middleware

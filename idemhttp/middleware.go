@@ -53,6 +53,7 @@ type middleware struct {
 	catchAll    bool // one route, pattern "/": matching needs no ServeMux
 	exact       []exactRoute
 	trace       *tracing
+	redact      idem.Redactor // the engine's: how logs and spans print scopes and keys
 }
 
 // Compile checks opts and compiles its routes.
@@ -70,11 +71,8 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 		reqIDHeader: opts.RequestIDHeader, log: opts.Logger, observe: opts.Observe,
 	}
 	m.withDefaults(opts.CredentialMAC)
-	mac := opts.CredentialMAC
-	if mac == nil {
-		mac = HashCredential
-	}
-	m.trace = newTracing(opts.TracerProvider, opts.Propagators, mac)
+	m.redact = eng.Redactor()
+	m.trace = newTracing(opts.TracerProvider, opts.Propagators, m.redact)
 	def := opts.Profile
 	if def == nil {
 		def = IETF()
@@ -151,3 +149,10 @@ func (rs *Routes) Scope(method, target, tenant string) (string, bool) {
 }
 
 func (m *middleware) keepHeader(name string) bool { return m.keep[name] }
+
+// logAttrs names c in a log line at level as the engine's Redactor prints
+// it (hashes; the raw scope and key only at Debug, when it allows them),
+// followed by more.
+func (m *middleware) logAttrs(level slog.Level, c idem.Call, more ...any) []any {
+	return append(m.redact.LogAttrs(level, c.Scope, c.Key), more...)
+}

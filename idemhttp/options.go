@@ -60,10 +60,10 @@ type Options struct {
 	// A TenantFunc that reports no tenant makes a keyed request a 401.
 	Tenant TenantFunc
 	// CredentialMAC keys the hash of credentials of the default tenant (nil
-	// Tenant) and of TenantFromHeadersMAC, and the scope and key hashes in
-	// trace spans. nil means SHA-256 with a domain prefix; the gateway
-	// passes the HMAC of its secret, so that a dump of the store (or a
-	// trace) does not let anyone test guessed credentials or keys.
+	// Tenant) and of TenantFromHeadersMAC. nil means SHA-256 with a domain
+	// prefix. The tenant is part of a record's scope, so a MAC here must
+	// not change while records live. What logs and trace spans print is
+	// keyed separately, by the engine's idem.Redactor (idem.WithRedactor).
 	CredentialMAC func(b []byte) string
 	// MaxRequestBytes bounds the body read before reserving a key; a larger
 	// body gets 413. 0 means 10 MiB.

@@ -44,7 +44,7 @@ func (x *exchange) replay(ctx context.Context, res idem.Result) {
 	if _, notStored, _, err := decodeInto(res.Value, nil, nil); err != nil || notStored {
 		detail := "the first response was too large or streamed, so it was not stored; it is not executed again"
 		if err != nil {
-			log.Error("idem: stored response unreadable", "key", key, "err", err)
+			log.Error("idem: stored response unreadable", x.m.logAttrs(slog.LevelError, x.call, "err", err)...)
 			detail = "the stored response cannot be read"
 		}
 		x.reject(&Problem{Kind: KindResponseNotStored, Key: key, Detail: detail, KeyExpires: res.ExpiresAt})
@@ -75,7 +75,7 @@ func (x *exchange) replay(ctx context.Context, res idem.Result) {
 	x.w.WriteHeader(status)
 	_, _ = x.w.Write(body)
 	if log.Enabled(ctx, slog.LevelDebug) {
-		log.DebugContext(ctx, "idem: replayed stored response", "key", key, "status", status)
+		log.DebugContext(ctx, "idem: replayed stored response", x.m.logAttrs(slog.LevelDebug, x.call, "status", status)...)
 	}
 	x.ev.Outcome, x.ev.Status = OutcomeReplayed, status
 }

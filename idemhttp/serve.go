@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -170,24 +171,24 @@ func (x *exchange) answer(res idem.Result, err error) {
 	var ce *idem.ConflictError
 	switch {
 	case errors.As(err, &ce):
-		log.Info("idem: conflict", "key", c.Key, "scope", c.Scope, "conflict_type", ce.Type)
+		log.Info("idem: conflict", x.m.logAttrs(slog.LevelInfo, c, "conflict_type", ce.Type)...)
 		x.conflict(res, ce)
 	case errors.Is(err, store.ErrNoSpace):
 		// 503 rather than WebDAV's 507: clients and their retry policies
 		// know to come back after a 503 with Retry-After.
-		log.Error("idem: store full", "key", c.Key, "err", err)
+		log.Error("idem: store full", x.m.logAttrs(slog.LevelError, c, "err", err)...)
 		x.reject(&Problem{Kind: KindStoreUnavailable, Key: c.Key, RetryAfter: 5 * time.Second,
 			Detail: "the idempotency store has no space left to record new calls; nothing was executed. " +
 				"Outcomes already recorded are still replayed; retry later"})
 	case errors.Is(err, idem.ErrStoreUnavailable):
-		log.Error("idem: store unavailable", "key", c.Key, "err", err)
+		log.Error("idem: store unavailable", x.m.logAttrs(slog.LevelError, c, "err", err)...)
 		x.reject(&Problem{Kind: KindStoreUnavailable, Key: c.Key, RetryAfter: time.Second,
 			Detail: "the idempotency store cannot be reached; nothing was executed"})
 	case x.r.Context().Err() != nil:
 		// The client went away while waiting: nobody to answer.
 		x.ev.Outcome = OutcomePassThrough
 	default:
-		log.Error("idem: unexpected error", "key", c.Key, "err", err)
+		log.Error("idem: unexpected error", x.m.logAttrs(slog.LevelError, c, "err", err)...)
 		x.reject(&Problem{Kind: KindStoreUnavailable, Key: c.Key, RetryAfter: time.Second,
 			Detail: "the request could not be checked; nothing was executed"})
 	}
@@ -198,8 +199,8 @@ func (x *exchange) answer(res idem.Result, err error) {
 // The held response is never sent: the client gets what a retry gets.
 func (x *exchange) unrecorded(a *attempt) {
 	c := x.call
-	x.m.log.Error("idem: outcome not recorded; answering what a retry gets", "key", c.Key, "scope", c.Scope,
-		"request_id", c.RequestID, "kept", a.res.Kept, "err", a.err)
+	x.m.log.Error("idem: outcome not recorded; answering what a retry gets", x.m.logAttrs(slog.LevelError, c,
+		"request_id", c.RequestID, "kept", a.res.Kept, "err", a.err)...)
 	notRecorded := &Problem{Kind: KindOutcomeNotRecorded, Key: c.Key, RequestID: c.RequestID, RetryAfter: time.Second,
 		Detail: "the call may have run, but its outcome could not be recorded; retry with the same Idempotency-Key"}
 	if a.res.Kept {

@@ -20,8 +20,9 @@ import (
 const tracerName = "github.com/idem-dev/idem/idemhttp"
 
 // The attributes of a keyed request's span (the package documentation
-// lists them). Scope and key appear only as keyed hashes
-// (Options.CredentialMAC), never as they were sent.
+// lists them). Scope and key appear only as hashes, printed by the
+// engine's idem.Redactor (keyed when the engine was given a keyed one),
+// never as they were sent.
 const (
 	attrOutcome   = attribute.Key("idem.outcome")
 	attrWaited    = attribute.Key("idem.waited")
@@ -37,7 +38,7 @@ type tracing struct {
 	explicit *probed                       // the provider of Options.TracerProvider; nil: the global one
 	global   atomic.Pointer[probed]        // the global provider last probed
 	prop     propagation.TextMapPropagator // nil: the global propagators
-	hash     func([]byte) string
+	redact   idem.Redactor
 }
 
 // probed is a provider and whether its spans exist.
@@ -51,8 +52,8 @@ type probed struct {
 	comparable bool
 }
 
-func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator, hash func([]byte) string) *tracing {
-	t := &tracing{prop: prop, hash: hash}
+func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator, redact idem.Redactor) *tracing {
+	t := &tracing{prop: prop, redact: redact}
 	if tp != nil {
 		t.explicit = probe(tp)
 	}
@@ -122,8 +123,8 @@ func (s *spanOf) call(t *tracing, c idem.Call) {
 	if s.span == nil || c.Key == "" {
 		return
 	}
-	s.scopeHash = t.hash([]byte("idem trace scope\x00" + c.Scope))
-	s.keyHash = t.hash([]byte("idem trace key\x00" + c.Scope + "\x00" + c.Key))
+	s.scopeHash = t.redact.Scope(c.Scope)
+	s.keyHash = t.redact.Key(c.Scope, c.Key)
 }
 
 // end sets the span's outcome and ends it.

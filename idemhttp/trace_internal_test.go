@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/idem-dev/idem"
 )
 
 // notComparable is a provider whose type cannot be compared with ==.
@@ -21,7 +23,7 @@ type notComparable struct {
 // the global provider is followed when a program sets it. Not parallel:
 // it sets the global provider, and leaves a no-op one.
 func TestTracingOnlyWithARecordingProvider(t *testing.T) {
-	hash := func(b []byte) string { return HashCredential(b) }
+	var hash idem.Redactor
 	global := newTracing(nil, nil, hash)
 	if tr := global.active(); tr != nil {
 		t.Fatal("tracing on with the global provider unset")
@@ -65,7 +67,7 @@ func TestTracingOnlyWithARecordingProvider(t *testing.T) {
 // BenchmarkTracingOff is what tracing off adds to a keyed request: finding
 // that the global provider, never set, records nothing.
 func BenchmarkTracingOff(b *testing.B) {
-	t := newTracing(nil, nil, HashCredential)
+	t := newTracing(nil, nil, idem.Redactor{})
 	b.ReportAllocs()
 	for b.Loop() {
 		if t.active() != nil {

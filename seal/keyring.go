@@ -54,6 +54,10 @@ type key struct {
 	mac  []byte    // HMAC-SHA256 key for identities and comparable fields
 	macs sync.Pool // of hash.Hash: keyed HMACs, reset and reused
 	aead cipher.AEAD
+	// print is the HMAC-SHA256 key of what leaves the process (PrintMAC):
+	// its own, so that a printed hash is never a record's identity.
+	print  []byte
+	prints sync.Pool // of hash.Hash under print
 }
 
 // ParseKeyring parses IDEM_SECRET: one or more secrets separated by commas
@@ -145,6 +149,8 @@ const (
 	infoMAC = "idem/seal/v1 mac"
 	infoEnc = "idem/seal/v1 aes-256-gcm"
 	infoID  = "idem/seal/v1 key id"
+	// infoPrint keys the hashes that logs, traces and pages print.
+	infoPrint = "idem/seal/v1 print"
 )
 
 func derive(s Secret) (*key, error) {
@@ -166,6 +172,10 @@ func derive(s Secret) (*key, error) {
 	if err != nil {
 		return nil, err
 	}
+	print, err := hkdf.Key(sha256.New, s.Key, nil, infoPrint, 32)
+	if err != nil {
+		return nil, err
+	}
 	block, err := aes.NewCipher(enc)
 	if err != nil {
 		return nil, err
@@ -174,7 +184,7 @@ func derive(s Secret) (*key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &key{id: id, mac: mac, aead: aead}, nil
+	return &key{id: id, mac: mac, aead: aead, print: print}, nil
 }
 
 // IDs returns the key IDs, the primary first. They are not secret: every
@@ -193,17 +203,35 @@ func (k *Keyring) IDs() []string {
 func (k *Keyring) MAC(b []byte) string { return k.keys[0].macHex(b) }
 
 func (kk *key) macHex(parts ...[]byte) string {
-	m, _ := kk.macs.Get().(hash.Hash)
+	return pooledMAC(&kk.macs, kk.mac, sha256.Size, parts...)
+}
+
+// PrintMAC returns the hex HMAC-SHA256 of b, its first 128 bits, under a
+// key derived from the primary secret for this purpose alone: the keyed
+// hash of the scopes, keys and tenants that logs, trace attributes and the
+// admin page print (idem.Redactor.MAC), so that one who reads them cannot
+// test a guessed credential or key without the secret. It is not MAC: a
+// printed hash never names a record. It changes when the primary secret
+// does.
+func (k *Keyring) PrintMAC(b []byte) string {
+	kk := k.keys[0]
+	return pooledMAC(&kk.prints, kk.print, 16, b)
+}
+
+// pooledMAC is the hex HMAC-SHA256 under key of parts, its first n bytes,
+// with an HMAC from pool.
+func pooledMAC(pool *sync.Pool, key []byte, n int, parts ...[]byte) string {
+	m, _ := pool.Get().(hash.Hash)
 	if m == nil {
-		m = hmac.New(sha256.New, kk.mac)
+		m = hmac.New(sha256.New, key)
 	}
 	for _, p := range parts {
 		m.Write(p)
 	}
 	var sum [sha256.Size]byte
-	out := hex.EncodeToString(m.Sum(sum[:0]))
+	out := hex.EncodeToString(m.Sum(sum[:0])[:n])
 	m.Reset()
-	kk.macs.Put(m)
+	pool.Put(m)
 	return out
 }
 

@@ -132,6 +132,24 @@ func TestMAC(t *testing.T) {
 	}
 }
 
+// PrintMAC keys what logs and traces print with a key of its own: it
+// follows the primary secret only, and never equals MAC, so that a printed
+// hash is never a record's identity.
+func TestPrintMAC(t *testing.T) {
+	t.Parallel()
+	a, ab, b := mustRing(t, secretA), mustRing(t, secretA+","+secretB), mustRing(t, secretB)
+	v := []byte("idem print scope v1\x005:alice")
+	if a.PrintMAC(v) != ab.PrintMAC(v) {
+		t.Error("PrintMAC depends on the secondary secrets")
+	}
+	if a.PrintMAC(v) == b.PrintMAC(v) {
+		t.Error("PrintMAC does not depend on the secret")
+	}
+	if m := a.PrintMAC(v); len(m) != 32 || strings.HasPrefix(a.MAC(v), m) {
+		t.Errorf("PrintMAC %q: want 32 hex digits, not MAC's %q", m, a.MAC(v))
+	}
+}
+
 // Whatever bytes a store hands back (a corrupt row, a truncated object),
 // Open fails cleanly or returns what was sealed; it never panics.
 func FuzzOpen(f *testing.F) {

@@ -31,6 +31,7 @@ func (s *server) adminOptions(st store.Store, met *metrics.Metrics, tracker *gat
 		Tracker:  tracker,
 		Releaser: s.eng,
 		Logger:   s.log,
+		Redactor: s.eng.Redactor(),
 	}
 	met.KeysInProgress(tracker.Held)
 	if ec, ok := s.opened.Store.(expiredCounter); ok {

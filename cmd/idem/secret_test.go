@@ -208,7 +208,7 @@ func TestPlaintextWarning(t *testing.T) {
 			if secret != "" {
 				cfg.Secret = config.StringList{secret}
 			}
-			st, err := sealStore(cfg, &dsn.Opened{Store: memory.New(), DSN: dsn.DSN{Kind: kind}}, log)
+			st, _, err := sealStore(cfg, &dsn.Opened{Store: memory.New(), DSN: dsn.DSN{Kind: kind}}, log)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -205,7 +205,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	if err != nil {
 		return nil, err
 	}
-	st, err := sealStore(cfg, s.opened, log)
+	st, ring, err := sealStore(cfg, s.opened, log)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,9 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	}
 	met := metrics.New(built.Patterns()...) // every route's series exists from the start
 	tracker := &gateway.Tracker{}
-	s.eng = idem.New(tracker.Wrap(met.WrapStore(engStore)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed))
+	redact := printed(cfg, ring, log)
+	s.eng = idem.New(tracker.Wrap(met.WrapStore(engStore)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed),
+		idem.WithRedactor(redact))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -378,10 +380,10 @@ func startTracing(ctx context.Context, getenv func(string) string, log *slog.Log
 
 // sealStore wraps the opened store with the configured secret, or says at
 // start that a shared store keeps records in plaintext.
-func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.Store, error) {
+func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.Store, *seal.Keyring, error) {
 	ring, err := cfg.Keyring()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ring == nil {
 		if opened.DSN.Kind != dsn.Memory {
@@ -389,9 +391,28 @@ func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.
 				" store; set IDEM_SECRET (or secret: / secret_file: in the config) to a random secret, e.g. from `openssl rand -base64 32`, to seal them",
 				"store", opened.DSN.String())
 		}
-		return opened.Store, nil
+		return opened.Store, nil, nil
 	}
 	ids := ring.IDs()
 	log.Info("idem: records sealed (AES-256-GCM, keyed hashes)", "key_id", ids[0], "also_opens", strings.Join(ids[1:], ","))
-	return seal.Wrap(opened.Store, ring), nil
+	return seal.Wrap(opened.Store, ring), ring, nil
+}
+
+// printed is how logs, traces and the admin page print scopes, keys and
+// tenants: HMACs under the secret's print key (seal.Keyring.PrintMAC), or,
+// without a secret, unkeyed hashes, which the start-up log says can be
+// checked against guesses.
+func printed(cfg *config.Config, ring *seal.Keyring, log *slog.Logger) idem.Redactor {
+	r := idem.Redactor{Raw: cfg.LogRawKeys}
+	if ring != nil {
+		r.MAC = ring.PrintMAC
+	} else {
+		log.Warn("idem: no secret: the scope, key and tenant hashes in logs, traces and the admin page are unkeyed SHA-256, " +
+			"so anyone who reads them can check a guessed credential, tenant or key against them; " +
+			"set IDEM_SECRET (or secret: / secret_file: in the config) to key them")
+	}
+	if r.Raw {
+		log.Warn("idem: log_raw_keys: debug lines carry raw scopes (tenants) and idempotency keys; keep these logs on this machine")
+	}
+	return r
 }

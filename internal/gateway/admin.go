@@ -78,6 +78,9 @@ type AdminOptions struct {
 	// Scope, when set, lets the key endpoints take method, path and tenant
 	// instead of scope, and find the scope as the proxy's routes do.
 	Scope func(method, target, tenant string) (string, bool)
+	// Redactor prints scopes and keys in the admin API's log lines and
+	// the admin page's lists: the engine's (idem.Engine.Redactor).
+	Redactor idem.Redactor
 	// Logger logs the admin API's actions; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -312,7 +315,7 @@ func (a *admin) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.o.Logger.Warn("idem: key released by an operator; its next request runs the operation again",
-		"scope", scope, "key", key, "remote", r.RemoteAddr)
+		append(a.o.Redactor.LogAttrs(slog.LevelWarn, scope, key), "remote", r.RemoteAddr)...)
 	if a.o.Tracker != nil {
 		a.o.Tracker.forget(scope, key)
 	}

@@ -355,7 +355,7 @@ func TestUpstreamBodyError(t *testing.T) {
 	mu.Lock()
 	out, stdOut := logged.String(), std.String()
 	mu.Unlock()
-	if strings.Count(out, "response body failed") != 1 || !strings.Contains(out, "key=cut-1") || !strings.Contains(out, "request_id=req-cut-1") {
+	if strings.Count(out, "response body failed") != 1 || strings.Contains(out, "=cut-1") || !strings.Contains(out, "request_id=req-cut-1") { // the request ID, never the raw key
 		t.Errorf("gateway log:\n%s", out)
 	}
 	if stdOut != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -81,6 +82,10 @@ type Config struct {
 
 	LogFormat string `yaml:"log_format"` // text (default) or json
 	LogLevel  string `yaml:"log_level"`  // debug, info (default), warn, error
+	// LogRawKeys lets debug lines carry raw scopes (tenants) and
+	// idempotency keys besides their hashes; lines at info and above
+	// never do. It needs log_level: debug.
+	LogRawKeys bool `yaml:"log_raw_keys"`
 
 	// Secret seals records (see secret.go): one or more secrets, the first
 	// protecting new records. SecretFile reads them from a file instead.
@@ -314,8 +319,10 @@ func (c *Config) Validate() error {
 	default:
 		add("log_format %q: want text or json", c.LogFormat)
 	}
-	if _, err := ParseLevel(c.LogLevel); err != nil {
+	if lvl, err := ParseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
+	} else if c.LogRawKeys && lvl > slog.LevelDebug {
+		add("log_raw_keys: only debug lines carry raw keys, and log_level is %s: set log_level: debug, or remove log_raw_keys", c.LogLevel)
 	}
 	if _, err := c.Build(); err != nil {
 		errs = append(errs, err)
