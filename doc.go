@@ -32,7 +32,9 @@
 //
 // # Records, leases and fencing
 //
-// The store keeps one record per key, by the SHA-256 of scope and key. A
+// The store keeps one record per key, by a SHA-256 that frames scope and key
+// (store.HashKey), and the engine replays a record, or answers a conflict
+// with it, only to the call whose scope and key it holds. A
 // record is in_progress while its holder runs, then succeeded or failed. The
 // holder renews a lease while it works; if it dies, the record goes stale
 // after Policy.Lease and, under OnStaleRetry (the default), the next call

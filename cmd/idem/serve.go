@@ -217,7 +217,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	tracker := &gateway.Tracker{}
 	redact := printed(cfg, ring, log)
 	s.eng = idem.New(tracker.Wrap(met.WrapStore(engStore)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed),
-		idem.WithRedactor(redact))
+		idem.WithRedactor(redact), idem.WithLegacyReads(cfg.LegacyReadsEnabled()))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -260,6 +260,9 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	logStart(log, cfg)
 	log.Info("idem gateway listening", attrs...)
 	log.Info("idem: tenants", "source", built.TenantSource)
+	if cfg.LegacyReadsEnabled() {
+		log.Info("idem: legacy reads on: a first call whose scope holds ':' or '%' also looks for its record under the identity earlier versions gave it; set legacy_reads: false once one TTL has passed since the last earlier gateway stopped")
+	}
 	return s, nil
 }
 

@@ -77,6 +77,11 @@ type Config struct {
 	CleanupInterval *Duration `yaml:"cleanup_interval"`
 	// ShutdownTimeout bounds the wait for in-flight requests at shutdown.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// LegacyReads: a first call whose scope holds ':' or '%' also looks
+	// for its record where versions before framed identities kept it
+	// (idem.WithLegacyReads). Defaults to true; set it false once one TTL
+	// has passed since the last earlier gateway stopped.
+	LegacyReads *bool `yaml:"legacy_reads"`
 
 	Operations `yaml:",inline"`
 
@@ -236,6 +241,10 @@ func (c *Config) AdminEnabled() bool {
 
 // MigrateEnabled reports whether a PostgreSQL store is migrated at start-up.
 func (c *Config) MigrateEnabled() bool { return c.Migrate == nil || *c.Migrate }
+
+// LegacyReadsEnabled reports whether records written before identities
+// framed the scope are still looked for (legacy_reads, default true).
+func (c *Config) LegacyReadsEnabled() bool { return c.LegacyReads == nil || *c.LegacyReads }
 
 // UpstreamURL returns the parsed upstream.
 func (c *Config) UpstreamURL() (*url.URL, error) {
