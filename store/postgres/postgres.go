@@ -17,6 +17,7 @@ import (
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/leasewatch"
+	"github.com/idem-dev/idem/store/replication"
 )
 
 // Defaults of Options.
@@ -65,7 +66,24 @@ type Options struct {
 	// fleet). 0 means DefaultReadFirstAfter (0.7); a negative value always
 	// reads first; 1 or more never does.
 	ReadFirstAfter float64
+	// SyncReplicas, when above 0, is how many synchronous standbys must
+	// have every write before the store answers: a failover to one of
+	// them then loses nothing idem answered. PostgreSQL does the waiting
+	// (synchronous_standby_names on the primary, and the session's
+	// synchronous_commit on, remote_write or remote_apply); Replication,
+	// which the gateway runs at start, refuses a server that would not
+	// wait for that many. A write not confirmed within SyncTimeout fails
+	// with replication.ErrNotReplicated (fail closed); PostgreSQL keeps
+	// it invisible to other sessions while it waits.
+	SyncReplicas int
+	// SyncTimeout bounds each write when SyncReplicas is set; 0 means
+	// DefaultSyncTimeout.
+	SyncTimeout time.Duration
 }
+
+// DefaultSyncTimeout is Options.SyncTimeout's default: long enough for a
+// standby across a slow network, short against the engine's lease.
+const DefaultSyncTimeout = 2 * time.Second
 
 // DefaultReadFirstAfter is Options.ReadFirstAfter's default.
 const DefaultReadFirstAfter = 0.7
@@ -87,6 +105,9 @@ func (o Options) WithDefaults() Options {
 	if o.ReadFirstAfter == 0 {
 		o.ReadFirstAfter = DefaultReadFirstAfter
 	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = DefaultSyncTimeout
+	}
 	return o
 }
 
@@ -98,6 +119,9 @@ func (o Options) validate() error {
 	}
 	if len(o.Table) > 48 {
 		return fmt.Errorf("postgres store: table name %q is longer than 48 bytes", o.Table)
+	}
+	if o.SyncReplicas < 0 {
+		return fmt.Errorf("postgres store: SyncReplicas %d is negative", o.SyncReplicas)
 	}
 	return nil
 }
@@ -333,8 +357,11 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			acquired, tookOver bool
 			got                row
 		)
-		err := s.pool.QueryRow(ctx, s.sql.reserve, reserveArgs(kh, req, watched)...).
+		wctx, done := s.bound(ctx)
+		err := s.pool.QueryRow(wctx, s.sql.reserve, reserveArgs(kh, req, watched)...).
 			Scan(append([]any{&acquired, &tookOver}, got.dest()...)...)
+		err = s.unconfirmed(ctx, wctx, "reserve", err)
+		done()
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			s.retries.Add(1) // the conflicting row is newer than the snapshot
@@ -500,14 +527,43 @@ func (s *Store) fenced(ctx context.Context, op, sql string, f store.Fence, args 
 	if err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, sql, append([]any{kh, int64(f.Token)}, args...)...)
-	if err != nil {
+	wctx, done := s.bound(ctx)
+	defer done()
+	tag, err := s.pool.Exec(wctx, sql, append([]any{kh, int64(f.Token)}, args...)...)
+	if err = s.unconfirmed(ctx, wctx, op, err); err != nil {
 		return wrapErr(ctx, op, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return store.ErrLeaseLost
 	}
 	return nil
+}
+
+// errSyncBound ends the context of a write that SyncTimeout bounds.
+var errSyncBound = errors.New("synchronous standbys did not confirm in time")
+
+// bound returns ctx bounded by SyncTimeout when the store waits for
+// synchronous standbys: PostgreSQL waits for them without end, and the
+// write is then told apart from a store that answers (unconfirmed).
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.opts.SyncReplicas <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, s.opts.SyncTimeout, errSyncBound)
+}
+
+// unconfirmed turns err, the error of a write run under wctx (bound's),
+// into replication.ErrNotReplicated when the bound ended it and the
+// caller's ctx had not ended. pgx gives up on the connection at the
+// deadline without asking the server to cancel: a cancelled wait for
+// standbys would make the commit visible on the primary alone, while a
+// backend left waiting keeps it invisible until the standbys have it.
+func (s *Store) unconfirmed(ctx, wctx context.Context, op string, err error) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(wctx), errSyncBound) {
+		return err
+	}
+	return fmt.Errorf("%w: %d synchronous standby(s) did not confirm the %s within %s (a failover now may lose it): %w",
+		replication.ErrNotReplicated, s.opts.SyncReplicas, op, s.opts.SyncTimeout, err)
 }
 
 // Cleanup implements store.Store. It deletes in batches of

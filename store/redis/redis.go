@@ -16,6 +16,7 @@ import (
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/leasewatch"
+	"github.com/idem-dev/idem/store/replication"
 )
 
 // DefaultPrefix starts every key name when Options.Prefix is empty.
@@ -28,12 +29,31 @@ type Options struct {
 	// records. It must not contain '{' or '}', which would move every record
 	// into the prefix's hash slot.
 	Prefix string
+	// SyncReplicas, when above 0, makes every write (a reservation, a
+	// renewal, a completion, a release) wait until that many replicas
+	// have it (WAIT) before the store answers: a failover to one of them
+	// then loses nothing idem answered. A write fewer replicas confirmed
+	// within SyncTimeout fails with replication.ErrNotReplicated (fail
+	// closed). On a cluster it is per shard: the replicas of the key's
+	// primary. Check (or Replication) refuses a server with fewer
+	// replicas online.
+	SyncReplicas int
+	// SyncTimeout bounds the wait for SyncReplicas; 0 means
+	// DefaultSyncTimeout.
+	SyncTimeout time.Duration
 }
+
+// DefaultSyncTimeout is Options.SyncTimeout's default: long enough for a
+// replica across a slow network, short against the engine's lease.
+const DefaultSyncTimeout = 2 * time.Second
 
 // WithDefaults returns o with its empty fields set to their defaults.
 func (o Options) WithDefaults() Options {
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = DefaultSyncTimeout
 	}
 	return o
 }
@@ -41,6 +61,9 @@ func (o Options) WithDefaults() Options {
 func (o Options) validate() error {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return fmt.Errorf("redisstore: prefix %q contains '{' or '}'", o.Prefix)
+	}
+	if o.SyncReplicas < 0 {
+		return fmt.Errorf("redisstore: SyncReplicas %d is negative", o.SyncReplicas)
 	}
 	return nil
 }
@@ -51,6 +74,9 @@ func (o Options) validate() error {
 type Store struct {
 	client conn
 	prefix string
+	// syncReplicas and syncTimeout are Options'.
+	syncReplicas int
+	syncTimeout  time.Duration
 	// deadlines: the client bounds its socket I/O by the context's deadline
 	// (ContextTimeoutEnabled), so a call with a deadline needs no watchdog.
 	deadlines bool
@@ -84,7 +110,13 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{client: goredisConn{client}, prefix: opts.Prefix, deadlines: honorsDeadlines(client)}, nil
+	if _, ring := client.(*redis.Ring); ring && opts.SyncReplicas > 0 {
+		// A Ring pipeline sends a command without a key (WAIT) to a
+		// shard of its choosing, not the one that took the write.
+		return nil, errors.New("redisstore: SyncReplicas needs a *redis.Client or a *redis.ClusterClient, not a Ring")
+	}
+	return &Store{client: goredisConn{client}, prefix: opts.Prefix, deadlines: honorsDeadlines(client),
+		syncReplicas: opts.SyncReplicas, syncTimeout: opts.SyncTimeout}, nil
 }
 
 // NewRueidis returns a store that talks to Redis through a rueidis client,
@@ -100,7 +132,8 @@ func NewRueidis(client rueidis.Client, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{client: rueidisConn{client}, prefix: opts.Prefix, deadlines: true}, nil
+	return &Store{client: rueidisConn{client}, prefix: opts.Prefix, deadlines: true,
+		syncReplicas: opts.SyncReplicas, syncTimeout: opts.SyncTimeout}, nil
 }
 
 func honorsDeadlines(c redis.UniversalClient) bool {
@@ -151,7 +184,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	// for a whole lease, which the script may then take over.
 	var watchedTok, watchedLU string
 	for attempt := 0; ; attempt++ {
-		reply, err := s.eval(ctx, "reserve", reserveScript, key,
+		reply, err := s.write(ctx, "reserve", reserveScript, key,
 			takeOver, strconv.FormatInt(micros(req.Lease), 10), strconv.FormatInt(millis(req.TTL), 10),
 			strconv.FormatUint(r.Token, 10), r.Fingerprint, r.Binding, r.Scope, r.Key, r.RequestID,
 			watchedTok, watchedLU)
@@ -228,7 +261,7 @@ func (s *Store) fenced(ctx context.Context, op, keyHash string, script *script, 
 	if err != nil {
 		return err
 	}
-	reply, err := s.eval(ctx, op, script, key, args...)
+	reply, err := s.write(ctx, op, script, key, args...)
 	if err != nil {
 		return err
 	}
@@ -239,6 +272,39 @@ func (s *Store) fenced(ctx context.Context, op, keyHash string, script *script, 
 		return store.ErrLeaseLost
 	}
 	return fmt.Errorf("redisstore: %s: unexpected reply %v", op, reply)
+}
+
+// write runs a script that may write, as eval does; with SyncReplicas it
+// then waits (WAIT, on the same connection) until that many replicas have
+// what the connection wrote, and fails with replication.ErrNotReplicated
+// if fewer confirmed within SyncTimeout. A reply that says the script
+// wrote nothing (a fenced write's 0, a reservation that found a record)
+// is returned as it is: there was nothing of this call to replicate.
+func (s *Store) write(ctx context.Context, op string, script *script, key string, args ...string) (any, error) {
+	if s.syncReplicas <= 0 {
+		return s.eval(ctx, op, script, key, args...)
+	}
+	var acked int64
+	reply, err := s.run(ctx, op, func(ctx context.Context) (any, error) {
+		reply, n, err := s.client.evalWait(ctx, script, key, args, s.syncReplicas, s.syncTimeout)
+		acked = n
+		return reply, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if wrote(reply) && acked < int64(s.syncReplicas) {
+		return nil, fmt.Errorf("redisstore: %s: %w: %d of %d replica(s) confirmed within %s (the primary has the write; a failover now may lose it)",
+			op, replication.ErrNotReplicated, acked, s.syncReplicas, s.syncTimeout)
+	}
+	return reply, nil
+}
+
+// wrote reports whether a script's reply says it wrote: 1 from a fenced
+// write, 1 or 2 from a reservation that acquired the key.
+func wrote(reply any) bool {
+	n, ok := reply.(int64)
+	return ok && n > 0
 }
 
 // eval runs script on key (EVALSHA, or EVAL when the server lacks it).

@@ -10,10 +10,13 @@ import (
 type script struct {
 	goredis *redis.Script
 	rueidis *rueidis.Lua
+	// src is the source, for EVAL after a NOSCRIPT when the store sends
+	// the script itself (evalWait).
+	src string
 }
 
 func newScript(src string) *script {
-	return &script{goredis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
+	return &script{goredis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src), src: src}
 }
 
 // Hash is the script's SHA1, as EVALSHA names it.

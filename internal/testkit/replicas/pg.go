@@ -109,6 +109,10 @@ func (p *PG) ReplicaDSN() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.replica.port)
 }
 
+// Link is the replication link of the current replica: Cut stops the
+// replica from receiving the primary's writes.
+func (p *PG) Link() *Forwarder { return p.link }
+
 // Failover does what an operator's failover does when the primary's
 // machine dies: the replication link drops what is in flight, the
 // primary's processes are killed with SIGKILL, the replica is promoted and
@@ -151,7 +155,7 @@ func (p *PG) attachReplica() {
 }
 
 // WaitStreaming waits until the primary's pg_stat_replication shows the
-// replica streaming.
+// replica streaming, and synchronous when PGOptions.Sync says so.
 func (p *PG) WaitStreaming() {
 	p.t.Helper()
 	ctx := context.Background()
@@ -160,7 +164,8 @@ func (p *PG) WaitStreaming() {
 		conn, err := pgx.Connect(ctx, p.PrimaryDSN())
 		if err == nil {
 			var n int
-			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND application_name = $1`, StandbyName).Scan(&n)
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'
+				AND application_name = $1 AND (sync_state = 'sync' OR NOT $2)`, StandbyName, p.opts.Sync).Scan(&n)
 			conn.Close(ctx)
 			if err == nil && n > 0 {
 				return

@@ -71,17 +71,21 @@ func (r *Redis) Addr() string { return r.VIP.Addr() }
 func (r *Redis) PrimaryAddr() string { return r.primary.addr() }
 func (r *Redis) ReplicaAddr() string { return r.replica.addr() }
 
+// Link is the replication link of the current replica: Cut stops the
+// replica from receiving the primary's writes.
+func (r *Redis) Link() *Forwarder { return r.link }
+
 // Failover does what a failover does when the primary's machine dies: the
-// replication link drops what is in flight, the primary is killed with
-// SIGKILL, the replica is promoted (REPLICAOF NO ONE) and the virtual IP
+// primary is killed with SIGKILL, the replication link drops what is in
+// flight, the replica is promoted (REPLICAOF NO ONE) and the virtual IP
 // moved to it. Connections through the virtual IP break. Then a new
 // replica of the new primary is started and synced, so that the pair can
 // fail over again.
 func (r *Redis) Failover() {
 	r.t.Helper()
 	old := r.primary
-	r.link.Cut()
 	r.kill(old)
+	r.link.Cut()
 	r.VIP.Cut()
 	c := redis.NewClient(&redis.Options{Addr: r.replica.addr(), MaxRetries: -1})
 	defer c.Close()
