@@ -105,7 +105,7 @@ func (o Options) WithDefaults() Options {
 	if o.ReadFirstAfter == 0 {
 		o.ReadFirstAfter = DefaultReadFirstAfter
 	}
-	if o.SyncTimeout <= 0 {
+	if o.SyncReplicas > 0 && o.SyncTimeout <= 0 {
 		o.SyncTimeout = DefaultSyncTimeout
 	}
 	return o

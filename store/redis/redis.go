@@ -52,7 +52,7 @@ func (o Options) WithDefaults() Options {
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
 	}
-	if o.SyncTimeout <= 0 {
+	if o.SyncReplicas > 0 && o.SyncTimeout <= 0 {
 		o.SyncTimeout = DefaultSyncTimeout
 	}
 	return o
