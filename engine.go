@@ -129,6 +129,7 @@ type shared struct {
 	noLegacyReads   bool                           // see WithLegacyReads
 	onFreed         func(scope string)             // nil: nothing; see WithOnFreed
 	redact          Redactor                       // how logs print scopes and keys; see WithRedactor
+	onLost          func(scope string)             // nil: nothing; see WithOnRecordLost
 
 	cleanMu   sync.Mutex
 	lastClean atomic.Int64 // unix ns of the last cleanup start, 0 for never; written under cleanMu
@@ -207,6 +208,20 @@ func WithLogger(l *slog.Logger) Option { return Option{func(s *shared) { s.logge
 // and must not block. The default does nothing; every free is also logged
 // at Info.
 func WithOnFreed(f func(scope string)) Option { return Option{func(s *shared) { s.onFreed = f }} }
+
+// WithOnRecordLost calls f, with the key's scope, each time a holder's
+// write that ends its call finds its record gone from the store: not
+// taken over by another caller, gone, as when a failover of the store
+// promoted a replica that never received the reservation. The call is
+// answered as a lost lease (Result.NotRecorded, ErrLeaseLost), never as
+// recorded, and a retry of the key runs it again. Operators count these
+// (the gateway's idem_store_records_lost_total): any means the store lost
+// acknowledged writes, and the store's replicas should confirm them
+// (docs/stores: sync_replicas). f must not block. The default does
+// nothing; every loss is also logged at Warn.
+func WithOnRecordLost(f func(scope string)) Option {
+	return Option{func(s *shared) { s.onLost = f }}
+}
 
 // New returns an engine over s with policy p (zero fields take their
 // defaults). It panics if p is invalid: policies are written by programmers,
@@ -580,11 +595,15 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 			return e.store.Complete(c, store.Completion{Fence: f, State: res.State, Value: stored, TTL: e.policy.TTL})
 		})
 	}
-	if errors.Is(werr, store.ErrLeaseLost) && e.wroteIt(ctx, rec, release, res.State, stored) {
+	if errors.Is(werr, store.ErrLeaseLost) {
 		// A client that retries a write whose reply was lost (go-redis
 		// does, and so does endWrite) sees its own earlier success as a
 		// lost lease. The record says who really holds it.
-		werr = nil
+		if wrote, lost := e.wroteIt(ctx, rec, release, res.State, stored); wrote {
+			werr = nil
+		} else if lost {
+			e.recordLost(rec.Scope)
+		}
 	}
 	if werr != nil && !errors.Is(werr, store.ErrLeaseLost) && !errors.Is(werr, store.ErrClosed) {
 		final := rec
@@ -695,8 +714,11 @@ const (
 
 // wroteIt reports whether the record of rec already shows the end this
 // call tried to write: completed with its token, state and value, or
-// released.
-func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, state State, value []byte) bool {
+// released. lost reports a completion that found no record at all: no
+// other caller took the key over, the store lost the reservation (a
+// failover to a replica that never had it), since a record lives far
+// longer than a lease.
+func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, state State, value []byte) (wrote, lost bool) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.completeTimeout)
 	defer cancel()
 	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash)
@@ -705,11 +727,21 @@ func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, s
 		// Gone: the release landed (or the record expired). Someone
 		// else's record is a lost lease: the caller must learn that
 		// another holder has the key now.
-		return errors.Is(err, store.ErrNotFound)
+		return errors.Is(err, store.ErrNotFound), false
+	case errors.Is(err, store.ErrNotFound):
+		return false, true
 	case err != nil || cur.Token != rec.Token:
-		return false
+		return false, false
 	default:
-		return cur.State == state && bytes.Equal(cur.Value, value)
+		return cur.State == state && bytes.Equal(cur.Value, value), false
+	}
+}
+
+// recordLost reports a holder's record that the store lost (wroteIt).
+func (e *Engine) recordLost(scope string) {
+	e.logger.Warn("idem: the store lost this call's record (a failover to a replica that never had it?); its outcome is not recorded and a retry runs the key again", e.logAttrs(slog.LevelWarn, scope, "")...)
+	if e.onLost != nil {
+		e.onLost(scope)
 	}
 }
 

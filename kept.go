@@ -190,8 +190,10 @@ func (e *Engine) writeOne(k *kept) (done bool, err error) {
 		k.e.announce(ctx, f.Scope, f.KeyHash, final)
 		return true, nil
 	case errors.Is(err, store.ErrLeaseLost):
-		if e.wroteIt(ctx, k.rec, k.release, k.rec.State, k.rec.Value) {
+		if wrote, lost := e.wroteIt(ctx, k.rec, k.release, k.rec.State, k.rec.Value); wrote {
 			k.e.announce(ctx, f.Scope, f.KeyHash, nil)
+		} else if lost {
+			e.recordLost(f.Scope)
 		} else {
 			e.logger.Warn("idem: a kept outcome's key was taken over; its outcome stands", e.logAttrs(slog.LevelWarn, f.Scope, "")...)
 		}
