@@ -2,7 +2,6 @@ package idemclient
 
 import (
 	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -38,20 +37,5 @@ func TestPendingIDIsStoreHashKey(t *testing.T) {
 		if got := p.ID(); got != want {
 			t.Errorf("ID(%+v) = %s, store.HashKey gives %s", p, got, want)
 		}
-	}
-}
-
-func TestNewUUID(t *testing.T) {
-	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-	seen := map[string]bool{}
-	for range 1000 {
-		u := newUUID()
-		if !re.MatchString(u) {
-			t.Fatalf("newUUID() = %q, not a version 4 UUID", u)
-		}
-		if seen[u] {
-			t.Fatalf("newUUID() repeated %q", u)
-		}
-		seen[u] = true
 	}
 }

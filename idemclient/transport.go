@@ -149,7 +149,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t.NewKey != nil {
 			key = t.NewKey()
 		} else {
-			key = newUUID()
+			key = idemwire.NewKey()
 		}
 	}
 	scope := DefaultScope

@@ -1,13 +1,14 @@
-package idemclient
+package idemwire
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 )
 
-// newUUID returns a random (version 4) UUID, the key the transport makes
-// for a request that has none (RFC 9562, section 5.4).
-func newUUID() string {
+// NewKey returns a random (version 4) UUID (RFC 9562, section 5.4), the
+// key idem's clients make for a request that has none: one per user
+// intent, reused for every retry of it.
+func NewKey() string {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (crypto/rand's documented contract)
 	b[6] = b[6]&0x0f | 0x40

@@ -1,0 +1,289 @@
+package idemgrpc_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/rpc/idemgrpc"
+	"github.com/idem-dev/idem/rpc/internal/rpctest"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+
+// serve starts the ledger on a grpc-go server over TCP, with the
+// interceptor when eng is set (without it: the control).
+func serve(t *testing.T, eng *idem.Engine) (*rpctest.Ledger, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []grpc.ServerOption
+	if eng != nil {
+		opts = append(opts, grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(eng, idemgrpc.ServerOptions{})))
+	}
+	s := grpc.NewServer(opts...)
+	l := rpctest.NewLedger()
+	s.RegisterService(&rpctest.ServiceDesc, l)
+	go s.Serve(ln)
+	t.Cleanup(s.Stop)
+	return l, ln.Addr().String()
+}
+
+func engine(t *testing.T, p idem.Policy) *idem.Engine {
+	t.Helper()
+	p.CleanupInterval = -1
+	eng := idem.New(memory.New(), p)
+	t.Cleanup(func() { eng.Close() })
+	return eng
+}
+
+// dial connects through addr with the client interceptor; reconnections
+// are quick, since the proxy breaks connections on purpose.
+func dial(t *testing.T, addr string, o idemgrpc.ClientOptions) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(o)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.2, MaxDelay: 50 * time.Millisecond}, MinConnectTimeout: 5 * time.Second}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func as(ctx context.Context, user string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+user)
+}
+
+func transfer(ctx context.Context, cc *grpc.ClientConn, req *structpb.Struct, opts ...grpc.CallOption) (*structpb.Struct, error) {
+	res := new(structpb.Struct)
+	err := cc.Invoke(ctx, rpctest.Procedure, req, res, opts...)
+	return res, err
+}
+
+var fast = idemgrpc.ClientOptions{MaxAttempts: 20, Backoff: func(int) time.Duration { return 5 * time.Millisecond }}
+
+// lostAnswers sends n transfers, four at a time, through a proxy that
+// loses the answer on every other connection, and returns what each got.
+func lostAnswers(t *testing.T, eng *idem.Engine, n int) (*rpctest.Ledger, *rpctest.Proxy, []*structpb.Struct, []error) {
+	l, addr := serve(t, eng)
+	p := rpctest.NewProxy(t, addr, 2)
+	cc := dial(t, p.Addr, fast)
+	res, errs := make([]*structpb.Struct, n), make([]error, n)
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(as(context.Background(), "alice"), time.Minute)
+			defer cancel()
+			res[i], errs[i] = transfer(ctx, cc, rpctest.Transfer(fmt.Sprint("t", i), float64(i)), grpc.WaitForReady(true))
+		}()
+	}
+	wg.Wait()
+	return l, p, res, errs
+}
+
+// Answers lost after the server ran the call: the client calls again with
+// the key, and the call runs once; each caller ends with its first
+// execution's outcome.
+func TestLostAnswersRunOnce(t *testing.T) {
+	t.Parallel()
+	const n = 24
+	l, p, res, errs := lostAnswers(t, engine(t, idem.Policy{}), n)
+	for i := range n {
+		ref := fmt.Sprint("t", i)
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", ref, errs[i])
+		}
+		if got, first := rpctest.Execution(res[i]), l.First(ref); got != first || res[i].Fields["ref"].GetStringValue() != ref {
+			t.Errorf("%s: got %s, its first execution was %d", ref, rpctest.Describe(res[i], nil), first)
+		}
+	}
+	if d := l.Duplicates(); d != 0 || l.Total() != n {
+		t.Errorf("%d executions for %d transfers (%d duplicates)", l.Total(), n, d)
+	}
+	if p.Lost() == 0 {
+		t.Fatal("the proxy lost no answer: the test tested nothing")
+	}
+	t.Logf("%d transfers, %d answers lost, %d executions", n, p.Lost(), l.Total())
+}
+
+// The control: the same client, keys and retries, without the server's
+// interceptor. Lost answers make duplicate transfers.
+func TestLostAnswersWithoutInterceptorRunTwice(t *testing.T) {
+	t.Parallel()
+	const n = 24
+	l, p, _, _ := lostAnswers(t, nil, n)
+	if l.Duplicates() == 0 || p.Lost() == 0 {
+		t.Fatalf("%d duplicates after %d lost answers: the control shows nothing", l.Duplicates(), p.Lost())
+	}
+	t.Logf("without the interceptor: %d executions for %d transfers (%d lost answers)", l.Total(), n, p.Lost())
+}
+
+// Racers on one key: one execution, and every racer gets its outcome
+// (those that came while it ran wait out in_progress and get the replay).
+func TestRacersOnOneKey(t *testing.T) {
+	t.Parallel()
+	l, addr := serve(t, engine(t, idem.Policy{}))
+	cc := dial(t, addr, idemgrpc.ClientOptions{MaxAttempts: 30})
+	const n = 16
+	res, errs := make([]*structpb.Struct, n), make([]error, n)
+	req := rpctest.Transfer("race", 5)
+	req.Fields["sleep_ms"] = structpb.NewNumberValue(300)
+	testkit.FanOut(n, func(i int) {
+		ctx := idemgrpc.WithKey(as(context.Background(), "alice"), "race-key")
+		res[i], errs[i] = transfer(ctx, cc, req)
+	})
+	for i := range n {
+		if errs[i] != nil || rpctest.Execution(res[i]) != l.First("race") {
+			t.Errorf("racer %d: %s; the first execution was %d", i, rpctest.Describe(res[i], errs[i]), l.First("race"))
+		}
+	}
+	if l.Runs("race") != 1 {
+		t.Fatalf("%d executions of one key", l.Runs("race"))
+	}
+}
+
+func errorInfo(t *testing.T, err error) (*errdetails.ErrorInfo, *errdetails.RetryInfo) {
+	t.Helper()
+	var ei *errdetails.ErrorInfo
+	var ri *errdetails.RetryInfo
+	for _, d := range status.Convert(err).Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			ei = d
+		case *errdetails.RetryInfo:
+			ri = d
+		}
+	}
+	if ei == nil {
+		t.Fatalf("%v: no ErrorInfo", err)
+	}
+	return ei, ri
+}
+
+// idem's own answers: their codes and details, the metadata of first
+// answers and replays.
+func TestAnswers(t *testing.T) {
+	t.Parallel()
+	eng := engine(t, idem.Policy{OnFailure: idem.OnFailureCache})
+	l, addr := serve(t, eng)
+	cc := dial(t, addr, idemgrpc.ClientOptions{MaxAttempts: 1})
+	ctx := as(context.Background(), "alice")
+
+	var hdr metadata.MD
+	first, err := transfer(idemgrpc.WithKey(ctx, "k1"), cc, rpctest.Transfer("a", 1), grpc.Header(&hdr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := hdr.Get("idempotency-key-expires")
+	if len(exp) != 1 || len(hdr.Get("idempotent-replayed")) != 0 {
+		t.Fatalf("first answer's metadata: %v", hdr)
+	}
+	if when, err := time.Parse(time.RFC1123, exp[0]); err != nil || when.Before(time.Now().Add(23*time.Hour)) {
+		t.Fatalf("first answer's expiry %q (%v): want a day from now", exp[0], err)
+	}
+	var rhdr metadata.MD
+	again, err := transfer(idemgrpc.WithKey(ctx, "k1"), cc, rpctest.Transfer("a", 1), grpc.Header(&rhdr))
+	if err != nil || rpctest.Execution(again) != rpctest.Execution(first) {
+		t.Fatalf("replay: %s, first %s", rpctest.Describe(again, err), rpctest.Describe(first, nil))
+	}
+	if rhdr.Get("idempotent-replayed")[0] != "true" || len(rhdr.Get("idempotency-key-expires")) != 1 {
+		t.Fatalf("replay's metadata: %v", rhdr)
+	}
+
+	// Another message with the key: FailedPrecondition payload_mismatch.
+	_, err = transfer(idemgrpc.WithKey(ctx, "k1"), cc, rpctest.Transfer("a", 2))
+	if status.Code(err) != codes.FailedPrecondition || idemgrpc.ConflictType(err) != "payload_mismatch" {
+		t.Fatalf("mismatch: %v (%q)", err, idemgrpc.ConflictType(err))
+	}
+	if ei, _ := errorInfo(t, err); ei.Reason != "PAYLOAD_MISMATCH" || ei.Domain != "idem.dev" || ei.Metadata["key_expires_at"] == "" {
+		t.Fatalf("mismatch's ErrorInfo: %v", ei)
+	}
+
+	// Another caller with the same key has a key space of its own.
+	bob, err := transfer(idemgrpc.WithKey(as(context.Background(), "bob"), "k1"), cc, rpctest.Transfer("a", 1))
+	if err != nil || rpctest.Execution(bob) == rpctest.Execution(first) {
+		t.Fatalf("bob with alice's key: %s", rpctest.Describe(bob, err))
+	}
+
+	// A caller without credentials: Unauthenticated.
+	_, err = transfer(idemgrpc.WithKey(context.Background(), "k2"), cc, rpctest.Transfer("b", 1))
+	if status.Code(err) != codes.Unauthenticated || idemgrpc.ConflictType(err) != "tenant_required" {
+		t.Fatalf("no credentials: %v", err)
+	}
+	// An invalid key: InvalidArgument.
+	_, err = transfer(idemgrpc.WithKey(ctx, strings.Repeat("k", 300)), cc, rpctest.Transfer("b", 1))
+	if status.Code(err) != codes.InvalidArgument || idemgrpc.ConflictType(err) != "invalid_key" {
+		t.Fatalf("invalid key: %v", err)
+	}
+
+	// in_progress: Aborted with RetryInfo and grpc-go's pushback trailer.
+	slow := rpctest.Transfer("slow", 1)
+	slow.Fields["sleep_ms"] = structpb.NewNumberValue(2000)
+	done := make(chan error, 1)
+	go func() { _, err := transfer(idemgrpc.WithKey(ctx, "k3"), cc, slow); done <- err }()
+	var trailer metadata.MD
+	for range 200 {
+		_, err = transfer(idemgrpc.WithKey(ctx, "k3"), cc, slow, grpc.Trailer(&trailer))
+		if status.Code(err) == codes.Aborted {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // until the first call holds the key
+	}
+	if status.Code(err) != codes.Aborted || idemgrpc.ConflictType(err) != "in_progress" {
+		t.Fatalf("in progress: %v", err)
+	}
+	if _, ri := errorInfo(t, err); ri == nil || ri.RetryDelay.AsDuration() < time.Second {
+		t.Fatalf("in progress: RetryInfo %v", ri)
+	}
+	if len(trailer.Get("grpc-retry-pushback-ms")) != 1 {
+		t.Fatalf("in progress: trailer %v", trailer)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// A failure kept by the policy is replayed with its code and message.
+	fail := rpctest.Transfer("f", 1)
+	fail.Fields["fail"] = structpb.NewNumberValue(float64(codes.InvalidArgument))
+	_, err1 := transfer(idemgrpc.WithKey(ctx, "k4"), cc, fail)
+	_, err2 := transfer(idemgrpc.WithKey(ctx, "k4"), cc, fail)
+	if status.Code(err1) != codes.InvalidArgument || status.Convert(err2).Message() != status.Convert(err1).Message() || l.Runs("f") != 1 {
+		t.Fatalf("kept failure: %v, then %v (%d runs)", err1, err2, l.Runs("f"))
+	}
+	// Unavailable says nothing ran: the key is released, a retry runs.
+	fail.Fields["ref"] = structpb.NewStringValue("u")
+	fail.Fields["fail"] = structpb.NewNumberValue(float64(codes.Unavailable))
+	for range 2 {
+		if _, err := transfer(idemgrpc.WithKey(ctx, "k5"), cc, fail); status.Code(err) != codes.Unavailable {
+			t.Fatalf("unavailable: %v", err)
+		}
+	}
+	if l.Runs("u") != 2 {
+		t.Fatalf("a released key ran %d times, want 2", l.Runs("u"))
+	}
+}
