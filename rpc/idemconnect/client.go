@@ -26,9 +26,11 @@ type ClientOptions struct {
 // NewClientInterceptor returns the client-side interceptor: each unary
 // call gets an Idempotency-Key header (the one it has, else a new one) and
 // is sent again with it while the answer says nothing ran or no outcome is
-// known yet: Unavailable (a lost connection or answer), ResourceExhausted,
-// and idem's in_progress (after its RetryInfo), store_unavailable and
-// outcome_not_recorded. Every other answer is the call's outcome, idem's
+// known yet: any error the server did not send (a lost connection, or an
+// answer cut off: Connect reports those as Unavailable, Internal or
+// Unknown, and connect.IsWireError tells them from the server's own),
+// Unavailable and ResourceExhausted, and idem's in_progress (after its
+// RetryInfo), store_unavailable and outcome_not_recorded. Every other answer is the call's outcome, idem's
 // conflicts included (FailedPrecondition: ConflictType names them).
 // Streaming calls pass through untouched.
 func NewClientInterceptor(o ClientOptions) connect.Interceptor { return &client{o: o} }
@@ -65,7 +67,7 @@ func (c *client) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 				return res, err
 			}
 			v, _, wait := core.Classify(core.Code(connect.CodeOf(err)), details(err))
-			if v == core.Final {
+			if v == core.Final && (connect.IsWireError(err) || ctx.Err() != nil) {
 				return res, err
 			}
 			if wait <= 0 {

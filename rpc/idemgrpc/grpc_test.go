@@ -81,13 +81,13 @@ func transfer(ctx context.Context, cc *grpc.ClientConn, req *structpb.Struct, op
 	return res, err
 }
 
-var fast = idemgrpc.ClientOptions{MaxAttempts: 20, Backoff: func(int) time.Duration { return 5 * time.Millisecond }}
+var fast = idemgrpc.ClientOptions{MaxAttempts: 100, Backoff: func(int) time.Duration { return 5 * time.Millisecond }}
 
 // lostAnswers sends n transfers, four at a time, through a proxy that
 // loses the answer on every other connection, and returns what each got.
 func lostAnswers(t *testing.T, eng *idem.Engine, n int) (*rpctest.Ledger, *rpctest.Proxy, []*structpb.Struct, []error) {
 	l, addr := serve(t, eng)
-	p := rpctest.NewProxy(t, addr, 2)
+	p := rpctest.NewProxy(t, addr, 3)
 	cc := dial(t, p.Addr, fast)
 	res, errs := make([]*structpb.Struct, n), make([]error, n)
 	sem := make(chan struct{}, 4)
@@ -247,13 +247,10 @@ func TestAnswers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := transfer(idemgrpc.WithKey(ctx, "k3"), cc, slow); done <- err }()
 	var trailer metadata.MD
-	for range 200 {
-		_, err = transfer(idemgrpc.WithKey(ctx, "k3"), cc, slow, grpc.Trailer(&trailer))
-		if status.Code(err) == codes.Aborted {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // until the first call holds the key
+	if !l.WaitBegun("slow") {
+		t.Fatalf("the first call never began: %v", <-done)
 	}
+	_, err = transfer(idemgrpc.WithKey(ctx, "k3"), cc, slow, grpc.Trailer(&trailer))
 	if status.Code(err) != codes.Aborted || idemgrpc.ConflictType(err) != "in_progress" {
 		t.Fatalf("in progress: %v", err)
 	}

@@ -25,14 +25,40 @@ type Ledger struct {
 	mu    sync.Mutex
 	runs  map[string]int
 	first map[string]int
+	begun map[string]int
 	seq   int
 }
 
-func NewLedger() *Ledger { return &Ledger{runs: map[string]int{}, first: map[string]int{}} }
+func NewLedger() *Ledger {
+	return &Ledger{runs: map[string]int{}, first: map[string]int{}, begun: map[string]int{}}
+}
+
+// Begun returns how many executions of ref began (a held one before it
+// ends).
+func (l *Ledger) Begun(ref string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.begun[ref]
+}
+
+// WaitBegun waits until an execution of ref began, and reports whether one
+// did within 10 s.
+func (l *Ledger) WaitBegun(ref string) bool {
+	for range 1000 {
+		if l.Begun(ref) > 0 {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
 
 // Transfer is the method's logic, the same for both frameworks.
 func (l *Ledger) Transfer(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
 	f := req.GetFields()
+	l.mu.Lock()
+	l.begun[f["ref"].GetStringValue()]++
+	l.mu.Unlock()
 	if ms := f["sleep_ms"].GetNumberValue(); ms > 0 {
 		select {
 		case <-time.After(time.Duration(ms) * time.Millisecond):
