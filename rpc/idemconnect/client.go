@@ -57,28 +57,18 @@ func (c *client) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			}
 			req.Header().Set(idemwire.HeaderName, key)
 		}
-		max := c.o.MaxAttempts
-		if max <= 0 {
-			max = 4
-		}
-		for attempt := 1; ; attempt++ {
-			res, err := next(ctx, req)
-			if err == nil || attempt >= max {
-				return res, err
+		var res connect.AnyResponse
+		var err error
+		core.Attempts(ctx, c.o.MaxAttempts, c.o.Backoff, func() (core.Verdict, time.Duration) {
+			if res, err = next(ctx, req); err == nil {
+				return core.Final, 0
 			}
 			v, _, wait := core.Classify(core.Code(connect.CodeOf(err)), details(err))
-			if v == core.Final && (connect.IsWireError(err) || ctx.Err() != nil) {
-				return res, err
+			if v == core.Final && !connect.IsWireError(err) && ctx.Err() == nil {
+				v = core.Retry // no answer from the server: sent again with the key
 			}
-			if wait <= 0 {
-				wait = core.Backoff(attempt)
-				if c.o.Backoff != nil {
-					wait = c.o.Backoff(attempt)
-				}
-			}
-			if serr := core.Sleep(ctx, wait); serr != nil {
-				return res, err
-			}
-		}
+			return v, wait
+		})
+		return res, err
 	}
 }

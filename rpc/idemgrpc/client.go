@@ -58,30 +58,16 @@ func UnaryClientInterceptor(o ClientOptions) grpc.UnaryClientInterceptor {
 			}
 			ctx = WithKey(ctx, key)
 		}
-		max := o.MaxAttempts
-		if max <= 0 {
-			max = 4
-		}
-		for attempt := 1; ; attempt++ {
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			if err == nil || attempt >= max {
-				return err
+		var err error
+		core.Attempts(ctx, o.MaxAttempts, o.Backoff, func() (core.Verdict, time.Duration) {
+			if err = invoker(ctx, method, req, reply, cc, opts...); err == nil {
+				return core.Final, 0
 			}
 			st, _ := status.FromError(err)
 			v, _, wait := core.Classify(core.Code(st.Code()), details(st))
-			if v == core.Final {
-				return err
-			}
-			if wait <= 0 {
-				wait = core.Backoff(attempt)
-				if o.Backoff != nil {
-					wait = o.Backoff(attempt)
-				}
-			}
-			if serr := core.Sleep(ctx, wait); serr != nil {
-				return err
-			}
-		}
+			return v, wait
+		})
+		return err
 	}
 }
 

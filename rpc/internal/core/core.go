@@ -407,6 +407,31 @@ func Classify(code Code, details []proto.Message) (v Verdict, kind string, wait 
 	return Final, kind, 0
 }
 
+// Attempts calls send until it gives an outcome (Final), at most maxAttempts
+// times (0 means 4), waiting between attempts as the server asked, else
+// backoff(n) (nil means Backoff); it stops early when ctx ends. send keeps
+// its own last answer.
+func Attempts(ctx context.Context, maxAttempts int, backoff func(n int) time.Duration, send func() (Verdict, time.Duration)) {
+	if maxAttempts <= 0 {
+		maxAttempts = 4
+	}
+	if backoff == nil {
+		backoff = Backoff
+	}
+	for attempt := 1; ; attempt++ {
+		v, wait := send()
+		if v == Final || attempt >= maxAttempts {
+			return
+		}
+		if wait <= 0 {
+			wait = backoff(attempt)
+		}
+		if Sleep(ctx, wait) != nil {
+			return
+		}
+	}
+}
+
 // Backoff is the wait before attempt n+1 when the server named none: 100
 // ms doubling up to 5 s, with jitter, as idemclient's.
 func Backoff(n int) time.Duration {
