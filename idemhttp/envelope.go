@@ -74,6 +74,7 @@ func MobileTexts() map[Kind]Text {
 		KindRequestTooLarge:     {"PAYLOAD_TOO_LARGE", "Anfrage ist zu groß."},
 		KindUnreadableBody:      {"BAD_REQUEST", "Anfrage konnte nicht gelesen werden."},
 		KindBodyTimeout:         {"REQUEST_TIMEOUT", "Die Anfrage kam nicht rechtzeitig an."},
+		KindTooManyKeys:         {"TOO_MANY_REQUESTS", "Zu viele offene Idempotency-Keys; bitte später erneut versuchen."},
 		KindInProgress:          {"OPERATION_IN_PROGRESS", "Eine Anfrage mit diesem Idempotency-Key wird noch verarbeitet."},
 		KindPayloadMismatch:     {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits mit unterschiedlichen Daten verwendet."},
 		KindKeyReused:           {"DUPLICATE_OPERATION", "Idempotency-Key wurde bereits für eine andere Aktion verwendet."},

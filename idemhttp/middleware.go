@@ -54,6 +54,7 @@ type middleware struct {
 	exact       []exactRoute
 	trace       *tracing
 	redact      idem.Redactor // the engine's: how logs and spans print scopes and keys
+	limit       *limiter      // nil: no cap on a tenant's records
 }
 
 // Compile checks opts and compiles its routes.
@@ -72,6 +73,7 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 	}
 	m.withDefaults(opts.CredentialMAC)
 	m.redact = eng.Redactor()
+	m.limit = newLimiter(opts.MaxKeysPerTenant, opts.MaxKeysAnonymous, opts.MaxBytesPerTenant, eng.Now)
 	m.trace = newTracing(opts.TracerProvider, opts.Propagators, m.redact)
 	def := opts.Profile
 	if def == nil {

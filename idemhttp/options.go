@@ -65,6 +65,26 @@ type Options struct {
 	// not change while records live. What logs and trace spans print is
 	// keyed separately, by the engine's idem.Redactor (idem.WithRedactor).
 	CredentialMAC func(b []byte) string
+	// MaxKeysPerTenant bounds the live records one tenant may create
+	// through this middleware, so that one caller cannot fill the store
+	// and deny every tenant new keys: past it, a keyed request with a key
+	// that has no record gets 429 too_many_keys with Retry-After (when the
+	// tenant's earliest record expires); retries of keys it holds are
+	// answered as ever. Each record counts until its TTL ends, even if it
+	// was released before, and calls running count too. The count is this
+	// process's: gateways sharing a store each allow a tenant its cap, and
+	// a restart forgets it. 0 means no bound.
+	MaxKeysPerTenant int
+	// MaxKeysAnonymous is MaxKeysPerTenant for the anonymous scope (the
+	// tenant ""), shared by every caller without credentials, or by every
+	// caller under TenantNone. 0 means MaxKeysPerTenant; negative, no
+	// bound.
+	MaxKeysAnonymous int
+	// MaxBytesPerTenant bounds the bytes one tenant's live records hold
+	// (the responses kept, plus 1 KiB a record for the rest), counted as
+	// MaxKeysPerTenant is, and answered the same way. A tenant may pass it
+	// by one response per call running at once. 0 means no bound.
+	MaxBytesPerTenant int64
 	// MaxRequestBytes bounds the body read before reserving a key; a larger
 	// body gets 413. 0 means 10 MiB.
 	MaxRequestBytes int64

@@ -26,6 +26,9 @@ const (
 	KindResponseNotStored Kind = "response_not_stored" // 409
 	KindStoreUnavailable  Kind = "store_unavailable"   // 503
 	KindBodyTimeout       Kind = "body_timeout"        // 408
+	// The caller holds as many live keys as Options.MaxKeysPerTenant
+	// allows: a new key is refused until one of its records expires.
+	KindTooManyKeys Kind = "too_many_keys" // 429
 	// The first request with the key left, but no complete answer came
 	// back: it may have run, so the key is neither replayed nor run again.
 	KindOutcomeUnknown Kind = "outcome_unknown" // 409
@@ -68,6 +71,7 @@ var problemTitles = map[Kind]string{
 	KindResponseNotStored:   "The response to this Idempotency-Key was not stored",
 	KindStoreUnavailable:    "Idempotency store unavailable",
 	KindBodyTimeout:         "Request body did not arrive in time",
+	KindTooManyKeys:         "Too many live Idempotency-Keys for this caller",
 	KindOutcomeUnknown:      "The outcome of the first request with this Idempotency-Key is unknown",
 	KindOutcomeNotRecorded:  "The outcome of this request could not be recorded",
 	KindUpstreamUnavailable: "Upstream unavailable",

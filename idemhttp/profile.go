@@ -96,6 +96,7 @@ var defaultStatus = map[Kind]int{
 	KindResponseNotStored:   http.StatusConflict,
 	KindStoreUnavailable:    http.StatusServiceUnavailable,
 	KindBodyTimeout:         http.StatusRequestTimeout,
+	KindTooManyKeys:         http.StatusTooManyRequests,
 	KindOutcomeUnknown:      http.StatusConflict,
 	KindOutcomeNotRecorded:  http.StatusServiceUnavailable,
 	KindUpstreamUnavailable: http.StatusBadGateway,

@@ -31,6 +31,12 @@ type exchange struct {
 	body []byte    // set by newCall
 	ev   Event     // what the middleware did, reported when serve returns
 	sp   spanOf    // traces nothing unless tracing is on and r is keyed
+	// tenant is the caller's, set by newCall: what Options.MaxKeysPerTenant
+	// counts by.
+	tenant string
+	// uncounted: admit let the call through without counting it (the
+	// tenant is at its cap, and the key has a record).
+	uncounted bool
 }
 
 // serve is the middleware's handler.
@@ -59,7 +65,13 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		next.ServeHTTP(w, x.r.WithContext(context.WithValue(x.r.Context(), routeKey{}, rt)))
 		return
 	}
+	if x.m.limit != nil && !x.admit() {
+		return
+	}
 	a, pooled := x.execute(next)
+	if x.m.limit != nil {
+		x.counted(a) // before finish, which panics again when the handler did
+	}
 	x.sp.res = a.res
 	switch {
 	case a.detached:
@@ -99,7 +111,7 @@ func (x *exchange) newCall() *Problem {
 	if reqID == "" {
 		reqID = httpfield.NewRequestID()
 	}
-	x.body = body
+	x.body, x.tenant = body, tenant
 	x.call = idem.Call{
 		Scope:       x.rt.Scope(x.r, tenant),
 		Key:         key,
@@ -109,6 +121,47 @@ func (x *exchange) newCall() *Problem {
 	}
 	return nil
 }
+
+// admit counts the call against its tenant's cap (Options.MaxKeysPerTenant)
+// until counted, or, when the tenant is at its cap and the key has no live
+// record, answers 429 too_many_keys: a retry of a key the tenant already
+// holds is answered as ever, so that a caller at its cap still learns its
+// calls' outcomes. Only a tenant at its cap pays the extra read.
+func (x *exchange) admit() bool {
+	ok, after := x.m.limit.admit(x.tenant)
+	if ok {
+		return true
+	}
+	if _, err := x.rt.eng.Peek(x.r.Context(), x.call); !errors.Is(err, store.ErrNotFound) {
+		// A live record (or the store's error, which the engine answers
+		// again): no new record is made for this call by admitting it.
+		x.uncounted = true
+		return true
+	}
+	x.reject(&Problem{Kind: KindTooManyKeys, Key: x.call.Key, RetryAfter: after,
+		Detail: "this caller holds as many live Idempotency-Keys as it may; nothing was executed. " +
+			"Retries of keys already used are still answered; a new key is accepted once one of this caller's records expires"})
+	return false
+}
+
+// counted ends the call's count: a record it created counts against its
+// tenant until its TTL ends.
+func (x *exchange) counted(a *attempt) {
+	if x.uncounted {
+		return
+	}
+	created, size := a.detached, int64(0)
+	if a.ran && !a.detached && !a.cap.notExecuted {
+		// The body kept plus a generous allowance for the record's key,
+		// fingerprint and headers.
+		created, size = true, int64(a.cap.body.Len())+recordOverhead
+	}
+	x.m.limit.done(x.tenant, created, size, x.rt.eng.Policy().TTL)
+}
+
+// recordOverhead is what a record holds besides its response body, at
+// most, for Options.MaxBytesPerTenant.
+const recordOverhead = 1024
 
 // execute runs the handler through the engine. Under Route.AnswerWithin it
 // waits at most that long after the handler started; then it detaches the

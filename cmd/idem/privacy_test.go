@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -118,5 +119,47 @@ func TestGatewayLogsCarryNoRawKeyOrTenant(t *testing.T) {
 		if strings.Contains(line, tenant) {
 			t.Errorf("raw tenant in a record at Info or above: %s", line)
 		}
+	}
+}
+
+// Through the gateway, a tenant past max_keys_per_tenant gets 429
+// too_many_keys in problem+json with Retry-After, and nothing runs, while
+// another tenant still gets 201; the refusal is counted by kind.
+func TestGatewayMaxKeysPerTenant(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t)
+	g := startGateway(t, a.URL, t.TempDir(), "tenant: {header: X-User-ID}\nmax_keys_per_tenant: 2\n")
+	as := func(user, key string) response {
+		return post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", key, "X-User-ID", user)
+	}
+	for _, k := range []string{"k1", "k2"} {
+		if r := as("alice", k); r.Status != http.StatusCreated {
+			t.Fatalf("alice %s: %d %s", k, r.Status, r.Body)
+		}
+	}
+	r := as("alice", "k3")
+	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("alice past her cap: %d Retry-After %q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
+	}
+	if p := r.problem(t); !strings.HasSuffix(p["type"].(string), "#too_many_keys") {
+		t.Errorf("problem type %v", p["type"])
+	}
+	if r := as("alice", "k1"); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("alice's retry of k1: %d replayed %q", r.Status, r.Header.Get("Idempotent-Replayed"))
+	}
+	if r := as("bob", "k3"); r.Status != http.StatusCreated {
+		t.Errorf("bob: %d %s", r.Status, r.Body)
+	}
+	if s := a.stats(t); s.Executions["alice/k3"] != 0 || s.Executions["bob/k3"] != 1 {
+		t.Errorf("executions %v", s.Executions)
+	}
+	res, err := http.Get(g.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(b), `idem_rejections_total{kind="too_many_keys",route="/"} 1`) {
+		t.Errorf("no refusal counted:\n%s", grepLines(string(b), "idem_rejections_total"))
 	}
 }

@@ -76,6 +76,14 @@ func (c *Config) Build() (*Built, error) {
 		KeepHeaders:            c.KeepHeaders,
 		AllowCredentialHeaders: c.AllowCredentialHeaders,
 		RequestIDHeader:        c.RequestIDHeader,
+		MaxKeysPerTenant:       int(c.maxKeys(c.MaxKeysPerTenant)),
+		MaxBytesPerTenant:      c.maxBytesPerTenant(),
+	}
+	if c.MaxKeysAnonymous != nil {
+		b.Options.MaxKeysAnonymous = int(*c.MaxKeysAnonymous)
+		if b.Options.MaxKeysAnonymous == 0 {
+			b.Options.MaxKeysAnonymous = -1 // off, as 0 means in the file
+		}
 	}
 	b.Options.Tenant, b.TenantSource = c.Tenant.build(b.credentialMAC)
 

@@ -26,6 +26,14 @@ const (
 	DefaultShutdownTimeout  = 30 * time.Second
 	DefaultUpstreamTimeout  = 60 * time.Second
 	DefaultUpstreamDeadline = 5 * time.Minute
+	// DefaultMaxKeysPerTenant and DefaultMaxBytesPerTenant bound what one
+	// tenant's live records hold: at most about 266 MiB (256 MiB of kept
+	// responses and 1 KiB a record besides), twice that in the file
+	// store's log before compaction, so that one caller cannot fill the
+	// disk under the default store and deny every tenant new keys, while
+	// 10,000 keys a day is far above what one client of an API sends.
+	DefaultMaxKeysPerTenant  = 10_000
+	DefaultMaxBytesPerTenant = 256 << 20
 )
 
 // Config is the gateway's configuration file. Pointer and zero fields mean
@@ -60,6 +68,18 @@ type Config struct {
 	// Routes are matched with Go ServeMux patterns; requests matching none
 	// pass through unprotected. Empty means one route for every request.
 	Routes []Route `yaml:"routes"`
+
+	// MaxKeysPerTenant bounds the live records one tenant may create
+	// through this gateway (counted by this process, each until its TTL
+	// ends); past it a new key gets 429 too_many_keys. Default
+	// DefaultMaxKeysPerTenant; 0 turns it off. MaxKeysAnonymous is the
+	// same for the anonymous scope, shared by every caller without
+	// credentials (default: max_keys_per_tenant). MaxBytesPerTenant
+	// bounds the bytes those records hold (default
+	// DefaultMaxBytesPerTenant; 0 turns it off).
+	MaxKeysPerTenant  *Count    `yaml:"max_keys_per_tenant"`
+	MaxKeysAnonymous  *Count    `yaml:"max_keys_anonymous"`
+	MaxBytesPerTenant *ByteSize `yaml:"max_bytes_per_tenant"`
 
 	MaxRequestBytes ByteSize `yaml:"max_request_bytes"`
 	// BodyReadTimeout bounds the read of a keyed request's body, which is
@@ -305,6 +325,11 @@ func (c *Config) Validate() error {
 	if c.RequestIDHeader != "" && !validHeaderName(c.RequestIDHeader) {
 		add("request_id_header: %q is not a valid header name", c.RequestIDHeader)
 	}
+	for name, v := range map[string]int64{"max_keys_per_tenant": c.maxKeys(c.MaxKeysPerTenant), "max_keys_anonymous": c.maxKeys(c.MaxKeysAnonymous), "max_bytes_per_tenant": c.maxBytesPerTenant()} {
+		if v < 0 {
+			add("%s: negative; write 0 to turn the bound off", name)
+		}
+	}
 	if c.MaxRequestBytes < 0 || c.MaxResponseBytes < 0 {
 		add("max_request_bytes and max_response_bytes must not be negative")
 	}
@@ -357,4 +382,21 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return http.CanonicalHeaderKey(s) != ""
+}
+
+// maxKeys is a per-tenant key bound as the middleware takes it: the
+// default when not set.
+func (c *Config) maxKeys(v *Count) int64 {
+	if v == nil {
+		return DefaultMaxKeysPerTenant
+	}
+	return int64(*v)
+}
+
+// maxBytesPerTenant is MaxBytesPerTenant, or its default.
+func (c *Config) maxBytesPerTenant() int64 {
+	if c.MaxBytesPerTenant == nil {
+		return DefaultMaxBytesPerTenant
+	}
+	return int64(*c.MaxBytesPerTenant)
 }
