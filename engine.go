@@ -617,7 +617,15 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 			final.State, final.Value, final.UpdatedAt, final.ReadAt, final.ExpiresAt = res.State, stored, now, now, now.Add(e.policy.TTL)
 			final.LeaseLeft = 0
 		}
-		e.announce(ctx, rec.Scope, rec.KeyHash, final)
+		// Only a success is handed to the waiters: a failure may be
+		// ended otherwise than as written (pgtx releases an unknown
+		// outcome whose transaction rolled back: nothing ran), so they
+		// read it from the store.
+		handed := final
+		if res.State != store.Succeeded {
+			handed = nil
+		}
+		e.announce(ctx, rec.Scope, rec.KeyHash, handed)
 		if final != nil {
 			res.ExpiresAt = final.ExpiresAt
 		}

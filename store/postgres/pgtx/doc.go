@@ -33,9 +33,34 @@
 //
 // An operation that fails, panics, or returns idem.ErrNotExecuted has its
 // transaction rolled back; the record is then released or keeps the
-// failure as the policy says. Handlers behind idemhttp can take part too:
-// Store.Tx returns the transaction of the call their request context
-// belongs to.
+// failure as the policy says. One whose outcome would be unknown (a panic,
+// idem.ErrOutcomeUnknown) is released: its effects were its transaction,
+// and the rollback undid them, so nothing ran and its retry runs. A
+// COMMIT whose answer is lost ends exactly: the fenced release that
+// follows finds the record completed if the COMMIT landed, and frees the
+// key if it did not.
+//
+// # Behind the HTTP middleware
+//
+// Handlers behind idemhttp take part with Store.Tx, which returns the
+// transaction of the call their request context belongs to; the
+// middleware's engine must be over the same *Store:
+//
+//	s := pgtx.New(pgStore)
+//	eng := idem.New(s, idem.Policy{})
+//	mux.Handle("POST /orders", idemhttp.Middleware(eng, idemhttp.Options{...})(orders))
+//
+//	func orders(w http.ResponseWriter, r *http.Request) {
+//		tx, err := s.Tx(r.Context()) // ErrNoHold: the request sent no key
+//		...
+//		tx.Exec(r.Context(), `INSERT INTO orders ...`)
+//		w.WriteHeader(http.StatusCreated) // the row and the record commit together
+//	}
+//
+// examples/ledger is a runnable service built this way. A request without
+// a key on a route whose key is optional reaches its handler with no
+// reservation, and Tx returns ErrNoHold saying so: make the route's key
+// required (idemhttp.KeyRequired) when the handler always needs one.
 //
 // # Multi-step operations
 //

@@ -18,7 +18,9 @@ import (
 // ErrNoHold: Tx was called from outside an operation run by an engine over
 // a pgtx Store (or under OnStoreErrorFailOpen, where no record protects the
 // call, so that there is no completion to commit with).
-var ErrNoHold = errors.New("pgtx: no reservation in the context (call Tx from an operation run by idem.Engine.Do over a pgtx.Store)")
+// Behind idemhttp, a request that sent no Idempotency-Key on a route whose
+// key is optional reaches its handler without one.
+var ErrNoHold = errors.New("pgtx: no reservation in the context: the request sent no Idempotency-Key (the route's key is optional), or Tx was called outside an operation run by idem.Engine.Do over a pgtx.Store")
 
 // ErrNotPgtx: Do or DoSteps got an engine whose store is not a *Store.
 var ErrNotPgtx = errors.New("pgtx: the engine's store is not a *pgtx.Store")
@@ -138,6 +140,14 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 		// on its own, as the policy asked.
 		_ = p.tx.Rollback(context.WithoutCancel(ctx))
 		p = nil
+		if idem.RecordOf(store.Record{State: c.State, Value: c.Value}).OutcomeUnknown {
+			// An operation whose effects are its transaction (Tx's
+			// contract) that panicked, or reported an unknown outcome,
+			// before the commit did nothing: the rollback undid it. The
+			// key is released, so that its retry runs, instead of
+			// answering "it may have run" until the record expires.
+			return s.Store.Release(ctx, c.Fence)
+		}
 	}
 	if p == nil {
 		return s.Store.Complete(ctx, c)
