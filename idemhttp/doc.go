@@ -20,7 +20,7 @@
 //
 //   - parses the Idempotency-Key field as the IETF draft's Structured Field
 //     string or as a bare token (Stripe); two fields are a 400;
-//   - validates the key (400), finds the tenant (by default a keyed hash of
+//   - validates the key (400), finds the tenant (by default a hash of
 //     the caller's Authorization, so callers never share keys; 401 when a
 //     configured source is missing), reads the body under a deadline before
 //     anything is reserved (408), and fingerprints method, target and body;

@@ -52,11 +52,11 @@ type Options struct {
 	Routes []Route
 	// Profile is the profile of routes that name none; nil means IETF().
 	Profile *Profile
-	// Tenant identifies the caller. nil means a keyed hash of the caller's
+	// Tenant identifies the caller. nil means a hash of the caller's
 	// credentials (the Authorization header, its scheme's case and white
-	// space normalised; CredentialMAC keys the hash), so that two callers
-	// never share a key; a request without credentials is in the anonymous
-	// scope. TenantNone shares every key between all callers on purpose.
+	// space normalised; CredentialMAC, when set, keys the hash), so that
+	// two callers never share a key; a request without credentials is in
+	// the anonymous scope. TenantNone shares every key between all callers on purpose.
 	// A TenantFunc that reports no tenant makes a keyed request a 401.
 	Tenant TenantFunc
 	// CredentialMAC keys the hash of credentials of the default tenant (nil

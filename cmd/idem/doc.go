@@ -46,8 +46,8 @@
 // With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) set, the
 // gateway sends OpenTelemetry traces over OTLP/HTTP: a server span per
 // request under the caller's traceparent, for a keyed request a span of
-// idem's (route, outcome, whether it waited, scope and key as keyed hashes
-// only) with the store operations and the upstream call as its children,
+// idem's (route, outcome, whether it waited, scope and key as hashes only,
+// keyed by the secret when one is set: docs/ISOLATION.md) with the store operations and the upstream call as its children,
 // and the trace context carried on to the upstream in traceparent. The
 // standard variables choose the rest (OTEL_SERVICE_NAME, default idem;
 // OTEL_TRACES_SAMPLER; OTEL_PROPAGATORS; the exporter's headers and TLS);

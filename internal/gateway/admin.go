@@ -284,7 +284,29 @@ func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		inspect.Record
 		OutcomeUnknown bool `json:"outcome_unknown"`
-	}{v, idem.RecordOf(rec).Releasable()})
+		// Logged is how logs and traces name this key, so that an
+		// operator can find its lines.
+		Logged printed `json:"logged"`
+	}{v, idem.RecordOf(rec).Releasable(), a.printed(scope, key)})
+}
+
+// printed is how logs and trace attributes name a key (idem.Redactor).
+type printed struct {
+	ScopeHash string `json:"scope_hash"`
+	KeyHash   string `json:"key_hash"`
+}
+
+func (a *admin) printed(scope, key string) printed {
+	return printed{a.o.Redactor.Scope(scope), a.o.Redactor.Key(scope, key)}
+}
+
+// withHashes fills in how logs name each key.
+func (a *admin) withHashes(keys []TrackedKey) []TrackedKey {
+	for i, k := range keys {
+		p := a.printed(k.Scope, k.Key)
+		keys[i].ScopeHash, keys[i].KeyHash = p.ScopeHash, p.KeyHash
+	}
+	return keys
 }
 
 func (a *admin) release(w http.ResponseWriter, r *http.Request) {
@@ -442,8 +464,8 @@ func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
 		s.addMetrics(mfs)
 	}
 	if t := a.o.Tracker; t != nil {
-		s.InProgress = t.InProgress()
-		s.OutcomeUnknown = a.releasable(r.Context(), t, now, s.OutcomeUnknown)
+		s.InProgress = a.withHashes(t.InProgress())
+		s.OutcomeUnknown = a.withHashes(a.releasable(r.Context(), t, now, s.OutcomeUnknown))
 	}
 	writeJSON(w, http.StatusOK, s)
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -417,5 +418,50 @@ func TestReadyzStoreNotWritable(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/healthz on a full store: %d", rec.Code)
+	}
+}
+
+// The admin API names keys by the hashes logs and traces print them by,
+// keyed by the gateway's Redactor: in a key's inspection and in the page's
+// list of keys in progress.
+func TestAdminPrintsKeyedHashes(t *testing.T) {
+	t.Parallel()
+	red := idem.Redactor{MAC: func(b []byte) string { return fmt.Sprintf("mac%x", sha256.Sum256(append([]byte("k:"), b...)))[:35] }}
+	st := memory.New()
+	tr := &Tracker{}
+	eng := idem.New(tr.Wrap(st), idem.Policy{CleanupInterval: -1}, idem.WithLogger(quiet))
+	t.Cleanup(func() { eng.Close() })
+	srv := httptest.NewServer(Admin(AdminOptions{Store: st, Token: "tok", Logger: quiet, Tracker: tr, Releaser: eng, Redactor: red}))
+	t.Cleanup(srv.Close)
+	a := &adminServer{Server: srv}
+
+	release, running := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := eng.Do(context.Background(), idem.Call{Scope: "alice", Key: "k1"}, func(context.Context) ([]byte, error) {
+			close(running)
+			<-release
+			return []byte("ok"), nil
+		})
+		done <- err
+	}()
+	<-running
+	code, body := a.call(t, "GET", "/api/stats", "tok")
+	var s Stats
+	if err := json.Unmarshal([]byte(body), &s); code != 200 || err != nil || len(s.InProgress) != 1 {
+		t.Fatalf("stats: %d %s %v", code, body, err)
+	}
+	if k := s.InProgress[0]; k.ScopeHash != red.Scope("alice") || k.KeyHash != red.Key("alice", "k1") {
+		t.Errorf("in progress %+v, want the keyed hashes %s %s", k, red.Scope("alice"), red.Key("alice", "k1"))
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	code, body = a.call(t, "GET", "/api/keys?scope=alice&key=k1", "tok")
+	var v struct{ Logged printed }
+	if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil ||
+		v.Logged != (printed{red.Scope("alice"), red.Key("alice", "k1")}) {
+		t.Errorf("inspect: %d %s", code, body)
 	}
 }

@@ -10,10 +10,14 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
-// TrackedKey is a key the admin page lists.
+// TrackedKey is a key the admin page lists. The page, behind the admin
+// token, shows the scope and key as they are, so that an operator can
+// inspect and release them, and the hashes logs and traces name them by.
 type TrackedKey struct {
 	Scope     string    `json:"scope"`
 	Key       string    `json:"key"`
+	ScopeHash string    `json:"scope_hash,omitempty"` // as logs print it (idem.Redactor)
+	KeyHash   string    `json:"key_hash,omitempty"`
 	RequestID string    `json:"request_id,omitempty"`
 	Since     time.Time `json:"since"`
 	// State is the record's state when it was looked up (outcome_unknown
