@@ -102,4 +102,10 @@
 // sent before it would run again. That is why the gateway leaves both at
 // their defaults and relies on Wrap, whose identities rotate record by
 // record.
+//
+// Keyring.PrintMAC keys what leaves the process otherwise: the scope and
+// key hashes that logs, trace attributes and the admin page print
+// (idem.Redactor), under a key derived from the primary secret for that
+// purpose alone. A printed hash is never a record's identity, so a
+// rotation only changes how later lines print.
 package seal
