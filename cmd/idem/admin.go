@@ -14,6 +14,7 @@ import (
 	"github.com/idem-dev/idem/internal/gateway/config"
 	"github.com/idem-dev/idem/internal/gateway/metrics"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/replication"
 )
 
 // adminOptions wires the admin listener: readiness (store and upstream),
@@ -32,6 +33,8 @@ func (s *server) adminOptions(st store.Store, met *metrics.Metrics, tracker *gat
 		Releaser: s.eng,
 		Logger:   s.log,
 		Redactor: s.eng.Redactor(),
+		// Read at start; the admin page shows what a failover would do.
+		Replication: s.opened.Replication,
 	}
 	met.KeysInProgress(tracker.Held)
 	if ec, ok := s.opened.Store.(expiredCounter); ok {
@@ -101,6 +104,25 @@ func logStart(log *slog.Logger, cfg *config.Config) {
 			log.Warn("idem: " + w)
 		}
 	}
+}
+
+// logReplication says in one line how the store replicates and what a
+// failover of it would do to the promise, a warning when it may break it
+// (asynchronous replicas without idem_sync_replicas), and exposes it as
+// idem_store_replication. st is nil for a store without replicas to tell
+// of (memory, file, pebble, S3, DynamoDB).
+func logReplication(log *slog.Logger, st *replication.Status, met *metrics.Metrics) {
+	if st == nil {
+		return
+	}
+	met.SetReplication(*st)
+	attrs := []any{"mode", string(st.Mode), "replicas", st.Replicas, "synchronous", st.Synchronous,
+		"sync_replicas", st.SyncReplicas, "detail", st.Detail}
+	if st.Warn() {
+		log.Warn("idem: store replication: "+st.Promise(), attrs...)
+		return
+	}
+	log.Info("idem: store replication: "+st.Promise(), attrs...)
 }
 
 // drain keeps serving for drain_delay while /readyz answers 503, so that

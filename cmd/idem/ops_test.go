@@ -146,6 +146,7 @@ func TestMetricsFromTheStart(t *testing.T) {
 		`idem_store_operation_duration_seconds_count{operation="complete",result="lease_lost"} 0`,
 		`idem_store_operation_duration_seconds_count{operation="reserve",result="error"} 0`,
 		"idem_reservations_freed_total 0",
+		"idem_store_records_lost_total 0",
 	} {
 		if !strings.Contains(m, "\n"+want+"\n") {
 			t.Errorf("/metrics lacks %s", want)

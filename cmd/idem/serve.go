@@ -217,7 +217,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	tracker := &gateway.Tracker{}
 	redact := printed(cfg, ring, log)
 	s.eng = idem.New(tracker.Wrap(met.WrapStore(engStore)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed),
-		idem.WithRedactor(redact), idem.WithLegacyReads(cfg.LegacyReadsEnabled()))
+		idem.WithOnRecordLost(met.RecordLost), idem.WithRedactor(redact), idem.WithLegacyReads(cfg.LegacyReadsEnabled()))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -258,6 +258,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 		attrs = append(attrs, "admin_addr", s.adminLn.Addr().String())
 	}
 	logStart(log, cfg)
+	logReplication(log, s.opened.Replication, met)
 	log.Info("idem gateway listening", attrs...)
 	log.Info("idem: tenants", "source", built.TenantSource)
 	if cfg.LegacyReadsEnabled() {

@@ -22,6 +22,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/gateway/inspect"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/replication"
 )
 
 // Releaser frees a key whose outcome is unknown, or whose holder's lease
@@ -46,6 +47,10 @@ const notReleasable = "the key's outcome is known or its holder is still working
 type AdminOptions struct {
 	// Store is probed by /readyz and read by /api/keys. Required.
 	Store store.Store
+	// Replication, when set, is how the store replicates (read at start):
+	// /api/stats carries it, and the admin page says what a failover
+	// would do to the promise.
+	Replication *replication.Status
 	// Metrics serves /metrics; nil means no /metrics.
 	Metrics http.Handler
 	// Gatherer is read by /api/stats, the admin page's numbers; nil means
@@ -420,10 +425,23 @@ type Stats struct {
 	Totals   map[string]int64 `json:"totals"`
 	// Store is the store operations' latency histogram, all operations
 	// together.
-	Store          Histogram        `json:"store"`
-	InProgress     []TrackedKey     `json:"in_progress"`
+	Store      Histogram    `json:"store"`
+	InProgress []TrackedKey `json:"in_progress"`
+	// Replication is how the store replicates and what a failover would
+	// do to the promise; absent for stores without replicas to tell of.
+	Replication    *ReplicationInfo `json:"replication,omitempty"`
 	OutcomeUnknown []TrackedKey     `json:"outcome_unknown"`
 	Conflicts      map[string]int64 `json:"conflicts"`
+}
+
+// ReplicationInfo is replication.Status as /api/stats carries it.
+type ReplicationInfo struct {
+	Mode         string `json:"mode"`
+	Replicas     int    `json:"replicas"`
+	Synchronous  int    `json:"synchronous"`
+	SyncReplicas int    `json:"sync_replicas"`
+	Promise      string `json:"promise"`
+	Warn         bool   `json:"warn"`
 }
 
 // Histogram is a cumulative histogram.
@@ -443,6 +461,7 @@ var totals = map[string]string{
 	"pass_throughs":   "idem_pass_throughs_total",
 	"unprotected":     "idem_unprotected_total",
 	"upstream_errors": "idem_upstream_errors_total",
+	"records_lost":    "idem_store_records_lost_total",
 }
 
 func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
@@ -454,6 +473,10 @@ func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.o.Draining != nil {
 		s.Draining = a.o.Draining.Load()
+	}
+	if st := a.o.Replication; st != nil {
+		s.Replication = &ReplicationInfo{Mode: string(st.Mode), Replicas: st.Replicas, Synchronous: st.Synchronous,
+			SyncReplicas: st.SyncReplicas, Promise: st.Promise(), Warn: st.Warn()}
 	}
 	if a.o.Gatherer != nil {
 		mfs, err := a.o.Gatherer.Gather()

@@ -25,6 +25,7 @@ import (
 	pebblestore "github.com/idem-dev/idem/store/pebble"
 	"github.com/idem-dev/idem/store/postgres"
 	redisstore "github.com/idem-dev/idem/store/redis"
+	"github.com/idem-dev/idem/store/replication"
 	s3store "github.com/idem-dev/idem/store/s3"
 )
 
@@ -142,7 +143,8 @@ func Parse(dsn string) (DSN, error) {
 			q.Del(k)
 		}
 	}
-	known := map[string][]string{Postgres: {"schema", "table"}, Redis: {"prefix", "flush_delay", "connections"}, RedisCluster: {"prefix"}}[d.Kind]
+	known := map[string][]string{Postgres: {"schema", "table", "sync_replicas", "sync_timeout"},
+		Redis: {"prefix", "flush_delay", "connections", "sync_replicas", "sync_timeout"}, RedisCluster: {"prefix", "sync_replicas", "sync_timeout"}}[d.Kind]
 	for k := range d.Params {
 		if !contains(known, k) {
 			if len(known) == 0 {
@@ -150,6 +152,9 @@ func Parse(dsn string) (DSN, error) {
 			}
 			return d, fmt.Errorf("store %q: %w: unknown parameter idem_%s (want idem_%s)", Redact(dsn), ErrMalformed, k, strings.Join(known, ", idem_"))
 		}
+	}
+	if _, err := d.syncReplicas(); err != nil {
+		return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
 	}
 	if d.Kind != Postgres { // pgx reads its own parameters strictly
 		for k, vs := range q {
@@ -315,7 +320,7 @@ func checkRedisParams(u *url.URL) error {
 			case "pool_size", "read_timeout", "min_idle_conns", "password", "username":
 				why = " (a go-redis parameter; this client does not read it)"
 			}
-			return fmt.Errorf("unknown parameter %s%s: want %s, or idem_prefix, idem_flush_delay, idem_connections", k, why, strings.Join(redisParams, ", "))
+			return fmt.Errorf("unknown parameter %s%s: want %s, or idem_prefix, idem_flush_delay, idem_connections, idem_sync_replicas, idem_sync_timeout", k, why, strings.Join(redisParams, ", "))
 		}
 	}
 	if v := q.Get("protocol"); q.Has("protocol") && v != "2" && v != "3" {
@@ -372,6 +377,9 @@ type Options struct {
 type Opened struct {
 	store.Store
 	DSN DSN
+	// Replication is how the store's server replicates, read at Open, for
+	// the stores that tell (PostgreSQL, Redis); nil for the others.
+	Replication *replication.Status
 	// closers run after the store's Close, in order (pools, clients).
 	closers []func()
 }
@@ -425,11 +433,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		}
 		return &Opened{Store: s, DSN: d}, nil
 	case Postgres:
-		return openPostgres(ctx, d, opts)
+		return replicated(ctx, d)(openPostgres(ctx, d, opts))
 	case Redis:
-		return openRedis(ctx, d)
+		return replicated(ctx, d)(openRedis(ctx, d))
 	case RedisCluster:
-		return openRedisCluster(ctx, d)
+		return replicated(ctx, d)(openRedisCluster(ctx, d))
 	case S3:
 		return openS3(ctx, d)
 	case DynamoDB:
@@ -439,7 +447,62 @@ func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 }
 
 func (d DSN) postgresOptions() postgres.Options {
-	return postgres.Options{Schema: d.Params["schema"], Table: d.Params["table"]}
+	n, _ := d.syncReplicas()
+	return postgres.Options{Schema: d.Params["schema"], Table: d.Params["table"], SyncReplicas: n.replicas, SyncTimeout: n.timeout}
+}
+
+// syncSetting is idem_sync_replicas and idem_sync_timeout.
+type syncSetting struct {
+	replicas int
+	timeout  time.Duration
+}
+
+// syncReplicas reads idem_sync_replicas (how many replicas every write
+// waits for) and idem_sync_timeout (for how long).
+func (d DSN) syncReplicas() (syncSetting, error) {
+	var n syncSetting
+	if v, ok := d.Params["sync_replicas"]; ok {
+		var err error
+		if n.replicas, err = strconv.Atoi(v); err != nil || n.replicas < 0 || n.replicas > 64 {
+			return n, fmt.Errorf("idem_sync_replicas=%q: want how many replicas every write waits for, from 0 to 64", v)
+		}
+	}
+	if v, ok := d.Params["sync_timeout"]; ok {
+		var err error
+		if n.timeout, err = time.ParseDuration(v); err != nil || n.timeout <= 0 || n.timeout > time.Minute {
+			return n, fmt.Errorf("idem_sync_timeout=%q: want a duration above 0 and at most 1m, e.g. 2s", v)
+		}
+		if n.replicas == 0 {
+			return n, fmt.Errorf("idem_sync_timeout bounds the wait for idem_sync_replicas, which is not set: set it or remove idem_sync_timeout")
+		}
+	}
+	return n, nil
+}
+
+// replicated reads how an opened store's server replicates
+// (replication.Reporter) into Opened.Replication, and refuses a store
+// whose idem_sync_replicas the server cannot satisfy, or cannot be shown
+// to.
+func replicated(ctx context.Context, d DSN) func(*Opened, error) (*Opened, error) {
+	return func(o *Opened, err error) (*Opened, error) {
+		if err != nil {
+			return nil, err
+		}
+		r, ok := o.Store.(replication.Reporter)
+		if !ok {
+			return o, nil
+		}
+		st, err := r.Replication(ctx)
+		if err != nil {
+			if n, _ := d.syncReplicas(); n.replicas > 0 || errors.Is(err, replication.ErrUnsatisfiable) {
+				_ = o.Close()
+				return nil, fmt.Errorf("store %s: %w", d, err)
+			}
+			st = replication.Status{Mode: replication.Unknown, Detail: err.Error()}
+		}
+		o.Replication = &st
+		return o, nil
+	}
 }
 
 func pgPool(ctx context.Context, d DSN) (*pgxpool.Pool, error) {
@@ -549,12 +612,17 @@ func openRedis(ctx context.Context, d DSN) (*Opened, error) {
 		client.Close()
 		return nil, fmt.Errorf("store %s: cannot connect: %w", d, err)
 	}
-	s, err := redisstore.NewRueidis(client, redisstore.Options{Prefix: d.Params["prefix"]})
+	s, err := redisstore.NewRueidis(client, d.redisOptions())
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
 	return &Opened{Store: s, DSN: d, closers: []func(){client.Close}}, nil
+}
+
+func (d DSN) redisOptions() redisstore.Options {
+	n, _ := d.syncReplicas()
+	return redisstore.Options{Prefix: d.Params["prefix"], SyncReplicas: n.replicas, SyncTimeout: n.timeout}
 }
 
 func openRedisCluster(ctx context.Context, d DSN) (*Opened, error) {
@@ -578,7 +646,7 @@ func openRedisCluster(ctx context.Context, d DSN) (*Opened, error) {
 		client.Close()
 		return nil, fmt.Errorf("store %s: the cluster is not ready (cluster_state is not ok); check redis-cli --cluster check", d)
 	}
-	s, err := redisstore.New(client, redisstore.Options{Prefix: d.Params["prefix"]})
+	s, err := redisstore.New(client, d.redisOptions())
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("store %s: %w", d, err)

@@ -113,6 +113,11 @@ func TestParseRefused(t *testing.T) {
 		{"postgresql:h/db", `write "postgresql://h/db"`, ErrMalformed},
 		{"postgres", "postgres names no host; write postgres://USER:PASSWORD@HOST:5432/DB", ErrMalformed},
 		{"s3:bucket/prefix", `write "s3://bucket/prefix"`, ErrMalformed},
+		// sync_replicas: a count, and a timeout only beside it.
+		{"redis://h:6379?idem_sync_replicas=one", `idem_sync_replicas="one": want how many replicas every write waits for`, ErrMalformed},
+		{"postgres://h/db?idem_sync_replicas=-1", `idem_sync_replicas="-1"`, ErrMalformed},
+		{"postgres://h/db?idem_sync_replicas=1&idem_sync_timeout=soon", `idem_sync_timeout="soon"`, ErrMalformed},
+		{"redis-cluster://h:7000?idem_sync_timeout=1s", "idem_sync_timeout bounds the wait for idem_sync_replicas, which is not set", ErrMalformed},
 		// No host: the drivers fill in localhost and their default port.
 		{"redis://", "it names no host, which the client would read as localhost:6379; write redis://127.0.0.1", ErrMalformed},
 		{"redis://:6390", "write redis://127.0.0.1:6390", ErrMalformed},
@@ -140,7 +145,7 @@ func TestParseRefused(t *testing.T) {
 		{"redis://h/x", `invalid database number: "x"`, ErrMalformed},
 		{"redis-cluster://h:7000/2", `a Redis Cluster has no databases, so the path "/2" means nothing; remove it`, ErrMalformed},
 		{"redis-cluster://h:7000?pool_sise=3", "unexpected option: pool_sise", ErrMalformed},
-		{"postgres://h/db?idem_prefix=x", "unknown parameter idem_prefix (want idem_schema, idem_table)", ErrMalformed},
+		{"postgres://h/db?idem_prefix=x", "unknown parameter idem_prefix (want idem_schema, idem_table, idem_sync_replicas, idem_sync_timeout)", ErrMalformed},
 		{"postgres://h/db?idem_schema=", "parameter idem_schema is empty", ErrMalformed},
 		{"postgres://h/db?idem_schema=a&idem_schema=b", "parameter idem_schema is given 2 times; give it once", ErrMalformed},
 		{"s3://bucket/p?idem_prefix=x", "unknown parameter idem_prefix (an s3 store takes none)", ErrMalformed},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/replication"
 )
 
 // Metrics is a registry with idem's collectors. Its zero value is not
@@ -29,6 +30,9 @@ type Metrics struct {
 	upstream    *prometheus.CounterVec
 	storeOps    *prometheus.HistogramVec
 	freed       prometheus.Counter
+	lost        prometheus.Counter
+	replication *prometheus.GaugeVec
+	replicas    *prometheus.GaugeVec
 }
 
 // New returns metrics registered in a new registry, with the Go and process
@@ -53,6 +57,12 @@ func New(routes ...string) *Metrics {
 		upstream:    counter("upstream_errors_total", "Upstream calls that failed: unreachable (nothing sent), timeout or error.", "kind"),
 		freed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idem", Name: "reservations_freed_total",
 			Help: "Reservations whose answer was lost (the store applied them, the connection broke before the answer came back), freed so that the key's retry runs at once."}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idem", Name: "store_records_lost_total",
+			Help: "Records the store lost under their holder (a completion found no record: a failover to a replica that never had it). Its retry runs the key again; set sync_replicas."}),
+		replication: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "idem", Name: "store_replication",
+			Help: "How the store's server replicates, read at start: 1 for its mode (none, async, sync, unknown), 0 for the others. async or unknown: a failover may lose the last writes."}, []string{"mode"}),
+		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "idem", Name: "store_replicas",
+			Help: "The store's replicas at start: connected, and synchronous (every write waits for them)."}, []string{"kind"}),
 		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "idem",
 			Name:      "store_operation_duration_seconds",
@@ -61,7 +71,7 @@ func New(routes ...string) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"operation", "result"}),
 	}
-	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.freed, m.storeOps,
+	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.freed, m.lost, m.replication, m.replicas, m.storeOps,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.precreate(routes)
@@ -123,6 +133,23 @@ func (m *Metrics) precreate(routes []string) {
 // ReservationFreed counts a reservation the engine freed after its answer
 // was lost (idem.WithOnFreed).
 func (m *Metrics) ReservationFreed(string) { m.freed.Inc() }
+
+// RecordLost counts a record the store lost under its holder
+// (idem.WithOnRecordLost).
+func (m *Metrics) RecordLost(string) { m.lost.Inc() }
+
+// SetReplication exposes how the store replicates (dsn.Opened.Replication).
+func (m *Metrics) SetReplication(st replication.Status) {
+	for _, mode := range replication.Modes {
+		v := 0.0
+		if mode == st.Mode {
+			v = 1
+		}
+		m.replication.WithLabelValues(string(mode)).Set(v)
+	}
+	m.replicas.WithLabelValues("connected").Set(float64(st.Replicas))
+	m.replicas.WithLabelValues("synchronous").Set(float64(st.Synchronous))
+}
 
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
