@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,13 @@ import (
 	"github.com/idem-dev/idem/store/memory"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(killChildEnv); spec != "" {
+		killChild(spec)
+		return
+	}
+	testkit.VerifyTestMain(m)
+}
 
 // serve starts the ledger on a grpc-go server over TCP, with the
 // interceptor when eng is set (without it: the control).
@@ -282,5 +289,39 @@ func TestAnswers(t *testing.T) {
 	}
 	if l.Runs("u") != 2 {
 		t.Fatalf("a released key ran %d times, want 2", l.Runs("u"))
+	}
+}
+
+// With grpc-go's own retry policy doing the retries (the interceptor only
+// attaches the key: MaxAttempts 1): its attempts resend the same
+// metadata, so racers on one key still run it once, and in_progress
+// (ABORTED) is retried after the server's pushback, until the replay.
+func TestWithGRPCRetryPolicy(t *testing.T) {
+	t.Parallel()
+	l, addr := serve(t, engine(t, idem.Policy{}))
+	const config = `{"methodConfig": [{"name": [{"service": "idem.test.Ledger"}], "retryPolicy": {
+		"maxAttempts": 5, "initialBackoff": "0.01s", "maxBackoff": "0.1s", "backoffMultiplier": 2,
+		"retryableStatusCodes": ["UNAVAILABLE", "ABORTED"]}}]}`
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(config),
+		grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.ClientOptions{MaxAttempts: 1})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	const n = 8
+	req := rpctest.Transfer("policy", 1)
+	req.Fields["sleep_ms"] = structpb.NewNumberValue(300)
+	res, errs := make([]*structpb.Struct, n), make([]error, n)
+	testkit.FanOut(n, func(i int) {
+		res[i], errs[i] = transfer(idemgrpc.WithKey(as(context.Background(), "alice"), "policy-key"), cc, req)
+	})
+	for i := range n {
+		if errs[i] != nil || rpctest.Execution(res[i]) != l.First("policy") {
+			t.Errorf("racer %d: %s; the first execution was %d", i, rpctest.Describe(res[i], errs[i]), l.First("policy"))
+		}
+	}
+	if l.Runs("policy") != 1 {
+		t.Fatalf("%d executions of one key", l.Runs("policy"))
 	}
 }
