@@ -248,6 +248,12 @@ func TestAnswers(t *testing.T) {
 		t.Fatalf("invalid key: %v", err)
 	}
 
+	// Two keys: InvalidArgument, nothing runs.
+	_, err = transfer(idemgrpc.WithKey(idemgrpc.WithKey(ctx, "k6"), "k7"), cc, rpctest.Transfer("two", 1))
+	if status.Code(err) != codes.InvalidArgument || idemgrpc.ConflictType(err) != "multiple_keys" || l.Runs("two") != 0 {
+		t.Fatalf("two keys: %v, %d runs", err, l.Runs("two"))
+	}
+
 	// in_progress: Aborted with RetryInfo and grpc-go's pushback trailer.
 	slow := rpctest.Transfer("slow", 1)
 	slow.Fields["sleep_ms"] = structpb.NewNumberValue(2000)
