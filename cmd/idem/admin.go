@@ -23,6 +23,7 @@ func (s *server) adminOptions(st store.Store, met *metrics.Metrics, tracker *gat
 	o := gateway.AdminOptions{
 		Store:    st, // sealed when a secret is set, so that inspection reads through it
 		Scope:    s.proxy.Routes().Scope,
+		KeyOf:    s.proxy.Routes().KeyOf,
 		Metrics:  met.Handler(),
 		Gatherer: met.Registry,
 		Token:    s.cfg.AdminToken,

@@ -114,9 +114,10 @@ func (c *adminClient) inspect(ctx context.Context, w io.Writer, scope, key strin
 	return err
 }
 
-// release frees scope and key.
-func (c *adminClient) release(ctx context.Context, scope, key string) error {
-	res, err := c.do(ctx, http.MethodPost, "/api/keys/release", url.Values{"scope": {scope}, "key": {key}})
+// release frees the key that q names (scope and key, or method, path,
+// header and key).
+func (c *adminClient) release(ctx context.Context, q url.Values) error {
+	res, err := c.do(ctx, http.MethodPost, "/api/keys/release", q)
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
@@ -213,13 +214,21 @@ type ReleaseCommand struct{ m *Main }
 
 // Run parses flags and releases --scope and --key.
 func (c *ReleaseCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.flagSet("release", "release --admin URL [--scope S] --key K\n\n"+
+	fs := c.m.flagSet("release", "release --admin URL [--scope S | --path P [--method M] [--tenant T | --header 'Name: value'...]] --key K\n\n"+
 		"Frees a key whose outcome is unknown (the call was started and nothing says whether it\n"+
 		"took effect) or whose holder's lease is over: its next request runs the operation again.\n"+
-		"Check the upstream first. The gateway's admin_token is required.")
+		"Check the upstream first. The gateway's admin_token is required. Name the key by its\n"+
+		"scope, or by the request as the client sent it: --path and --method, and the headers its\n"+
+		"caller is known by (--header 'X-User-ID: alice', --header 'Authorization: Bearer ...'),\n"+
+		"and the gateway's routes find the scope.")
 	af := c.m.addAdminFlags(fs)
 	scope := fs.String("scope", "", "the key's `scope` (see idem inspect -h)")
 	key := fs.String("key", "", "the idempotency `key`")
+	path := fs.String("path", "", "the request's `path`: the gateway's routes find the scope")
+	method := fs.String("method", "POST", "with --path: the request's `method`")
+	tenant := fs.String("tenant", "", "with --path: the caller's `tenant` as the tenant source gives it (a header's value)")
+	var headers headerFlags
+	fs.Var(&headers, "header", "with --path: a request `header` the caller is known by, \"Name: value\" (repeatable)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -237,9 +246,34 @@ func (c *ReleaseCommand) Run(ctx context.Context, args []string) error {
 	if ac == nil {
 		return errors.New("release: --admin URL is required: a key is released through the running gateway")
 	}
-	if err := ac.release(ctx, *scope, k); err != nil {
+	q := url.Values{"scope": {*scope}, "key": {k}}
+	what := fmt.Sprintf("scope %q", *scope)
+	if *path != "" {
+		q = url.Values{"path": {*path}, "method": {*method}, "key": {k}}
+		switch {
+		case len(headers) > 0:
+			q["header"] = headers
+		default:
+			q.Set("tenant", *tenant)
+		}
+		what = *method + " " + *path
+	}
+	if err := ac.release(ctx, q); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.m.Stdout, "released key %q (scope %q): its next request runs the operation again\n", k, *scope)
+	fmt.Fprintf(c.m.Stdout, "released key %q (%s): its next request runs the operation again\n", k, what)
+	return nil
+}
+
+// headerFlags collects repeated --header flags.
+type headerFlags []string
+
+func (h *headerFlags) String() string { return strings.Join(*h, ", ") }
+
+func (h *headerFlags) Set(v string) error {
+	if name, _, ok := strings.Cut(v, ":"); !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("want \"Name: value\", got %q", v)
+	}
+	*h = append(*h, v)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,7 +21,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/internal/gateway/inspect"
+	"github.com/idem-dev/idem/internal/httpfield"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/replication"
 )
@@ -83,6 +86,12 @@ type AdminOptions struct {
 	// Scope, when set, lets the key endpoints take method, path and tenant
 	// instead of scope, and find the scope as the proxy's routes do.
 	Scope func(method, target, tenant string) (string, bool)
+	// KeyOf, when set, lets the key endpoints take method, path and the
+	// request's own headers (header=Name:%20value, repeated) instead of
+	// scope or tenant: the scope and key the proxy's routes give such a
+	// request (idemhttp.Routes.KeyOf), for tenants an operator knows by
+	// their credentials or header rather than by their hash.
+	KeyOf func(r *http.Request) (scope, key string, err error)
 	// Redactor prints scopes and keys in the admin API's log lines and
 	// the admin page's lists: the engine's (idem.Engine.Redactor).
 	Redactor idem.Redactor
@@ -253,6 +262,9 @@ func writable(ctx context.Context, s store.Store) error {
 func (a *admin) keyParams(w http.ResponseWriter, r *http.Request) (scope, key string, ok bool) {
 	q := r.URL.Query()
 	scope, key = q.Get("scope"), strings.TrimSpace(q.Get("key"))
+	if q.Has("path") && q.Has("header") && a.o.KeyOf != nil {
+		return a.keyOfRequest(w, q)
+	}
 	if q.Has("path") && a.o.Scope != nil {
 		method := q.Get("method")
 		if method == "" {
@@ -266,6 +278,42 @@ func (a *admin) keyParams(w http.ResponseWriter, r *http.Request) (scope, key st
 	}
 	if key == "" {
 		writeProblem(w, http.StatusBadRequest, "key is required (scope too, when tenants or endpoint scopes are used)")
+		return "", "", false
+	}
+	return scope, key, true
+}
+
+// keyOfRequest finds the scope and key of the request that method, path,
+// header and key describe, as the proxy's routes do, or answers 400 or
+// 404.
+func (a *admin) keyOfRequest(w http.ResponseWriter, q url.Values) (scope, key string, ok bool) {
+	method := q.Get("method")
+	if method == "" {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequest(method, q.Get("path"), nil)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "method and path do not make a request: "+err.Error())
+		return "", "", false
+	}
+	for _, h := range q["header"] {
+		name, value, found := strings.Cut(h, ":")
+		if !found || strings.TrimSpace(name) == "" {
+			writeProblem(w, http.StatusBadRequest, "header must be \"Name: value\"")
+			return "", "", false
+		}
+		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	if k := strings.TrimSpace(q.Get("key")); k != "" {
+		req.Header.Set(idemhttp.HeaderName, httpfield.FormatKey(k))
+	}
+	scope, key, err = a.o.KeyOf(req)
+	switch {
+	case errors.Is(err, idemhttp.ErrNotCovered):
+		writeProblem(w, http.StatusNotFound, "no route covers this method and path")
+		return "", "", false
+	case err != nil:
+		writeProblem(w, http.StatusBadRequest, err.Error())
 		return "", "", false
 	}
 	return scope, key, true

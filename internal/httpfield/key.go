@@ -42,3 +42,17 @@ func ParseKey(values []string) (key string, ok bool, err error) {
 	}
 	return s, true, nil
 }
+
+// FormatKey returns key as an Idempotency-Key field value that ParseKey
+// reads back: as it is, or, when it starts with a quote, as a Structured
+// Field string.
+func FormatKey(key string) string {
+	if !strings.HasPrefix(key, `"`) {
+		return key
+	}
+	s, err := httpsfv.Marshal(httpsfv.NewItem(key))
+	if err != nil {
+		return key
+	}
+	return s
+}

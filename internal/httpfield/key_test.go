@@ -39,3 +39,12 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+func TestFormatKeyRoundTrip(t *testing.T) {
+	for _, k := range []string{"order-1", `"quoted"`, `"`, "a b", `x"y`} {
+		got, ok, err := httpfield.ParseKey([]string{httpfield.FormatKey(k)})
+		if err != nil || !ok || got != k {
+			t.Errorf("ParseKey(FormatKey(%q)) = %q, %v, %v", k, got, ok, err)
+		}
+	}
+}
