@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,34 +13,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit"
+	"github.com/idem-dev/idem/internal/testkit/testdb"
+	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/rpc/idemgrpc"
 	"github.com/idem-dev/idem/rpc/internal/rpctest"
+	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/file"
+	"github.com/idem-dev/idem/store/postgres"
 )
 
 const killChildEnv = "IDEMGRPC_KILL_CHILD"
 
-// killChild is the server the kill test kills: the ledger behind the
-// interceptor on the file store in dir, its effects appended (and synced)
-// to dir/effects, one line per execution, so that they outlive the
-// process. It stops where the parent wants to kill it and says so on its
-// stdout: "before REF" inside the handler before the effect of a ref
-// starting with "hold-", "recorded REF" once the outcome of a ref
-// starting with "kill-" is recorded and before the answer is sent; only
-// in the process whose generation (the third part of spec) ends the ref,
-// so that the restarted one answers.
+// killChild is the server the kill and process tests run as a process
+// of its own: the ledger behind the interceptor, on the file store in dir
+// (or, with dsn, the PostgreSQL store of schema), its effects appended
+// (and synced) to dir/effects, one line per execution, so that they
+// outlive the process and add up across processes. It stops where the
+// parent wants to kill it and says so on its stdout: "before REF" inside
+// the handler before the effect of a ref starting with "hold-", "recorded
+// REF" once the outcome of a ref starting with "kill-" is recorded and
+// before the answer is sent; only in the process whose generation ends
+// the ref, so that the restarted one answers. spec is a URL query: dir,
+// addr, gen, dsn, schema.
 func killChild(spec string) {
-	parts := strings.Split(spec, "|")
-	dir, addr, gen := parts[0], parts[1], parts[2]
+	q, err := url.ParseQuery(spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dir, addr, gen := q.Get("dir"), q.Get("addr"), q.Get("gen")
 	stopsAt := func(ref, prefix string) bool {
 		return strings.HasPrefix(ref, prefix) && strings.HasSuffix(ref, "-"+gen)
 	}
-	st, err := file.Open(filepath.Join(dir, "store"), file.Options{})
+	var st store.Store
+	if dsn := q.Get("dsn"); dsn != "" {
+		pool, perr := pgxpool.New(context.Background(), dsn)
+		if perr == nil {
+			st, err = postgres.New(pool, postgres.Options{Schema: q.Get("schema")})
+		} else {
+			err = perr
+		}
+	} else {
+		st, err = file.Open(filepath.Join(dir, "store"), file.Options{})
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -62,6 +84,7 @@ func killChild(spec string) {
 		if stopsAt(ref, "hold-") {
 			stop("before " + ref)
 		}
+		time.Sleep(time.Duration(req.Fields["sleep_ms"].GetNumberValue()) * time.Millisecond)
 		mu.Lock()
 		seq++
 		exec := os.Getpid()*1000 + seq
@@ -122,17 +145,12 @@ func effects(t *testing.T, dir, ref string) []string {
 // happens once, and its client ends with that execution's outcome.
 func TestServerKilled(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	dir, addr := t.TempDir(), freePort(t)
 	gen := 0
 	start := func() *testkit.Child {
 		gen++
-		c := testkit.StartChild(t, fmt.Sprintf("%s=%s|%s|%d", killChildEnv, dir, addr, gen))
+		spec := url.Values{"dir": {dir}, "addr": {addr}, "gen": {fmt.Sprint(gen)}}
+		c := testkit.StartChild(t, killChildEnv+"="+spec.Encode())
 		if !c.WaitLine("ready", 30*time.Second) {
 			t.Fatal("the server did not start")
 		}
@@ -179,4 +197,58 @@ func TestServerKilled(t *testing.T) {
 		})
 	}
 	kill(server)
+}
+
+// freePort returns an address of 127.0.0.1 no one listens on.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Two server processes on one PostgreSQL store, and callers racing on one
+// key through both: the call runs once across the processes, and every
+// caller ends with its outcome.
+func TestProcessesRaceOnOneKey(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.Postgres(t)
+	pool := testdb.PostgresPool(t, dsn, 2)
+	schema := fmt.Sprintf("idem_rpc_%d_%d", os.Getpid(), time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := postgres.Migrate(ctx, pool, postgres.Options{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	dir := t.TempDir()
+	var conns []*grpc.ClientConn
+	for i := range 2 {
+		addr := freePort(t)
+		spec := url.Values{"dir": {dir}, "addr": {addr}, "gen": {fmt.Sprint(i)}, "dsn": {dsn}, "schema": {schema}}
+		if c := testkit.StartChild(t, killChildEnv+"="+spec.Encode()); !c.WaitLine("ready", 30*time.Second) {
+			t.Fatal("a server did not start")
+		}
+		conns = append(conns, dial(t, addr, idemgrpc.ClientOptions{MaxAttempts: 30}))
+	}
+	const n = 16
+	res, errs := make([]*structpb.Struct, n), make([]error, n)
+	req := rpctest.Transfer("race", 7)
+	req.Fields["sleep_ms"] = structpb.NewNumberValue(300) // the racers find it in progress
+	testkit.FanOut(n, func(i int) {
+		ctx := idemgrpc.WithKey(as(context.Background(), "alice"), "across-processes")
+		res[i], errs[i] = transfer(ctx, conns[i%2], req, grpc.WaitForReady(true))
+	})
+	runs := effects(t, dir, "race")
+	if len(runs) != 1 {
+		t.Fatalf("%d executions across the processes: %v", len(runs), runs)
+	}
+	for i := range n {
+		if errs[i] != nil || fmt.Sprint(rpctest.Execution(res[i])) != runs[0] {
+			t.Errorf("caller %d (server %d): %s; the execution was %s", i, i%2, rpctest.Describe(res[i], errs[i]), runs[0])
+		}
+	}
 }
