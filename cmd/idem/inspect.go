@@ -26,7 +26,7 @@ func (c *InspectCommand) Run(ctx context.Context, args []string) error {
 		"TENANT|METHOD /path for the stripe and mobile profiles. --path finds it instead")
 	method := fs.String("method", "POST", "with --path: the request's `method`")
 	path := fs.String("path", "", "find the scope as the gateway's routes (--config) do for this request `path`")
-	tenant := fs.String("tenant", "", "with --path: the caller's `tenant` (as the gateway logs it; \"\" is anonymous)")
+	tenant := fs.String("tenant", "", "with --path: the caller's `tenant` (X-User-ID's value, or cred:HASH; \"\" is anonymous)")
 	key := fs.String("key", "", "the idempotency `key`")
 	if err := parse(fs, args); err != nil {
 		return err

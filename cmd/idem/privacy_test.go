@@ -6,11 +6,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/seal"
 )
 
 // The gateway, in front of the demo API over TCP, through a replay, a 422,
@@ -161,5 +165,66 @@ func TestGatewayMaxKeysPerTenant(t *testing.T) {
 	b, _ := io.ReadAll(res.Body)
 	if !strings.Contains(string(b), `idem_rejections_total{kind="too_many_keys",route="/"} 1`) {
 		t.Errorf("no refusal counted:\n%s", grepLines(string(b), "idem_rejections_total"))
+	}
+}
+
+// The hashes the gateway logs are keyed by its secret's print key, and
+// unkeyed without one, which the start-up log warns about; the secret
+// changes what is printed, never the scope: with or without it, the
+// admin API finds the record under the tenant itself.
+func TestGatewayLogsKeyedHashes(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t)
+	ring, err := seal.ParseKeyring(gwSecretOld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"", gwSecretOld} {
+		var env []string
+		want := idem.Redactor{}
+		if secret != "" {
+			env, want = []string{"IDEM_SECRET=" + secret}, idem.Redactor{MAC: ring.PrintMAC}
+		}
+		const token = "keyed-hashes-admin-token-0123"
+		g := startGatewayEnv(t, env, a.URL, t.TempDir(), "tenant: {header: X-User-ID}\nadmin_token: "+token+"\n")
+		key := "keyed-" + strconv.Itoa(len(secret))
+		send := func(body string) response {
+			return post(t, g.URL+"/charges", body, "Idempotency-Key", key, "X-User-ID", "alice")
+		}
+		send(chargeBody)
+		if r := send(`{"amount":1,"currency":"eur"}`); r.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("another body: %d %s", r.Status, r.Body)
+		}
+		req, _ := http.NewRequest("GET", g.Admin+"/api/keys?"+url.Values{"scope": {"alice"}, "key": {key}}.Encode(), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("secret %v: no record under the scope \"alice\": %d", secret != "", res.StatusCode)
+		}
+		if err := g.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		out := g.output()
+		var conflict struct{ ScopeHash, KeyHash string }
+		for _, line := range strings.Split(out, "\n") {
+			var m struct {
+				Msg       string `json:"msg"`
+				ScopeHash string `json:"scope_hash"`
+				KeyHash   string `json:"key_hash"`
+			}
+			if json.Unmarshal([]byte(line), &m) == nil && m.Msg == "idem: conflict" {
+				conflict.ScopeHash, conflict.KeyHash = m.ScopeHash, m.KeyHash
+			}
+		}
+		if conflict.ScopeHash != want.Scope("alice") || conflict.KeyHash != want.Key("alice", key) {
+			t.Errorf("secret %v: the conflict logged %+v, want %s %s", secret != "", conflict, want.Scope("alice"), want.Key("alice", key))
+		}
+		if warned := strings.Contains(out, "can check a guessed credential"); warned != (secret == "") {
+			t.Errorf("secret %v: warned of unkeyed hashes %v", secret != "", warned)
+		}
 	}
 }
