@@ -31,7 +31,7 @@ type ClientOptions struct {
 // Unknown, and connect.IsWireError tells them from the server's own),
 // Unavailable and ResourceExhausted, and idem's in_progress (after its
 // RetryInfo), store_unavailable and outcome_not_recorded. Every other answer is the call's outcome, idem's
-// conflicts included (FailedPrecondition: ConflictType names them).
+// conflicts included (FailedPrecondition: ProblemKind names them).
 // Streaming calls pass through untouched.
 func NewClientInterceptor(o ClientOptions) connect.Interceptor { return &client{o: o} }
 

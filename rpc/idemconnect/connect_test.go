@@ -250,7 +250,7 @@ func TestAnswers(t *testing.T) {
 				t.Fatalf("replay: %v %v", err, again)
 			}
 			_, err = call(ctx, c, "alice", key("k1"), rpctest.Transfer(key("a"), 2))
-			if connect.CodeOf(err) != connect.CodeFailedPrecondition || idemconnect.ConflictType(err) != "payload_mismatch" {
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition || idemconnect.ProblemKind(err) != "payload_mismatch" {
 				t.Fatalf("mismatch: %v", err)
 			}
 			var ce *connect.Error
@@ -258,7 +258,7 @@ func TestAnswers(t *testing.T) {
 				t.Fatalf("mismatch without its expiry: %v", err)
 			}
 			_, err = call(ctx, connect.NewClient[structpb.Struct, structpb.Struct](http.DefaultClient, "http://"+addr+rpctest.Procedure), "", key("k2"), rpctest.Transfer(key("b"), 1))
-			if protocol == "connect-http1" && (connect.CodeOf(err) != connect.CodeUnauthenticated || idemconnect.ConflictType(err) != "tenant_required") {
+			if protocol == "connect-http1" && (connect.CodeOf(err) != connect.CodeUnauthenticated || idemconnect.ProblemKind(err) != "tenant_required") {
 				t.Fatalf("no credentials: %v", err)
 			}
 
@@ -271,7 +271,7 @@ func TestAnswers(t *testing.T) {
 				t.Fatalf("the first call never began: %v", <-done)
 			}
 			_, err = call(ctx, c, "alice", key("k3"), slow)
-			if connect.CodeOf(err) != connect.CodeAborted || idemconnect.ConflictType(err) != "in_progress" {
+			if connect.CodeOf(err) != connect.CodeAborted || idemconnect.ProblemKind(err) != "in_progress" {
 				t.Fatalf("in progress: %v; the first: %v", err, <-done)
 			}
 			var retry *errdetails.RetryInfo

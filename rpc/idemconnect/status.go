@@ -67,12 +67,12 @@ func details(err error) []proto.Message {
 	return out
 }
 
-// ConflictType returns the kind of idem's answer err is
+// ProblemKind returns the kind of idem's answer err is
 // (docs/problems.md: "in_progress", "payload_mismatch", "key_reused",
 // "previous_failure", "outcome_unknown", "store_unavailable", ...), read
 // from its google.rpc.ErrorInfo detail, or "" when err is not one of
 // idem's.
-func ConflictType(err error) string {
+func ProblemKind(err error) string {
 	_, kind, _ := core.Classify(core.Code(connect.CodeOf(err)), details(err))
 	return kind
 }

@@ -40,7 +40,7 @@ func WithKey(ctx context.Context, key string) context.Context {
 // lost connection, or a lost answer), ResourceExhausted, and idem's
 // in_progress (after its RetryInfo), store_unavailable and
 // outcome_not_recorded. Every other answer is the call's outcome, idem's
-// conflicts included (FailedPrecondition: ConflictType names them).
+// conflicts included (FailedPrecondition: ProblemKind names them).
 //
 // With a retry policy in the service config, grpc-go retries inside each
 // attempt with the same metadata, hence the same key; set MaxAttempts to 1
@@ -71,11 +71,11 @@ func UnaryClientInterceptor(o ClientOptions) grpc.UnaryClientInterceptor {
 	}
 }
 
-// ConflictType returns the kind of idem's answer err is
+// ProblemKind returns the kind of idem's answer err is
 // (docs/problems.md: "in_progress", "payload_mismatch", "key_reused",
 // "previous_failure", "outcome_unknown", "store_unavailable", ...), read
 // from its google.rpc.ErrorInfo, or "" when err is not one of idem's.
-func ConflictType(err error) string {
+func ProblemKind(err error) string {
 	st, ok := status.FromError(err)
 	if !ok {
 		return ""

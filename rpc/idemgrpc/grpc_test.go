@@ -224,8 +224,8 @@ func TestAnswers(t *testing.T) {
 
 	// Another message with the key: FailedPrecondition payload_mismatch.
 	_, err = transfer(idemgrpc.WithKey(ctx, "k1"), cc, rpctest.Transfer("a", 2))
-	if status.Code(err) != codes.FailedPrecondition || idemgrpc.ConflictType(err) != "payload_mismatch" {
-		t.Fatalf("mismatch: %v (%q)", err, idemgrpc.ConflictType(err))
+	if status.Code(err) != codes.FailedPrecondition || idemgrpc.ProblemKind(err) != "payload_mismatch" {
+		t.Fatalf("mismatch: %v (%q)", err, idemgrpc.ProblemKind(err))
 	}
 	if ei, _ := errorInfo(t, err); ei.Reason != "PAYLOAD_MISMATCH" || ei.Domain != "idem.dev" || ei.Metadata["key_expires_at"] == "" {
 		t.Fatalf("mismatch's ErrorInfo: %v", ei)
@@ -239,18 +239,18 @@ func TestAnswers(t *testing.T) {
 
 	// A caller without credentials: Unauthenticated.
 	_, err = transfer(idemgrpc.WithKey(context.Background(), "k2"), cc, rpctest.Transfer("b", 1))
-	if status.Code(err) != codes.Unauthenticated || idemgrpc.ConflictType(err) != "tenant_required" {
+	if status.Code(err) != codes.Unauthenticated || idemgrpc.ProblemKind(err) != "tenant_required" {
 		t.Fatalf("no credentials: %v", err)
 	}
 	// An invalid key: InvalidArgument.
 	_, err = transfer(idemgrpc.WithKey(ctx, strings.Repeat("k", 300)), cc, rpctest.Transfer("b", 1))
-	if status.Code(err) != codes.InvalidArgument || idemgrpc.ConflictType(err) != "invalid_key" {
+	if status.Code(err) != codes.InvalidArgument || idemgrpc.ProblemKind(err) != "invalid_key" {
 		t.Fatalf("invalid key: %v", err)
 	}
 
 	// Two keys: InvalidArgument, nothing runs.
 	_, err = transfer(idemgrpc.WithKey(idemgrpc.WithKey(ctx, "k6"), "k7"), cc, rpctest.Transfer("two", 1))
-	if status.Code(err) != codes.InvalidArgument || idemgrpc.ConflictType(err) != "multiple_keys" || l.Runs("two") != 0 {
+	if status.Code(err) != codes.InvalidArgument || idemgrpc.ProblemKind(err) != "multiple_keys" || l.Runs("two") != 0 {
 		t.Fatalf("two keys: %v, %d runs", err, l.Runs("two"))
 	}
 
@@ -264,7 +264,7 @@ func TestAnswers(t *testing.T) {
 		t.Fatalf("the first call never began: %v", <-done)
 	}
 	_, err = transfer(idemgrpc.WithKey(ctx, "k3"), cc, slow, grpc.Trailer(&trailer))
-	if status.Code(err) != codes.Aborted || idemgrpc.ConflictType(err) != "in_progress" {
+	if status.Code(err) != codes.Aborted || idemgrpc.ProblemKind(err) != "in_progress" {
 		t.Fatalf("in progress: %v", err)
 	}
 	if _, ri := errorInfo(t, err); ri == nil || ri.RetryDelay.AsDuration() < time.Second {
