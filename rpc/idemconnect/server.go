@@ -2,6 +2,7 @@ package idemconnect
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/http"
 
@@ -20,11 +21,12 @@ import (
 // ServerOptions configure NewServerInterceptor. The zero value protects
 // every unary procedure that gets a key.
 type ServerOptions struct {
-	// Tenant identifies the caller from the request headers. nil means a
-	// hash of every credential the call carries (Authorization, Cookie,
-	// X-Api-Key, Proxy-Authorization), compared exactly; a keyed call
-	// with none is refused (Unauthenticated).
-	Tenant func(h http.Header) (string, bool)
+	// Tenant identifies the caller from the request headers (its TLS
+	// state is nil: Connect's interceptors do not see the connection).
+	// nil means a hash of every credential the call carries
+	// (Authorization, Cookie, X-Api-Key, Proxy-Authorization), compared
+	// exactly; a keyed call with none is refused (Unauthenticated).
+	Tenant func(h http.Header, cs *tls.ConnectionState) (string, bool)
 	// RequireKey refuses a unary call without a key (InvalidArgument
 	// missing_key); otherwise it passes through unprotected.
 	RequireKey bool
@@ -63,7 +65,7 @@ func (s *server) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient || s.o.Procedures != nil && !s.o.Procedures(proc) {
 			return next(ctx, req)
 		}
-		c, ok, p := core.Prepare(s.eng, &s.opts, proc, req.Header().Values(idemwire.HeaderName), req.Header(), req.Any())
+		c, ok, p := core.Prepare(s.eng, &s.opts, proc, req.Header().Values(idemwire.HeaderName), req.Header(), nil, req.Any())
 		if p != nil {
 			return nil, problem(p)
 		}

@@ -2,10 +2,13 @@ package idemgrpc
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -20,13 +23,14 @@ import (
 type ServerOptions struct {
 	// Tenant identifies the caller from the call's metadata, given as an
 	// http.Header (keys in canonical form: "authorization" is
-	// "Authorization"). nil means a hash of every credential the call
-	// carries (authorization, cookie, x-api-key, proxy-authorization),
-	// compared exactly; a keyed call with none is refused
-	// (Unauthenticated), since callers without credentials cannot be told
-	// apart. idemhttp.TenantNone-like sharing is written
-	// func(http.Header) (string, bool) { return "", true }.
-	Tenant func(h http.Header) (string, bool)
+	// "Authorization"), and the connection's TLS state (nil without TLS):
+	// the arguments of idemhttp's credential rule. nil means a hash of
+	// every credential the call carries (authorization, cookie, x-api-key,
+	// proxy-authorization), compared exactly; a keyed call with none is
+	// refused (Unauthenticated), since callers without credentials cannot
+	// be told apart. Sharing keys between all callers on purpose is
+	// func(http.Header, *tls.ConnectionState) (string, bool) { return "", true }.
+	Tenant func(h http.Header, cs *tls.ConnectionState) (string, bool)
 	// RequireKey refuses a unary call without a key (InvalidArgument
 	// missing_key); otherwise it passes through unprotected.
 	RequireKey bool
@@ -47,7 +51,7 @@ func UnaryServerInterceptor(eng *idem.Engine, o ServerOptions) grpc.UnaryServerI
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		c, ok, p := core.Prepare(eng, &opts, info.FullMethod, md.Get(core.KeyName), header(md), req)
+		c, ok, p := core.Prepare(eng, &opts, info.FullMethod, md.Get(core.KeyName), header(md), tlsState(ctx), req)
 		if p != nil {
 			return nil, problem(ctx, p)
 		}
@@ -111,6 +115,16 @@ func problem(ctx context.Context, p *core.Problem) error {
 		_ = grpc.SetTrailer(ctx, md)
 	}
 	return status.ErrorProto(p.Status())
+}
+
+// tlsState is the TLS state of the call's connection, nil without TLS.
+func tlsState(ctx context.Context) *tls.ConnectionState {
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			return &ti.State
+		}
+	}
+	return nil
 }
 
 // header is the call's metadata as an http.Header, the form the tenant

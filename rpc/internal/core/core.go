@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -148,8 +149,9 @@ func Conflict(ce *idem.ConflictError, key string) *Problem {
 // Options are what both interceptors take.
 type Options struct {
 	// Tenant identifies the caller from the request's metadata as an
-	// http.Header. nil means Credentials.
-	Tenant func(h http.Header) (string, bool)
+	// http.Header and its TLS state (nil without TLS). nil means
+	// Credentials.
+	Tenant func(h http.Header, cs *tls.ConnectionState) (string, bool)
 	// RequireKey answers InvalidArgument missing_key to a unary call
 	// without a key; otherwise such calls pass through unprotected.
 	RequireKey bool
@@ -160,7 +162,7 @@ type Options struct {
 // compared exactly, as the HTTP middleware scopes keys; a call with none
 // is refused (Unauthenticated), since callers without credentials cannot
 // be told apart and would share each other's outcomes.
-func Credentials(h http.Header) (string, bool) {
+func Credentials(h http.Header, _ *tls.ConnectionState) (string, bool) {
 	if !hasCredential(h) {
 		return "", false
 	}
@@ -188,7 +190,7 @@ func hasCredential(h http.Header) bool {
 // fingerprint (the procedure and the request's deterministic encoding) and
 // its binding (the procedure). ok is false, with no problem, for a call
 // without a key that may pass through.
-func Prepare(eng *idem.Engine, o *Options, procedure string, values []string, h http.Header, req any) (c idem.Call, ok bool, p *Problem) {
+func Prepare(eng *idem.Engine, o *Options, procedure string, values []string, h http.Header, cs *tls.ConnectionState, req any) (c idem.Call, ok bool, p *Problem) {
 	raw, present, err := httpfield.ParseKey(values)
 	switch {
 	case errors.Is(err, httpfield.ErrMultipleKeys):
@@ -213,7 +215,7 @@ func Prepare(eng *idem.Engine, o *Options, procedure string, values []string, h 
 	if tenantOf == nil {
 		tenantOf = Credentials
 	}
-	tenant, known := tenantOf(h)
+	tenant, known := tenantOf(h, cs)
 	if !known {
 		return c, false, &Problem{Code: Unauthenticated, Kind: "tenant_required", Key: key,
 			Message: "a call with an idempotency-key must carry credentials: keys are scoped by caller"}
