@@ -55,6 +55,7 @@
 //	invalid_key             InvalidArgument     the key is malformed or too long
 //	multiple_keys           InvalidArgument     more than one idempotency-key
 //	tenant_required         Unauthenticated     a keyed call without credentials
+//	unsupported_message     Unimplemented       the server's codec is not protobuf: no fingerprint, so not run
 //	store_unavailable       Unavailable + RetryInfo  the store cannot be reached; nothing ran
 //	outcome_not_recorded    Unavailable + RetryInfo  the call ran, its outcome could not be recorded; retry with the key
 //

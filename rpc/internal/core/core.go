@@ -37,6 +37,7 @@ const (
 	DeadlineExceeded   Code = 4
 	FailedPrecondition Code = 9
 	Aborted            Code = 10
+	Unimplemented      Code = 12
 	ResourceExhausted  Code = 8
 	Unavailable        Code = 14
 	Unauthenticated    Code = 16
@@ -222,7 +223,9 @@ func Prepare(eng *idem.Engine, o *Options, procedure string, values []string, h 
 	}
 	msg, isProto := req.(proto.Message)
 	if !isProto {
-		return c, false, &Problem{Code: InvalidArgument, Kind: "invalid_key", Key: key,
+		// A server whose codec is not protobuf: refused rather than run
+		// unprotected, since the caller counts on its key.
+		return c, false, &Problem{Code: Unimplemented, Kind: "unsupported_message", Key: key,
 			Message: fmt.Sprintf("idem fingerprints protobuf messages only, not %T", req)}
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
