@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,5 +57,65 @@ func TestMaxKeysPerTenant(t *testing.T) {
 	s.clock.Add(24*time.Hour + time.Second) // every record expired
 	if r := as("alice", "a3"); r.Status != http.StatusCreated || s.count("POST", "/charges", "a3") != 2 {
 		t.Errorf("alice after her records expired: %d, ran %d", r.Status, s.count("POST", "/charges", "a3"))
+	}
+}
+
+// MaxBytesPerTenant refuses a tenant's new keys once its live records
+// hold that many bytes (responses plus 1 KiB each); another tenant is
+// not held back.
+func TestMaxBytesPerTenant(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, idemhttp.Options{Tenant: idemhttp.TenantHeader("X-User-ID"), MaxBytesPerTenant: 3000},
+		func(s *server, mux *http.ServeMux) {
+			mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+				_, _ = w.Write(make([]byte, 1500))
+			}))
+		})
+	as := func(who, key string) *response {
+		return s.do("POST", "/charges", `{}`, "Idempotency-Key", key, "X-User-ID", who)
+	}
+	for _, k := range []string{"b1", "b2"} { // 2524 bytes counted after the first: under the bound
+		if r := as("alice", k); r.Status != http.StatusCreated {
+			t.Fatalf("alice %s: %d %s", k, r.Status, r.Body)
+		}
+	}
+	problem(t, as("alice", "b3"), http.StatusTooManyRequests, idemhttp.KindTooManyKeys)
+	if r := as("bob", "b3"); r.Status != http.StatusCreated {
+		t.Errorf("bob: %d %s", r.Status, r.Body)
+	}
+}
+
+// Concurrent new keys of one tenant never get past its cap: running calls
+// count as records.
+func TestMaxKeysPerTenantConcurrent(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, idemhttp.Options{Tenant: idemhttp.TenantHeader("X-User-ID"), MaxKeysPerTenant: 5},
+		func(s *server, mux *http.ServeMux) {
+			mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+			}))
+		})
+	statuses := make([]int, 40)
+	var wg sync.WaitGroup
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = s.do("POST", "/charges", `{}`, "Idempotency-Key", "c"+strconv.Itoa(i), "X-User-ID", "alice").Status
+		}()
+	}
+	wg.Wait()
+	created, refused := 0, 0
+	for _, st := range statuses {
+		switch st {
+		case http.StatusCreated:
+			created++
+		case http.StatusTooManyRequests:
+			refused++
+		}
+	}
+	if created != 5 || refused != 35 || s.total() != 5 {
+		t.Errorf("created %d, refused %d, ran %d; want 5, 35, 5", created, refused, s.total())
 	}
 }
