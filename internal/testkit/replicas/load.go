@@ -2,6 +2,7 @@ package replicas
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -44,11 +45,15 @@ type Report struct {
 	// Errors counts the calls that returned an error (a store outage, a
 	// key held by a running call), which the clients retried.
 	Errors int
+	// LeaseLost counts the calls that ran their key and were answered
+	// that its outcome was not recorded because the key was no longer
+	// theirs (ErrLeaseLost): a takeover, or a record the store lost.
+	LeaseLost int
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("%d keys, %d executions, %d ran twice %v, %d outcomes changed %v, %d unanswered, %d errors retried",
-		r.Keys, r.Executions, len(r.RanTwice), r.RanTwice, len(r.Changed), r.Changed, len(r.Unanswered), r.Errors)
+	return fmt.Sprintf("%d keys, %d executions, %d ran twice %v, %d outcomes changed %v, %d unanswered, %d errors retried, %d runs not recorded for a lost lease",
+		r.Keys, r.Executions, len(r.RanTwice), r.RanTwice, len(r.Changed), r.Changed, len(r.Unanswered), r.Errors, r.LeaseLost)
 }
 
 // Load runs clients that retry keys through eng as a client of idem does
@@ -69,6 +74,7 @@ func Load(t testing.TB, eng *idem.Engine, failover func(i int), o LoadOptions) R
 		changed  = map[string]bool{}
 		unanswer []string
 		errs     atomic.Int64
+		lostRuns atomic.Int64
 		next     atomic.Int64
 		answered atomic.Int64
 	)
@@ -94,6 +100,9 @@ func Load(t testing.TB, eng *idem.Engine, failover func(i int), o LoadOptions) R
 			cancel()
 			if err != nil {
 				errs.Add(1)
+				if res.NotRecorded && errors.Is(err, idem.ErrLeaseLost) {
+					lostRuns.Add(1)
+				}
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
@@ -140,7 +149,7 @@ func Load(t testing.TB, eng *idem.Engine, failover func(i int), o LoadOptions) R
 	for i := range o.Keys {
 		ask(keyOf(i))
 	}
-	r := Report{Keys: o.Keys, Errors: int(errs.Load()), Unanswered: unanswer}
+	r := Report{Keys: o.Keys, Errors: int(errs.Load()), Unanswered: unanswer, LeaseLost: int(lostRuns.Load())}
 	for key, n := range runs {
 		r.Executions += n
 		if n > 1 {
