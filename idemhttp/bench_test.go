@@ -66,6 +66,7 @@ func benchMiddleware(b *testing.B, tp trace.TracerProvider) {
 			for pb.Next() {
 				req := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer sk_bench")
 				if key != nil {
 					req.Header.Set("Idempotency-Key", key(seq.Add(1)))
 				}
@@ -89,6 +90,7 @@ func benchMiddleware(b *testing.B, tp trace.TracerProvider) {
 			req := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", key(i))
+			req.Header.Set("Authorization", "Bearer sk_bench")
 			h.ServeHTTP(httptest.NewRecorder(), req)
 		}
 		serve(b, h, key)

@@ -415,7 +415,7 @@ func TestUnrecordedOutcomeNotSent(t *testing.T) {
 	t.Parallel()
 	eng := idem.New(failComplete{memory.New()}, idem.Policy{CleanupInterval: -1}, quietOpt)
 	defer eng.Close()
-	mw, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet})
+	mw, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet, SharedAnonymousScope: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func TestHangUpKeepsLease(t *testing.T) {
 	defer eng.Close()
 	var runs atomic.Int32
 	started := make(chan struct{}, 1)
-	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet, SharedAnonymousScope: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
 		started <- struct{}{}
 		time.Sleep(8 * lease)

@@ -16,11 +16,13 @@ import (
 	"github.com/idem-dev/idem/store/memory"
 )
 
-// post sends a POST through h and prints status, replay header and body.
+// post sends a POST through h, as the caller Bearer sk_alice unless header
+// says otherwise, and prints status, replay header and body.
 func post(h http.Handler, path, key, body string, header ...string) {
 	req := httptest.NewRequest("POST", path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer sk_alice")
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -41,7 +43,9 @@ func charges() http.Handler {
 }
 
 // The middleware with its defaults: every POST, PUT, PATCH and DELETE with
-// an Idempotency-Key runs once; retries get the first response back. An
+// an Idempotency-Key runs once per caller (told apart by their
+// credentials); retries get the first response back, and a keyed request
+// that carries no credential gets 401. An
 // answer about an existing key says until when the key is kept
 // (key_expires_at, and the Idempotency-Key-Expires header): a day after
 // its first request ended, by default. (The engine's clock is fixed here
@@ -54,10 +58,14 @@ func Example() {
 	post(h, "/charges", "order-42", `{"amount":1000}`)
 	post(h, "/charges", "order-42", `{"amount":1000}`)
 	post(h, "/charges", "order-42", `{"amount":2000}`)
+	post(h, "/charges", "order-42", `{"amount":1000}`, "Authorization", "Bearer sk_bob")
+	post(h, "/charges", "order-42", `{"amount":1000}`, "Authorization", "")
 	// Output:
 	// 201 false {"charge":"ch_1"}
 	// 201 true {"charge":"ch_1"}
 	// 422  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#payload_mismatch","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was used with a different request body or target","idempotency_key":"order-42","conflict_type":"payload_mismatch","key_expires_at":"2025-06-02T09:30:00Z"}
+	// 201 false {"charge":"ch_2"}
+	// 401  {"type":"https://github.com/idem-dev/idem/blob/main/docs/problems.md#tenant_required","title":"Caller identity is missing","status":401,"detail":"a keyed request must carry its caller's credentials (Authorization, a cookie, an API key or a TLS client certificate), so that its key is its caller's alone","idempotency_key":"order-42"}
 }
 
 // exampleClock is the engine's clock in the examples.
@@ -163,6 +171,7 @@ func ExampleReportOutcomeUnknown() {
 	for range 2 {
 		req := httptest.NewRequest("POST", "/transfers", strings.NewReader(`{}`))
 		req.Header.Set("Idempotency-Key", "transfer-1")
+		req.Header.Set("Authorization", "Bearer sk_alice")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		fmt.Println(rec.Code)

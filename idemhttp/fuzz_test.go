@@ -31,7 +31,7 @@ func FuzzMiddleware(f *testing.F) {
 	})
 	var handlers []http.Handler
 	for _, o := range []idemhttp.Options{
-		{Logger: quiet},
+		{Logger: quiet, SharedAnonymousScope: true},
 		{Logger: quiet, Profile: idemhttp.Mobile(), Tenant: idemhttp.TenantHeader("X-User-ID")},
 		{Logger: quiet, Profile: idemhttp.WorkflowAdmin(), MaxRequestBytes: 16},
 		{Logger: quiet, Profile: idemhttp.Stripe(), Tenant: idemhttp.TenantAuthorization(), Routes: []idemhttp.Route{

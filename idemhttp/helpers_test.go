@@ -56,7 +56,18 @@ func (s *server) counting(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// newServer starts the API behind the middleware. With the default tenant,
+// keyed requests without credentials share the anonymous scope (most tests
+// are not about callers); newStrictServer keeps the default's 401.
 func newServer(t *testing.T, opts idemhttp.Options, routes func(s *server, mux *http.ServeMux)) *server {
+	t.Helper()
+	if opts.Tenant == nil {
+		opts.SharedAnonymousScope = true
+	}
+	return newStrictServer(t, opts, routes)
+}
+
+func newStrictServer(t *testing.T, opts idemhttp.Options, routes func(s *server, mux *http.ServeMux)) *server {
 	t.Helper()
 	clock := testkit.NewClock()
 	s := &server{t: t, clock: clock, store: memory.New(memory.WithClock(clock.Now)), counts: map[string]int{}}

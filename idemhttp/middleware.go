@@ -43,6 +43,8 @@ type middleware struct {
 	routes      []*route
 	mux         *http.ServeMux
 	tenant      TenantFunc
+	former      bool                // the default tenant: formerScopes finds the caller's records of before
+	formerMAC   func([]byte) string // the default tenant's hash: CredentialMAC, else HashCredential
 	maxReq      int64
 	bodyTimeout time.Duration
 	maxResp     int
@@ -71,7 +73,10 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 		maxReq: opts.MaxRequestBytes, bodyTimeout: opts.BodyReadTimeout, maxResp: opts.MaxResponseBytes,
 		reqIDHeader: opts.RequestIDHeader, log: opts.Logger, observe: opts.Observe,
 	}
-	m.withDefaults(opts.CredentialMAC)
+	if opts.SharedAnonymousScope && opts.Tenant != nil {
+		return nil, ErrSharedAnonymousScope
+	}
+	m.withDefaults(opts.CredentialMAC, opts.SharedAnonymousScope)
 	m.redact = eng.Redactor()
 	m.limit = newLimiter(opts.MaxKeysPerTenant, opts.MaxKeysAnonymous, opts.MaxBytesPerTenant, eng.Now)
 	m.trace = newTracing(opts.TracerProvider, opts.Propagators, m.redact)
@@ -98,7 +103,7 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 	return &Routes{m: m}, nil
 }
 
-func (m *middleware) withDefaults(mac func([]byte) string) {
+func (m *middleware) withDefaults(mac func([]byte) string, sharedAnonymous bool) {
 	if m.maxReq <= 0 {
 		m.maxReq = 10 << 20
 	}
@@ -117,7 +122,16 @@ func (m *middleware) withDefaults(mac func([]byte) string) {
 		m.log = slog.Default()
 	}
 	if m.tenant == nil {
-		m.tenant = TenantFromHeadersMAC(mac, "Authorization")
+		if mac == nil {
+			mac = HashCredential
+		}
+		m.tenant = func(r *http.Request) (string, bool) {
+			if b := credentialLines(r.Header, r.TLS); b != nil {
+				return "cred:" + mac(b), true
+			}
+			return "", sharedAnonymous // "": the anonymous scope
+		}
+		m.former, m.formerMAC = true, mac
 	}
 }
 

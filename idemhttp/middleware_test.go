@@ -420,7 +420,7 @@ func TestStoreUnavailable(t *testing.T) {
 	run := func(p idem.Policy) (*response, int) {
 		var n atomic.Int32
 		eng := idem.New(downStore{memory.New()}, p, quietOpt)
-		mw, _ := idemhttp.New(eng, idemhttp.Options{Logger: quiet})
+		mw, _ := idemhttp.New(eng, idemhttp.Options{Logger: quiet, SharedAnonymousScope: true})
 		ts := newTestServer(t, mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n.Add(1)
 			w.WriteHeader(201)

@@ -52,13 +52,21 @@ type Options struct {
 	Routes []Route
 	// Profile is the profile of routes that name none; nil means IETF().
 	Profile *Profile
-	// Tenant identifies the caller. nil means a hash of the caller's
-	// credentials (the Authorization header, its scheme's case and white
-	// space normalised; CredentialMAC, when set, keys the hash), so that
-	// two callers never share a key; a request without credentials is in
-	// the anonymous scope. TenantNone shares every key between all callers on purpose.
-	// A TenantFunc that reports no tenant makes a keyed request a 401.
+	// Tenant identifies the caller. nil means TenantCredentials: a hash of
+	// every credential the request carries (CallerCredentialHeaders() and
+	// the TLS client certificate, compared exactly but for the case of an
+	// Authorization scheme), so that two callers never share a key; a
+	// keyed request that carries none gets 401 tenant_required, unless
+	// SharedAnonymousScope is set. TenantNone shares every key between all
+	// callers on purpose. A TenantFunc that reports no tenant makes a
+	// keyed request a 401.
 	Tenant TenantFunc
+	// SharedAnonymousScope puts the keyed requests that carry no
+	// credential in one scope shared by all of them, instead of answering
+	// them 401: for an API that identifies no caller, where any two
+	// clients sending one key share its outcome. Only with the default
+	// Tenant (New refuses it with another: ErrSharedAnonymousScope).
+	SharedAnonymousScope bool
 	// CredentialMAC keys the hash of credentials of the default tenant (nil
 	// Tenant) and of TenantFromHeadersMAC. nil means SHA-256 with a domain
 	// prefix. The tenant is part of a record's scope, so a MAC here must
@@ -144,6 +152,10 @@ var defaultKeepHeaders = []string{
 }
 
 var credentialHeaders = []string{"Set-Cookie", "Authorization", "Proxy-Authorization"}
+
+// ErrSharedAnonymousScope: Options.SharedAnonymousScope is set with a
+// Tenant of its own, which decides itself who is anonymous.
+var ErrSharedAnonymousScope = errors.New("idemhttp: SharedAnonymousScope applies to the default tenant only; a TenantFunc puts a caller in the anonymous scope by returning \"\", true")
 
 // ErrCredentialHeader: Options.KeepHeaders names a credential header.
 var ErrCredentialHeader = errors.New("idemhttp: keep_headers names a credential header; a replay would hand it to anyone holding the key (set AllowCredentialHeaders to force it)")

@@ -54,7 +54,7 @@ func TestPooledAttemptsNeverShared(t *testing.T) {
 	})
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	defer eng.Close()
-	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet, KeepHeaders: []string{"X-Key", "X-Many"}})(handler)
+	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet, SharedAnonymousScope: true, KeepHeaders: []string{"X-Key", "X-Many"}})(handler)
 
 	check := func(key string) error {
 		req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"key":"`+key+`"}`))
@@ -120,7 +120,7 @@ func TestPooledAttemptsNeverShared(t *testing.T) {
 func TestHandlerRequestIsItsOwn(t *testing.T) {
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	defer eng.Close()
-	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet, SharedAnonymousScope: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Request-Id") == "" || r.Header.Get(idemhttp.TokenHeader) == "" || r.Header.Get(idemhttp.TokenHeader) == "999" {
 			t.Errorf("handler headers: %v", r.Header)
 		}

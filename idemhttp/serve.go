@@ -100,7 +100,11 @@ func (x *exchange) newCall() *Problem {
 	}
 	tenant, ok := x.m.tenant(x.r)
 	if !ok {
-		return &Problem{Kind: KindTenantRequired, Key: key, Detail: "a keyed request must identify its caller"}
+		detail := "a keyed request must identify its caller, so that its key is its caller's alone"
+		if x.m.former {
+			detail = "a keyed request must carry its caller's credentials (Authorization, a cookie, an API key or a TLS client certificate), so that its key is its caller's alone"
+		}
+		return &Problem{Kind: KindTenantRequired, Key: key, Detail: detail}
 	}
 	body, p := x.m.readBody(x.w, x.r)
 	if p != nil {
@@ -112,12 +116,16 @@ func (x *exchange) newCall() *Problem {
 		reqID = httpfield.NewRequestID()
 	}
 	x.body, x.tenant = body, tenant
+	scope := x.rt.Scope(x.r, tenant)
 	x.call = idem.Call{
-		Scope:       x.rt.Scope(x.r, tenant),
+		Scope:       scope,
 		Key:         key,
 		Fingerprint: x.rt.Fingerprint(x.r, body),
 		Binding:     x.rt.Binding(x.r),
 		RequestID:   reqID,
+	}
+	if x.m.former {
+		x.call.FormerScopes = x.formerScopes(scope)
 	}
 	return nil
 }

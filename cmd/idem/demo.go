@@ -98,17 +98,21 @@ Try these in another terminal.
 1. A charge, then its retry: the retry is replayed (Idempotent-Replayed: true,
    same charge id, Original-Request-Id), not charged again.
 
-   curl -i -X POST {{.GW}}/charges -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"amount": 1000, "currency": "eur"}'
-   curl -i -X POST {{.GW}}/charges -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"currency":"eur","amount":1000}'
+   curl -i -X POST {{.GW}}/charges -H 'Authorization: Bearer sk_demo' -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"amount": 1000, "currency": "eur"}'
+   curl -i -X POST {{.GW}}/charges -H 'Authorization: Bearer sk_demo' -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"currency":"eur","amount":1000}'
 
 2. The same key with another request is refused: 422, conflict_type payload_mismatch.
+   Another caller's order-1 is its own (it runs); a keyed request without
+   credentials gets 401 tenant_required.
 
-   curl -i -X POST {{.GW}}/charges -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"amount": 9999, "currency": "eur"}'
+   curl -i -X POST {{.GW}}/charges -H 'Authorization: Bearer sk_demo' -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"amount": 9999, "currency": "eur"}'
+   curl -i -X POST {{.GW}}/charges -H 'Authorization: Bearer sk_other' -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"amount": 1000, "currency": "eur"}'
+   curl -i -X POST {{.GW}}/charges -H 'Idempotency-Key: order-1' -H 'Content-Type: application/json' -d '{"amount": 1000, "currency": "eur"}'
 
 3. A race: 20 parallel requests with one key (the API takes 500 ms). One runs,
    the others get 409 in_progress; the API counts one execution.
 
-   (for i in $(seq 20); do curl -s -o /dev/null -w '%{http_code}\n' -X POST '{{.GW}}/charges?delay=500ms' -H 'Idempotency-Key: race-1' -H 'Content-Type: application/json' -d '{"amount": 500, "currency": "eur"}' & done; wait) | sort | uniq -c
+   (for i in $(seq 20); do curl -s -o /dev/null -w '%{http_code}\n' -X POST '{{.GW}}/charges?delay=500ms' -H 'Authorization: Bearer sk_demo' -H 'Idempotency-Key: race-1' -H 'Content-Type: application/json' -d '{"amount": 500, "currency": "eur"}' & done; wait) | sort | uniq -c
    curl -s {{.GW}}/stats
 
 4. The same retry straight to the API, without idem, charges twice:
@@ -119,7 +123,7 @@ Try these in another terminal.
 5. A failure (the API answers 500) is not kept: each retry runs again
    (/stats shows order-3 twice). A 409 would be kept and replayed.
 
-   for i in 1 2; do curl -s -X POST '{{.GW}}/charges?status=500' -H 'Idempotency-Key: order-3' -H 'Content-Type: application/json' -d '{"amount": 1}'; done
+   for i in 1 2; do curl -s -X POST '{{.GW}}/charges?status=500' -H 'Authorization: Bearer sk_demo' -H 'Idempotency-Key: order-3' -H 'Content-Type: application/json' -d '{"amount": 1}'; done
    curl -s {{.GW}}/stats
 
 6. What the gateway counted:

@@ -217,9 +217,17 @@ func startGateway(t *testing.T, upstream, dir, yaml string, extra ...string) *gw
 }
 
 // startGatewayEnv is startGateway with env added to the gateway's
-// environment.
+// environment. Unless yaml says where tenants come from (tenant: or
+// anonymous:), keyed requests without credentials share the anonymous
+// scope (anonymous: shared): most tests are not about callers.
 func startGatewayEnv(t *testing.T, env []string, upstream, dir, yaml string, extra ...string) *gw {
 	t.Helper()
+	if !strings.Contains(yaml, "tenant:") && !strings.Contains(yaml, "anonymous:") {
+		if yaml != "" && !strings.HasSuffix(yaml, "\n") {
+			yaml += "\n"
+		}
+		yaml += "anonymous: shared\n"
+	}
 	args := []string{"serve", "--upstream", upstream, "--listen", "127.0.0.1:0",
 		"--admin-listen", "127.0.0.1:0", "--log-format", "json"}
 	if dir != "" {

@@ -260,7 +260,11 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	logStart(log, cfg)
 	logReplication(log, s.opened.Replication, met)
 	log.Info("idem gateway listening", attrs...)
-	log.Info("idem: tenants", "source", built.TenantSource)
+	if built.Options.SharedAnonymousScope {
+		log.Warn("idem: tenants: keyed requests without credentials share one scope (anonymous: shared): any two such clients sending one key get one outcome", "source", built.TenantSource)
+	} else {
+		log.Info("idem: tenants", "source", built.TenantSource)
+	}
 	if cfg.LegacyReadsEnabled() {
 		log.Info("idem: legacy reads on: a first call whose scope holds ':' or '%' also looks for its record under the identity earlier versions gave it; set legacy_reads: false once one TTL has passed since the last earlier gateway stopped")
 	}

@@ -348,6 +348,7 @@ func TestUpstreamBodyError(t *testing.T) {
 	defer gw.Close()
 	req, _ := http.NewRequest("POST", gw.URL+"/charges", strings.NewReader(`{}`))
 	req.Header.Set("Idempotency-Key", "cut-1")
+	req.Header.Set("Authorization", "Bearer sk_alice")
 	req.Header.Set("X-Request-Id", "req-cut-1")
 	if res, err := http.DefaultClient.Do(req); err == nil {
 		io.Copy(io.Discard, res.Body)

@@ -114,6 +114,7 @@ func benchServer(b *testing.B, front *httptest.Server, key func(int64) string) {
 func send(b *testing.B, client *http.Client, base, key string) {
 	req, _ := http.NewRequest("POST", base+"/charges", strings.NewReader(`{"amount":1000,"currency":"eur","customer":"cus_123"}`))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk_bench")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}

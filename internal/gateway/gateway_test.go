@@ -52,9 +52,15 @@ func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// mustProxy makes the proxy; with the default tenant, keyed requests
+// without credentials share the anonymous scope (most tests are not about
+// callers; tenant_test.go's are).
 func mustProxy(t *testing.T, o Options) *Proxy {
 	t.Helper()
 	o.Logger = quiet
+	if o.Middleware.Tenant == nil && !o.Middleware.SharedAnonymousScope {
+		o.Middleware.SharedAnonymousScope = true
+	}
 	p, err := New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ func call(tb testing.TB, h http.Handler, key string) *httptest.ResponseRecorder 
 	r := httptest.NewRequest("POST", app.PathOperation, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Idempotency-Key", key)
+	r.Header.Set("Authorization", "Bearer sk_bench")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	if w.Code != http.StatusCreated {

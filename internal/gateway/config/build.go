@@ -35,15 +35,6 @@ func (b *Built) Patterns() []string {
 	return out
 }
 
-// credentialMAC keys credential hashes with Options.CredentialMAC as it is
-// when a request comes (the command sets it from the secret after Build).
-func (b *Built) credentialMAC(x []byte) string {
-	if b.Options.CredentialMAC != nil {
-		return b.Options.CredentialMAC(x)
-	}
-	return idemhttp.HashCredential(x)
-}
-
 // Build turns the policy parts of c into middleware options. Every route
 // gets an explicit policy, so that cleanup_interval reaches all of them.
 func (c *Config) Build() (*Built, error) {
@@ -85,7 +76,11 @@ func (c *Config) Build() (*Built, error) {
 			b.Options.MaxKeysAnonymous = -1 // off, as 0 means in the file
 		}
 	}
-	b.Options.Tenant, b.TenantSource = c.Tenant.build(b.credentialMAC)
+	b.Options.SharedAnonymousScope = c.Anonymous == AnonymousShared
+	b.Options.Tenant, b.TenantSource, err = c.Tenant.build(b.Options.SharedAnonymousScope)
+	if err != nil {
+		errs = append(errs, err)
+	}
 
 	routes := c.Routes
 	if len(routes) == 0 {

@@ -36,6 +36,12 @@ const (
 	DefaultMaxBytesPerTenant = 256 << 20
 )
 
+// The values of anonymous:.
+const (
+	AnonymousRefuse = "refuse"
+	AnonymousShared = "shared"
+)
+
 // Config is the gateway's configuration file. Pointer and zero fields mean
 // "not set": Validate and Build fill in the defaults.
 type Config struct {
@@ -62,6 +68,10 @@ type Config struct {
 	AdminToken string `yaml:"admin_token"`
 	// Tenant says where the caller's identity comes from.
 	Tenant *Tenant `yaml:"tenant"`
+	// Anonymous says what the default tenant (no tenant) does with a keyed
+	// request that carries no credential: refuse (401, the default) or
+	// shared (one anonymous scope shared by every such request).
+	Anonymous string `yaml:"anonymous"`
 	// Defaults is the policy of every route, and of the catch-all route
 	// used when Routes is empty.
 	Defaults Policy `yaml:"defaults"`
@@ -311,6 +321,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Tenant != nil {
 		errs = append(errs, c.Tenant.validate())
+	}
+	switch {
+	case c.Anonymous != "" && c.Anonymous != AnonymousRefuse && c.Anonymous != AnonymousShared:
+		add("anonymous %q: want refuse (401 for a keyed request without credentials, the default) or shared (one scope for all of them)", c.Anonymous)
+	case c.Anonymous == AnonymousShared && c.Tenant != nil:
+		add("anonymous: shared applies to the default tenant only: with tenant: none every caller shares already, and a request without a tenant source gets 401; remove one of them")
 	}
 	for _, h := range c.KeepHeaders {
 		if !validHeaderName(h) {

@@ -94,13 +94,10 @@ func TestDefaults(t *testing.T) {
 	if len(b.Options.Routes) != 1 || b.Options.Routes[0].Pattern != "/" {
 		t.Fatalf("want one catch-all route, got %+v", b.Options.Routes)
 	}
-	// Without tenant config, callers are scoped by a hash of their
-	// credentials, and callers without credentials share one scope.
-	anon, _ := b.Options.Tenant(httptest.NewRequest("POST", "/", nil))
-	r := httptest.NewRequest("POST", "/", nil)
-	r.Header.Set("Authorization", "Bearer x")
-	if id, ok := b.Options.Tenant(r); !ok || id == anon || strings.Contains(id, "x") && !strings.HasPrefix(id, "cred:") {
-		t.Errorf("default tenant = %q, %v (anonymous %q)", id, ok, anon)
+	// Without tenant config, the middleware's default: a hash of every
+	// credential, a keyed request with none refused.
+	if b.Options.Tenant != nil || b.Options.SharedAnonymousScope || !strings.Contains(b.TenantSource, "gets 401") {
+		t.Errorf("default tenant: %v, shared %v, %q", b.Options.Tenant != nil, b.Options.SharedAnonymousScope, b.TenantSource)
 	}
 	p := b.Options.Routes[0].Policy.WithDefaults()
 	if p.TTL != idem.DefaultTTL || p.OnFailure != idem.OnFailureRelease || p.Wait != 0 {
@@ -278,7 +275,11 @@ func TestErrors(t *testing.T) {
 		{"route without match", "upstream: http://u:1\nroutes: [{key: required}]\n", "routes[0]: match is required"},
 		{"bad pattern", "upstream: http://u:1\nroutes: [{match: \"POST charges\"}]\n", "routes[0] (POST charges)"},
 		{"duplicate pattern", "upstream: http://u:1\nroutes: [{match: POST /a}, {match: POST /a}]\n", "routes[1] (POST /a)"},
-		{"tenant both", "upstream: http://u:1\ntenant: {header: X-User-ID, authorization: hash}\n", "not both"},
+		{"tenant both", "upstream: http://u:1\ntenant: {header: X-User-ID, authorization: hash}\n", "set one of header, authorization and cookie"},
+		{"tenant all optional", "upstream: http://u:1\ntenant: [{header: X-A, optional: true}, {cookie: s, optional: true}]\n", "every source is optional"},
+		{"tenant bad cookie", "upstream: http://u:1\ntenant: {cookie: \"a b\"}\n", "not a valid cookie name"},
+		{"anonymous word", "upstream: http://u:1\nanonymous: allow\n", "want refuse"},
+		{"anonymous with tenant", "upstream: http://u:1\nanonymous: shared\ntenant: {header: X-User-ID}\n", "default tenant only"},
 		{"tenant empty", "upstream: http://u:1\ntenant: {}\n", "tenant: set header"},
 		{"tenant bad auth", "upstream: http://u:1\ntenant: {authorization: raw}\n", "only supported value is hash"},
 		{"tenant bad header", "upstream: http://u:1\ntenant: {header: \"X User\"}\n", "not a valid header name"},
@@ -433,10 +434,21 @@ routes:
 	if x != tenant("Authorization", "bearer  T", "Stripe-Account", "acct_1") || x == tenant("Authorization", "Bearer T", "Stripe-Account", "acct_2") {
 		t.Error("tenant list: the scheme's case matters, or Stripe-Account does not")
 	}
-	// The secret keys the hash, set after Build as the command does.
+	// A source missing: no tenant (401), never a hash of the rest.
+	for _, h := range [][]string{{"Authorization", "Bearer T"}, {"Stripe-Account", "acct_1"}, {}} {
+		r := httptest.NewRequest("POST", "/a", nil)
+		for i := 0; i+1 < len(h); i += 2 {
+			r.Header.Set(h[i], h[i+1])
+		}
+		if id, ok := b.Options.Tenant(r); ok {
+			t.Errorf("tenant list, only %v: %q", h, id)
+		}
+	}
+	// The tenant is never keyed by the secret (CredentialMAC, set after
+	// Build as the command would): it is part of its records' identity.
 	b.Options.CredentialMAC = func(b []byte) string { return "mac" }
-	if tenant("Authorization", "Bearer T") != "cred:mac" {
-		t.Error("CredentialMAC set after Build is not used")
+	if tenant("Authorization", "Bearer T", "Stripe-Account", "acct_1") != x {
+		t.Error("CredentialMAC changed the tenant")
 	}
 	if !strings.Contains(b.TenantSource, "Authorization + Stripe-Account") {
 		t.Errorf("tenant source %q", b.TenantSource)
@@ -472,5 +484,36 @@ routes:
 	}
 	if idemhttp.MobileTexts()[idemhttp.KindInProgress].Message == "Bitte warten." {
 		t.Error("the preset itself changed")
+	}
+}
+
+// TestTenantForms: a cookie source, an optional source, and anonymous:
+// shared, as Build turns them into the middleware's options.
+func TestTenantForms(t *testing.T) {
+	t.Parallel()
+	_, b := mustValid(t, "upstream: http://u:1\ntenant: [{cookie: session}, {header: Stripe-Account, optional: true}]\n")
+	tenant := func(h ...string) (string, bool) {
+		r := httptest.NewRequest("POST", "/", nil)
+		for i := 0; i+1 < len(h); i += 2 {
+			r.Header.Add(h[i], h[i+1])
+		}
+		return b.Options.Tenant(r)
+	}
+	a, ok := tenant("Cookie", "session=s1; _ga=1")
+	if again, _ := tenant("Cookie", "_ga=2; session=s1"); !ok || again != a || strings.Contains(a, "s1") {
+		t.Errorf("session cookie: %q, %v; again %q", a, ok, again)
+	}
+	if acct, _ := tenant("Cookie", "session=s1", "Stripe-Account", "acct_1"); acct == a {
+		t.Error("the optional source does not count when present")
+	}
+	if id, ok := tenant("Cookie", "_ga=1", "Stripe-Account", "acct_1"); ok {
+		t.Errorf("no session cookie: %q", id)
+	}
+	if !strings.Contains(b.TenantSource, "cookie session + Stripe-Account (optional)") {
+		t.Errorf("tenant source %q", b.TenantSource)
+	}
+	_, s := mustValid(t, "upstream: http://u:1\nanonymous: shared\n")
+	if s.Options.Tenant != nil || !s.Options.SharedAnonymousScope || !strings.Contains(s.TenantSource, "anonymous: shared") {
+		t.Errorf("anonymous: shared: %v %q", s.Options.SharedAnonymousScope, s.TenantSource)
 	}
 }

@@ -156,7 +156,7 @@ var typeWords = map[string]string{
 	"config.Policy":               "a mapping of policy settings, such as {profile: ietf, ttl: 24h}",
 	"map[string]config.ErrorText": "a mapping from kinds of answer to texts, such as {in_progress: {code: BUSY, message: ...}}",
 	"config.ErrorText":            "{code: ..., message: ...}",
-	"config.TenantSource":         "{header: NAME} or {authorization: hash}",
+	"config.TenantSource":         "{header: NAME}, {authorization: hash} or {cookie: NAME}, with optional: true in a list",
 	"string":                      "a string",
 	"int":                         "a whole number",
 	"bool":                        "true or false",

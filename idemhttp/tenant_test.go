@@ -1,0 +1,197 @@
+package idemhttp_test
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
+	"github.com/idem-dev/idem/store/memory"
+)
+
+// echoAPI answers every request with a new number and the credentials it
+// received, as an API that echoes its caller's session would: a response
+// replayed to another caller shows the first caller's.
+func echoAPI(n *atomic.Int32) func(s *server, mux *http.ServeMux) {
+	return func(s *server, mux *http.ServeMux) {
+		mux.HandleFunc("/", s.counting(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(201)
+			fmt.Fprintf(w, `{"n":%d,"cookie":%q,"authorization":%q,"api_key":%q}`,
+				n.Add(1), r.Header.Get("Cookie"), r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"))
+		}))
+	}
+}
+
+// TestDefaultTenantReadsEveryCredential: with the default tenant, callers
+// are told apart by every credential they carry, compared exactly but for
+// the case of an Authorization scheme, and a keyed request carrying none
+// gets 401 tenant_required.
+func TestDefaultTenantReadsEveryCredential(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	s := newStrictServer(t, idemhttp.Options{}, echoAPI(&n))
+	post := func(key string, h ...string) *response {
+		return s.do("POST", "/charges", `{"amount":1}`, append([]string{"Idempotency-Key", key}, h...)...)
+	}
+	ran := func(a, b *response) bool {
+		return a.Status == 201 && b.Status == 201 && string(a.Body) != string(b.Body)
+	}
+
+	// Two cookie-authenticated callers, no Authorization: each its own.
+	a := post("k1", "Cookie", "session=alice")
+	b := post("k1", "Cookie", "session=bob")
+	if !ran(a, b) || strings.Contains(string(b.Body), "alice") {
+		t.Fatalf("the second cookie caller got %d %s (the first got %s)", b.Status, b.Body, a.Body)
+	}
+	sameResponse(t, a, post("k1", "Cookie", "session=alice"))
+
+	// No credential at all: 401, nothing runs.
+	before := n.Load()
+	p := problem(t, post("k1"), 401, idemhttp.KindTenantRequired)
+	if !strings.Contains(p["detail"].(string), "credentials") || n.Load() != before {
+		t.Errorf("401 detail %q, %d runs", p["detail"], n.Load()-before)
+	}
+
+	// A credential without a scheme is compared byte for byte.
+	c := post("k2", "Authorization", "AbCdEf-TOKEN")
+	d := post("k2", "Authorization", "abcdef-token")
+	if !ran(c, d) {
+		t.Errorf("AbCdEf-TOKEN and abcdef-token are one caller: %s / %s", c.Body, d.Body)
+	}
+	// Only the scheme's name is case-insensitive, white space after it folded.
+	e := post("k3", "Authorization", "Bearer X")
+	for _, auth := range []string{"bearer X", "BEARER   X", "Bearer\tX"} {
+		sameResponse(t, e, post("k3", "Authorization", auth))
+	}
+	if f := post("k3", "Authorization", "Bearer x"); !ran(e, f) {
+		t.Error("Bearer X and Bearer x are one caller")
+	}
+	// API-key headers and Authorization together make one caller.
+	g := post("k4", "X-Api-Key", "key-1")
+	h := post("k4", "X-Api-Key", "key-2")
+	if !ran(g, h) {
+		t.Error("two X-Api-Key callers share a key")
+	}
+	i := post("k5", "Authorization", "Bearer X", "Cookie", "session=alice")
+	j := post("k5", "Authorization", "Bearer X", "Cookie", "session=bob")
+	if !ran(i, j) {
+		t.Error("one Authorization, two sessions: one caller")
+	}
+}
+
+// TestSharedAnonymousScope: opted into, keyed requests without credentials
+// share one scope; a Tenant of one's own with it is refused.
+func TestSharedAnonymousScope(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	s := newStrictServer(t, idemhttp.Options{SharedAnonymousScope: true}, echoAPI(&n))
+	a := s.do("POST", "/charges", `{}`, "Idempotency-Key", "k")
+	sameResponse(t, a, s.do("POST", "/charges", `{}`, "Idempotency-Key", "k"))
+	if b := s.do("POST", "/charges", `{}`, "Idempotency-Key", "k", "Cookie", "session=bob"); string(a.Body) == string(b.Body) {
+		t.Error("a caller with credentials got the anonymous scope's response")
+	}
+	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
+	t.Cleanup(func() { eng.Close() })
+	if _, err := idemhttp.New(eng, idemhttp.Options{SharedAnonymousScope: true, Tenant: idemhttp.TenantHeader("X-User-ID")}); !errors.Is(err, idemhttp.ErrSharedAnonymousScope) {
+		t.Errorf("SharedAnonymousScope with a Tenant: %v", err)
+	}
+}
+
+// TestTenantFromSources: a request missing a required source gets 401,
+// never a scope made of the others; an optional one may be missing; a
+// cookie source reads that cookie alone.
+func TestTenantFromSources(t *testing.T) {
+	t.Parallel()
+	if _, err := idemhttp.TenantFrom(idemhttp.TenantSource{Header: "Stripe-Account", Optional: true}); !errors.Is(err, idemhttp.ErrTenantSources) {
+		t.Errorf("only optional sources: %v", err)
+	}
+	if _, err := idemhttp.TenantFrom(idemhttp.TenantSource{Header: "A", Cookie: "b"}); !errors.Is(err, idemhttp.ErrTenantSources) {
+		t.Errorf("a header and a cookie in one source: %v", err)
+	}
+	var n atomic.Int32
+	combo := newServer(t, idemhttp.Options{Tenant: idemhttp.TenantFromHeaders("Authorization", "X-Account")}, echoAPI(&n))
+	problem(t, combo.do("POST", "/c", `{}`, "Idempotency-Key", "k"), 401, idemhttp.KindTenantRequired)
+	problem(t, combo.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Authorization", "Bearer a"), 401, idemhttp.KindTenantRequired)
+	problem(t, combo.do("POST", "/c", `{}`, "Idempotency-Key", "k", "X-Account", "acct_1"), 401, idemhttp.KindTenantRequired)
+	if n.Load() != 0 {
+		t.Fatalf("%d runs without a tenant", n.Load())
+	}
+
+	tf, err := idemhttp.TenantFrom(idemhttp.TenantSource{Header: "Authorization"}, idemhttp.TenantSource{Header: "Stripe-Account", Optional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := newServer(t, idemhttp.Options{Tenant: tf}, echoAPI(&n))
+	a := opt.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Authorization", "Bearer a")
+	sameResponse(t, a, opt.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Authorization", "bearer a"))
+	if b := opt.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Authorization", "Bearer a", "Stripe-Account", "acct_1"); string(a.Body) == string(b.Body) {
+		t.Error("an optional source present or absent: one caller")
+	}
+	problem(t, opt.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Stripe-Account", "acct_1"), 401, idemhttp.KindTenantRequired)
+
+	session, err := idemhttp.TenantFrom(idemhttp.TenantSource{Cookie: "session"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := newServer(t, idemhttp.Options{Tenant: session}, echoAPI(&n))
+	c := ck.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Cookie", "_ga=1; session=alice")
+	sameResponse(t, c, ck.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Cookie", "session=alice; _ga=2"))
+	if d := ck.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Cookie", "session=bob; _ga=1"); string(c.Body) == string(d.Body) {
+		t.Error("two sessions share a key")
+	}
+	problem(t, ck.do("POST", "/c", `{}`, "Idempotency-Key", "k", "Cookie", "_ga=1"), 401, idemhttp.KindTenantRequired)
+}
+
+// TestTenantHashesAreStable: the tenants of requests that carry only
+// Authorization with a scheme are what they were before the default read
+// every credential (and before lists required every source), so that the
+// records written under them keep their scope. The values are those of
+// the earlier release.
+func TestTenantHashesAreStable(t *testing.T) {
+	t.Parallel()
+	r, _ := http.NewRequest("POST", "/", nil)
+	r.Header.Set("Authorization", "Bearer  sk_live_Alice")
+	for name, f := range map[string]idemhttp.TenantFunc{"default": idemhttp.TenantCredentials, "Authorization": idemhttp.TenantAuthorization()} {
+		if got, ok := f(r); !ok || got != "cred:bb41dbbd064be71b2d77a0cd78d3c9ef" {
+			t.Errorf("%s: %q, %v", name, got, ok)
+		}
+	}
+	r.Header.Add("Authorization", "Basic QWxhZGRpbjpvcGVu")
+	if got, _ := idemhttp.TenantCredentials(r); got != "cred:dc0a67e6793b1e3d1bf0d9eb7bbf4b87" {
+		t.Errorf("two Authorization values: %q", got)
+	}
+	r.Header.Set("Authorization", "bearer sk_test_alice")
+	r.Header.Set("Stripe-Account", "acct_1")
+	if got, _ := idemhttp.TenantFromHeaders("Authorization", "Stripe-Account")(r); got != "cred:f04fe80daf3fcdc2a16e299f4df07288" {
+		t.Errorf("Authorization + Stripe-Account: %q", got)
+	}
+}
+
+// TestClientCertificateIsACredential: the TLS client certificate alone
+// identifies a caller, one per certificate.
+func TestClientCertificateIsACredential(t *testing.T) {
+	t.Parallel()
+	state := func(raw string) *tls.ConnectionState {
+		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Raw: []byte(raw)}}}
+	}
+	a, okA := idemhttp.CredentialTenant(http.Header{}, state("cert-a"))
+	b, okB := idemhttp.CredentialTenant(http.Header{}, state("cert-b"))
+	if !okA || !okB || a == b || !strings.HasPrefix(a, "cred:") {
+		t.Errorf("certificates: %q %v, %q %v", a, okA, b, okB)
+	}
+	if _, ok := idemhttp.CredentialTenant(http.Header{}, &tls.ConnectionState{}); ok {
+		t.Error("a TLS connection without a client certificate is a credential")
+	}
+	withAuth, _ := idemhttp.CredentialTenant(http.Header{"Authorization": {"Bearer x"}}, state("cert-a"))
+	auth, _ := idemhttp.CredentialTenant(http.Header{"Authorization": {"Bearer x"}}, nil)
+	if withAuth == auth || withAuth == a {
+		t.Error("the certificate and Authorization together are not their own caller")
+	}
+}
