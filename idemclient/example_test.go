@@ -20,7 +20,7 @@ func ExampleTransport() {
 	eng := idem.New(memory.New(), idem.Policy{})
 	defer eng.Close()
 	charges := 0
-	api := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{})(http.HandlerFunc(
+	api := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{SharedAnonymousScope: true})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) { charges++; fmt.Fprintf(w, "charge %d", charges) })))
 	defer api.Close()
 
@@ -55,7 +55,7 @@ func ExampleError() {
 	eng := idem.New(memory.New(), idem.Policy{})
 	defer eng.Close()
 	charges := 0
-	api := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{})(http.HandlerFunc(
+	api := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{SharedAnonymousScope: true})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) { charges++; fmt.Fprintf(w, "charge %d", charges) })))
 	defer api.Close()
 

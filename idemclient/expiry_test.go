@@ -50,7 +50,7 @@ func newHoldAPI(t *testing.T, p idem.Policy) *holdAPI {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"ok":true}`)
 	})
-	ts := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{Logger: quietLog})(h))
+	ts := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{Logger: quietLog, SharedAnonymousScope: true})(h))
 	t.Cleanup(ts.Close)
 	t.Cleanup(a.free) // before the server closes: no handler left waiting
 	a.url = ts.URL

@@ -44,7 +44,7 @@ func newAPI(t *testing.T, delay time.Duration) *api {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, `{"id":%d,"saved":%s}`, n.Add(1), b)
 	})
-	ts := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{Logger: slog.New(slog.DiscardHandler)})(h))
+	ts := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{Logger: slog.New(slog.DiscardHandler), SharedAnonymousScope: true})(h))
 	t.Cleanup(ts.Close)
 	a.url = ts.URL
 	return a

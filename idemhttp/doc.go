@@ -21,8 +21,9 @@
 //   - parses the Idempotency-Key field as the IETF draft's Structured Field
 //     string or as a bare token (Stripe); two fields are a 400;
 //   - validates the key (400), finds the tenant (by default a hash of
-//     the caller's Authorization, so callers never share keys; 401 when a
-//     configured source is missing), reads the body under a deadline before
+//     every credential the caller sends, CallerCredentialHeaders() and the
+//     TLS client certificate, so callers never share keys; 401 when it
+//     sends none, or when a configured source is missing), reads the body under a deadline before
 //     anything is reserved (408), and fingerprints method, target and body;
 //   - runs the handler once, with the reservation's fencing token in
 //     Idempotency-Token, holding its response until the outcome is

@@ -217,12 +217,13 @@ func startGateway(t *testing.T, upstream, dir, yaml string, extra ...string) *gw
 }
 
 // startGatewayEnv is startGateway with env added to the gateway's
-// environment. Unless yaml says where tenants come from (tenant: or
-// anonymous:), keyed requests without credentials share the anonymous
-// scope (anonymous: shared): most tests are not about callers.
+// environment. Unless yaml mentions tenant or anonymous (a comment "#
+// tenant: the default" keeps the default), keyed requests without
+// credentials share the anonymous scope (anonymous: shared): most tests
+// are not about callers.
 func startGatewayEnv(t *testing.T, env []string, upstream, dir, yaml string, extra ...string) *gw {
 	t.Helper()
-	if !strings.Contains(yaml, "tenant:") && !strings.Contains(yaml, "anonymous:") {
+	if !strings.Contains(yaml, "tenant") && !strings.Contains(yaml, "anonymous") {
 		if yaml != "" && !strings.HasSuffix(yaml, "\n") {
 			yaml += "\n"
 		}

@@ -23,8 +23,13 @@ func TestReadmeExample(t *testing.T) {
 	}
 	a := startAPI(t)
 	g := startGateway(t, a.URL, "", string(m[1]))
-	first := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", "readme-1")
-	again := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", "readme-1")
+	// The README's default tenant: callers are told apart by their
+	// credentials, and a keyed request without any gets 401.
+	if r := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", "readme-1"); r.Status != 401 {
+		t.Errorf("POST /charges without credentials: %d %s", r.Status, r.Body)
+	}
+	first := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", "readme-1", "Authorization", "Bearer sk_readme")
+	again := post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", "readme-1", "Authorization", "Bearer sk_readme")
 	if first.Status != 201 || again.Status != 201 || again.Header.Get("Idempotent-Replayed") != "true" || string(first.Body) != string(again.Body) {
 		t.Errorf("POST /charges twice: %d %d %v", first.Status, again.Status, again.Header)
 	}

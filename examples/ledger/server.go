@@ -105,6 +105,10 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /transfers", s.postTransfer)
 	mux.HandleFunc("GET /accounts/{id}", s.getAccount)
 	return idemhttp.Middleware(s.Engine, idemhttp.Options{
+		// One ledger: a transfer's key is the same transfer whoever sends
+		// it (the callers are the bank's own services, which send no
+		// credentials).
+		Tenant: idemhttp.TenantNone,
 		Routes: []idemhttp.Route{{Pattern: "POST /transfers", Key: idemhttp.KeyRequired}},
 	})(mux)
 }

@@ -8,8 +8,9 @@
 //   - gives every request an X-Request-Id (kept when the client sent a sane
 //     one) and echoes it on the response;
 //   - scopes keys by the caller's tenant, picked as the configuration says
-//     (Tenant: a header set by an authenticating proxy, or a keyed hash of
-//     the caller's credentials);
+//     (Tenant: a header set by an authenticating proxy, a hash of a
+//     session cookie or of several sources, or by default a hash of every
+//     credential the caller sends; 401 when they are missing);
 //   - forwards the Idempotency-Key header, so the upstream may dedupe too,
 //     with the execution's fencing token in Idempotency-Token, and sets
 //     X-Forwarded-For/-Host/-Proto (inbound ones are not trusted);

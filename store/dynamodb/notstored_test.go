@@ -47,7 +47,7 @@ func newAPI(t *testing.T, st store.Store) *api {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(bytes.Repeat([]byte{'b'}, n))
 	})
-	srv := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{})(mux))
+	srv := httptest.NewServer(idemhttp.Middleware(eng, idemhttp.Options{SharedAnonymousScope: true})(mux))
 	t.Cleanup(srv.Close)
 	a.url = srv.URL
 	return a

@@ -15,7 +15,8 @@
 //	admin_token: ...               # the admin page and API; or IDEM_ADMIN_TOKEN
 //	drain_delay: 5s                # on SIGTERM, serve while /readyz says 503
 //	upstream_ready: tcp            # /readyz's upstream check: tcp | /path | off
-//	tenant: { header: X-User-ID }  # or { authorization: hash }
+//	tenant: { header: X-User-ID }  # or { authorization: hash }, { cookie: session }, a list, none
+//	anonymous: refuse              # default tenant, no credentials: 401 | shared
 //	defaults: { profile: ietf, ttl: 24h, wait: 0s, cache_statuses: [2xx, 409] }
 //	routes:
 //	  - match: "POST /api/funnels/{slug}/assessments/{id}/answers/save"
