@@ -17,7 +17,8 @@ import (
 // record expires the tenant gets a new key again.
 func TestMaxKeysPerTenant(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, idemhttp.Options{Tenant: idemhttp.TenantFromHeaders("Authorization"),
+	// The default tenant, with the anonymous scope opted into (newServer).
+	s := newServer(t, idemhttp.Options{
 		MaxKeysPerTenant: 3, MaxKeysAnonymous: 1}, func(s *server, mux *http.ServeMux) {
 		mux.HandleFunc("POST /charges", s.counting(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusCreated)
