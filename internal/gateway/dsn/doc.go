@@ -18,6 +18,11 @@
 //	postgres://...?idem_schema=idem&idem_table=records   schema and table
 //	redis://...?idem_prefix=myapp:                       key name prefix (redis-cluster:// too)
 //	redis://...?idem_connections=1&idem_flush_delay=100us  pipelining (see openRedis)
+//	postgres://...?idem_sync_replicas=1&idem_sync_timeout=2s  every write waits for 1 replica
+//	                                 (redis:// and redis-cluster:// too; docs/stores/FAILOVER.md)
+//
+// Open reads how a PostgreSQL or Redis store's server replicates
+// (Opened.Replication) and refuses an idem_sync_replicas it cannot satisfy.
 //
 // PostgreSQL's pool takes pgx's own pool_max_conns parameter.
 //
