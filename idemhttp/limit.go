@@ -121,8 +121,13 @@ func (l *limiter) admit(tenant string) (ok bool, retryAfter time.Duration) {
 
 // done ends a call admit counted; created says it left a record of about
 // bytes that lives for ttl.
+// A tenant left with nothing is forgotten by sweep, not here: a tenant
+// that comes back (every caller does) is not made again on each call.
 func (l *limiter) done(tenant string, created bool, bytes int64, ttl time.Duration) {
-	now := l.now()
+	var until time.Time
+	if created {
+		until = l.now().Add(ttl)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenants[tenant]
@@ -131,12 +136,9 @@ func (l *limiter) done(tenant string, created bool, bytes int64, ttl time.Durati
 	}
 	t.running--
 	if created && l.tracked < maxTracked {
-		heap.Push(&t.live, expiry{until: now.Add(ttl), bytes: bytes})
+		heap.Push(&t.live, expiry{until: until, bytes: bytes})
 		t.bytes += bytes
 		l.tracked++
-	}
-	if t.running == 0 && len(t.live) == 0 {
-		delete(l.tenants, tenant)
 	}
 }
 
