@@ -70,11 +70,17 @@ func (c *Config) Build() (*Built, error) {
 		MaxKeysPerTenant:       int(c.maxKeys(c.MaxKeysPerTenant)),
 		MaxBytesPerTenant:      c.maxBytesPerTenant(),
 	}
-	if c.MaxKeysAnonymous != nil {
+	switch {
+	case c.MaxKeysAnonymous != nil:
 		b.Options.MaxKeysAnonymous = int(*c.MaxKeysAnonymous)
 		if b.Options.MaxKeysAnonymous == 0 {
 			b.Options.MaxKeysAnonymous = -1 // off, as 0 means in the file
 		}
+	case c.Anonymous == AnonymousShared:
+		// Every caller without credentials is one tenant: a tenth of a
+		// caller's share (tenant: none, where everyone is that tenant,
+		// keeps max_keys_per_tenant).
+		b.Options.MaxKeysAnonymous = DefaultMaxKeysAnonymous
 	}
 	b.Options.SharedAnonymousScope = c.Anonymous == AnonymousShared
 	b.Options.Tenant, b.TenantSource, err = c.Tenant.build(b.Options.SharedAnonymousScope)

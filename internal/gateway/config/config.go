@@ -34,6 +34,9 @@ const (
 	// 10,000 keys a day is far above what one client of an API sends.
 	DefaultMaxKeysPerTenant  = 10_000
 	DefaultMaxBytesPerTenant = 256 << 20
+	// DefaultMaxKeysAnonymous bounds the anonymous scope that anonymous:
+	// shared opts into, which every caller without credentials shares.
+	DefaultMaxKeysAnonymous = 1_000
 )
 
 // The values of anonymous:.
@@ -83,8 +86,9 @@ type Config struct {
 	// through this gateway (counted by this process, each until its TTL
 	// ends); past it a new key gets 429 too_many_keys. Default
 	// DefaultMaxKeysPerTenant; 0 turns it off. MaxKeysAnonymous is the
-	// same for the anonymous scope, shared by every caller without
-	// credentials (default: max_keys_per_tenant). MaxBytesPerTenant
+	// same for the anonymous scope that anonymous: shared opts into,
+	// shared by every caller without credentials (default
+	// DefaultMaxKeysAnonymous; 0 turns it off). MaxBytesPerTenant
 	// bounds the bytes those records hold (default
 	// DefaultMaxBytesPerTenant; 0 turns it off).
 	MaxKeysPerTenant  *Count    `yaml:"max_keys_per_tenant"`

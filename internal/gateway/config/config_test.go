@@ -517,3 +517,35 @@ func TestTenantForms(t *testing.T) {
 		t.Errorf("anonymous: shared: %v %q", s.Options.SharedAnonymousScope, s.TenantSource)
 	}
 }
+
+// The caps per caller take their defaults, the anonymous scope's lower one
+// only when anonymous: shared opts into it, and 0 turns each off.
+func TestTenantCaps(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		src               string
+		keys, anon, bytes int64
+	}{
+		{"upstream: http://u:1\n", DefaultMaxKeysPerTenant, 0, DefaultMaxBytesPerTenant},
+		{"upstream: http://u:1\nanonymous: shared\n", DefaultMaxKeysPerTenant, DefaultMaxKeysAnonymous, DefaultMaxBytesPerTenant},
+		{"upstream: http://u:1\ntenant: none\n", DefaultMaxKeysPerTenant, 0, DefaultMaxBytesPerTenant},
+		{"upstream: http://u:1\nmax_keys_per_tenant: 0\nmax_keys_anonymous: 0\nmax_bytes_per_tenant: 0\n", 0, -1, 0},
+		{"upstream: http://u:1\nmax_keys_per_tenant: 50\nmax_keys_anonymous: 5\nmax_bytes_per_tenant: 1MiB\n", 50, 5, 1 << 20},
+	} {
+		c, err := Parse([]byte(tc.src))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		b, err := c.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := b.Options
+		if int64(o.MaxKeysPerTenant) != tc.keys || int64(o.MaxKeysAnonymous) != tc.anon || o.MaxBytesPerTenant != tc.bytes {
+			t.Errorf("%q: keys %d anonymous %d bytes %d; want %d %d %d", tc.src, o.MaxKeysPerTenant, o.MaxKeysAnonymous, o.MaxBytesPerTenant, tc.keys, tc.anon, tc.bytes)
+		}
+	}
+}
