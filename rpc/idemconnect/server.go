@@ -23,8 +23,9 @@ import (
 type ServerOptions struct {
 	// Tenant identifies the caller from the request headers (its TLS
 	// state is nil: Connect's interceptors do not see the connection).
-	// nil means a hash of every credential the call carries
-	// (Authorization, Cookie, X-Api-Key, Proxy-Authorization), compared
+	// nil means idemhttp.CredentialTenant, the HTTP middleware's default:
+	// a hash of every credential the call carries (Authorization, Cookie,
+	// the API-key headers of idemhttp.CallerCredentialHeaders()), compared
 	// exactly; a keyed call with none is refused (Unauthenticated).
 	Tenant func(h http.Header, cs *tls.ConnectionState) (string, bool)
 	// RequireKey refuses a unary call without a key (InvalidArgument

@@ -18,10 +18,11 @@
 // HTTP header: one value, a Structured Field string or the bare text,
 // validated as idem.ValidateKey does. A call without one passes through
 // unprotected unless ServerOptions.RequireKey is set. Keys are scoped by
-// the caller: by default a hash of every credential in the metadata
-// (authorization, cookie, x-api-key, proxy-authorization), compared
-// exactly, the metadata read as the http.Header the HTTP middleware's
-// tenant functions read; a keyed call without any is refused. The
+// the caller, by the HTTP middleware's own rule (idemhttp.CredentialTenant,
+// given the metadata as an http.Header and the connection's TLS state): a
+// hash of every credential the call carries (authorization, cookie, the
+// API-key headers, the TLS client certificate), compared exactly; a keyed
+// call without any is refused. The
 // request's fingerprint is the method's full name and the request
 // message's deterministic protobuf encoding, so the same key with another
 // message is refused; the method is the key's binding, so the same key on

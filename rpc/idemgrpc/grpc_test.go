@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/rpc/idemgrpc"
 	"github.com/idem-dev/idem/rpc/internal/rpctest"
@@ -329,5 +332,36 @@ func TestWithGRPCRetryPolicy(t *testing.T) {
 	}
 	if l.Runs("policy") != 1 {
 		t.Fatalf("%d executions of one key", l.Runs("policy"))
+	}
+}
+
+// A caller has one key space over HTTP and gRPC: the interceptor scopes
+// keys by the HTTP middleware's credential rule. Alice's key used over
+// HTTP is bound to its endpoint, so her gRPC call with it is refused
+// (key_reused); Bob's call with the same key is his own.
+func TestOneKeySpaceWithHTTP(t *testing.T) {
+	t.Parallel()
+	eng := engine(t, idem.Policy{})
+	l, addr := serve(t, eng)
+	h := idemhttp.Middleware(eng, idemhttp.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer alice")
+	req.Header.Set("Idempotency-Key", "shared-key")
+	res, err := srv.Client().Do(req)
+	if err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("over HTTP: %v %v", res, err)
+	}
+	res.Body.Close()
+	cc := dial(t, addr, idemgrpc.ClientOptions{MaxAttempts: 1})
+	_, err = transfer(idemgrpc.WithKey(as(context.Background(), "alice"), "shared-key"), cc, rpctest.Transfer("x", 1))
+	if status.Code(err) != codes.FailedPrecondition || idemgrpc.ProblemKind(err) != "key_reused" || l.Runs("x") != 0 {
+		t.Fatalf("alice's HTTP key over gRPC: %v, %d runs", err, l.Runs("x"))
+	}
+	if _, err := transfer(idemgrpc.WithKey(as(context.Background(), "bob"), "shared-key"), cc, rpctest.Transfer("x", 1)); err != nil || l.Runs("x") != 1 {
+		t.Fatalf("bob's call: %v, %d runs", err, l.Runs("x"))
 	}
 }

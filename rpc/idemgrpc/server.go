@@ -24,9 +24,11 @@ type ServerOptions struct {
 	// Tenant identifies the caller from the call's metadata, given as an
 	// http.Header (keys in canonical form: "authorization" is
 	// "Authorization"), and the connection's TLS state (nil without TLS):
-	// the arguments of idemhttp's credential rule. nil means a hash of
-	// every credential the call carries (authorization, cookie, x-api-key,
-	// proxy-authorization), compared exactly; a keyed call with none is
+	// the arguments of idemhttp's credential rule. nil means
+	// idemhttp.CredentialTenant, the HTTP middleware's default: a hash of
+	// every credential the call carries (authorization, cookie, the
+	// API-key headers of idemhttp.CallerCredentialHeaders(), the TLS client
+	// certificate), compared exactly; a keyed call with none is
 	// refused (Unauthenticated), since callers without credentials cannot
 	// be told apart. Sharing keys between all callers on purpose is
 	// func(http.Header, *tls.ConnectionState) (string, bool) { return "", true }.

@@ -151,39 +151,11 @@ func Conflict(ce *idem.ConflictError, key string) *Problem {
 type Options struct {
 	// Tenant identifies the caller from the request's metadata as an
 	// http.Header and its TLS state (nil without TLS). nil means
-	// Credentials.
+	// idemhttp.CredentialTenant.
 	Tenant func(h http.Header, cs *tls.ConnectionState) (string, bool)
 	// RequireKey answers InvalidArgument missing_key to a unary call
 	// without a key; otherwise such calls pass through unprotected.
 	RequireKey bool
-}
-
-// Credentials is the default tenant: a hash of every credential the call
-// carries (Authorization, Cookie, X-Api-Key, Proxy-Authorization),
-// compared exactly, as the HTTP middleware scopes keys; a call with none
-// is refused (Unauthenticated), since callers without credentials cannot
-// be told apart and would share each other's outcomes.
-func Credentials(h http.Header, _ *tls.ConnectionState) (string, bool) {
-	if !hasCredential(h) {
-		return "", false
-	}
-	return credentialHash(&http.Request{Header: h})
-}
-
-var (
-	credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"}
-	credentialHash    = idemhttp.TenantFromHeaders(credentialHeaders...)
-)
-
-func hasCredential(h http.Header) bool {
-	for _, n := range credentialHeaders {
-		for _, v := range h.Values(n) {
-			if strings.TrimSpace(v) != "" {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Prepare turns a call into the engine's: its key (from values, the
@@ -214,7 +186,9 @@ func Prepare(eng *idem.Engine, o *Options, procedure string, values []string, h 
 	}
 	tenantOf := o.Tenant
 	if tenantOf == nil {
-		tenantOf = Credentials
+		// The HTTP middleware's own rule, so that a caller has one key
+		// space over HTTP, gRPC and Connect alike.
+		tenantOf = idemhttp.CredentialTenant
 	}
 	tenant, known := tenantOf(h, cs)
 	if !known {
