@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem/store"
+	redisstore "github.com/idem-dev/idem/store/redis"
+	"github.com/idem-dev/idem/store/replication"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -113,5 +117,68 @@ func waitClusterOK(t *testing.T, addrs []string) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		c.Close()
+	}
+}
+
+// TestClusterSyncReplicas: on a Redis Cluster of three primaries with a
+// replica each, SyncReplicas 1 waits per shard (WAIT goes to the key's
+// primary) and every write of keys spread over the shards is confirmed;
+// SyncReplicas 2 is refused, per shard.
+func TestClusterSyncReplicas(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	redisBinaries(t, "redis-server", "redis-cli")
+	var addrs []string
+	for range 6 {
+		srv := startServerOn(t, clusterPort(t), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000")
+		addrs = append(addrs, srv.addr())
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	waitClusterOK(t, addrs)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	s, err := redisstore.New(client, redisstore.Options{Prefix: uniquePrefix(), SyncReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Until each primary's replica is online, the store is refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := s.Replication(ctx)
+		if err == nil {
+			if st.Mode != replication.Sync || st.Replicas != 1 {
+				t.Fatalf("Replication: %+v; want sync, 1 replica per shard", st)
+			}
+			break
+		}
+		if !errors.Is(err, replication.ErrUnsatisfiable) || time.Now().After(deadline) {
+			t.Fatalf("Replication: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i := range 30 {
+		req := request(fmt.Sprintf("spread-%d", i), time.Hour)
+		if res, err := s.Reserve(ctx, req); err != nil || !res.Acquired {
+			t.Fatalf("Reserve %d: %+v, %v", i, res, err)
+		}
+		if err := s.Complete(ctx, store.Completion{Fence: store.Fence{KeyHash: req.Record.KeyHash, Token: req.Record.Token},
+			State: store.Succeeded, Value: []byte("v"), TTL: time.Hour}); err != nil {
+			t.Fatalf("Complete %d: %v", i, err)
+		}
+	}
+	s2, err := redisstore.New(client, redisstore.Options{SyncReplicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Replication(ctx); !errors.Is(err, replication.ErrUnsatisfiable) {
+		t.Fatalf("SyncReplicas 2 with one replica per shard: %v; want ErrUnsatisfiable", err)
 	}
 }

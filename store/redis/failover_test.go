@@ -19,7 +19,7 @@ import (
 
 // replicaStore is a store on a rueidis client (the gateway's) through r's
 // virtual IP.
-func replicaStore(t *testing.T, addr string, opts redisstore.Options) *redisstore.Store {
+func replicaStore(t testing.TB, addr string, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
