@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -124,6 +125,57 @@ func logReplication(log *slog.Logger, st *replication.Status, met *metrics.Metri
 		return
 	}
 	log.Info("idem: store replication: "+st.Promise(), attrs...)
+}
+
+// replicationEvery is how often a running gateway reads again how its
+// store replicates.
+const replicationEvery = 30 * time.Second
+
+// watchReplication reads how the store replicates every interval while
+// the gateway runs and updates idem_store_replication: a standby that went
+// away, or a failover manager that turned synchronous replication off
+// (Patroni without synchronous_mode_strict), shows there and in a log
+// line when it changes. With idem_sync_replicas no longer satisfiable
+// every write now fails closed: the line says why. A store that does not
+// answer is left to /readyz and the store metrics.
+func (s *server) watchReplication(met *metrics.Metrics, interval time.Duration) {
+	r, ok := s.opened.Store.(replication.Reporter)
+	if !ok || s.opened.Replication == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.stopWatch = func() { cancel(); <-done }
+	last := *s.opened.Replication
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := r.Replication(rctx)
+			rcancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, replication.ErrUnsatisfiable):
+				s.log.Error("idem: store replication changed: every write now fails closed until it is back: "+err.Error(),
+					"mode", string(st.Mode), "replicas", st.Replicas, "synchronous", st.Synchronous)
+			case err != nil:
+				continue
+			case st.Mode != last.Mode || st.Replicas != last.Replicas || st.Synchronous != last.Synchronous:
+				s.log.Info("idem: store replication changed", "from", string(last.Mode), "to", string(st.Mode))
+				logReplication(s.log, &st, met)
+			}
+			met.SetReplication(st)
+			last = st
+		}
+	}()
 }
 
 // drain keeps serving for drain_delay while /readyz answers 503, so that

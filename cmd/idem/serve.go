@@ -139,6 +139,8 @@ type server struct {
 	errc     chan error
 	fresh    freshConns
 	tracing  *tracing.Setup
+	// stopWatch stops watchReplication and waits for it; nil if none.
+	stopWatch func()
 }
 
 // freshConns tracks connections on which no request has arrived yet.
@@ -259,6 +261,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	}
 	logStart(log, cfg)
 	logReplication(log, s.opened.Replication, met)
+	s.watchReplication(met, replicationEvery)
 	log.Info("idem gateway listening", attrs...)
 	if built.Options.SharedAnonymousScope {
 		log.Warn("idem: tenants: keyed requests without credentials share one scope (anonymous: shared): any two such clients sending one key get one outcome", "source", built.TenantSource)
@@ -352,6 +355,9 @@ func (s *server) shutdown() error {
 }
 
 func (s *server) closeAll() {
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
 	if s.eng != nil {
 		s.eng.Close()
 	}
