@@ -96,6 +96,19 @@ func (s *expiryServer) expires(method, path, key string) time.Time {
 	return rec.ExpiresAt
 }
 
+// firstAndReplayTellExpiry checks that a first answer and its replay both
+// tell the key's expiry: the same second, or the replay's one later (the
+// first answer tells the moment before its record was written, the replay
+// the record's own expiry).
+func firstAndReplayTellExpiry(t *testing.T, first, again *response) {
+	t.Helper()
+	f, err1 := http.ParseTime(first.Header.Get(idemhttp.ExpiresHeader))
+	a, err2 := http.ParseTime(again.Header.Get(idemhttp.ExpiresHeader))
+	if err1 != nil || err2 != nil || a.Before(f) || a.Sub(f) > time.Second {
+		t.Fatalf("%s: first answer %q, replay %q", idemhttp.ExpiresHeader, first.Header.Get(idemhttp.ExpiresHeader), again.Header.Get(idemhttp.ExpiresHeader))
+	}
+}
+
 // saysExpiry checks that r tells the expiry want in its header and, for a
 // problem, in the body member (member "" for none).
 func saysExpiry(t *testing.T, r *response, want time.Time, member string) {

@@ -78,6 +78,7 @@ func TestMobileDuplicateRequestReturnsSameResponse(t *testing.T) {
 	response1 := s.saveAnswer("s1", "q1", 3, key)
 	response2 := s.saveAnswer("s1", "q1", 3, key)
 	sameResponse(t, response1, response2)
+	firstAndReplayTellExpiry(t, response1, response2)
 	if response2.Header.Get("X-Idempotency-Cached") != "true" {
 		t.Fatalf("X-Idempotency-Cached %q, want true", response2.Header.Get("X-Idempotency-Cached"))
 	}

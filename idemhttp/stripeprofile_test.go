@@ -66,6 +66,7 @@ func TestStripeProfileReplayHeaders(t *testing.T) {
 	first := s.do("POST", startPath, `{"files":["a.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1", "X-Request-Id", "req-1")
 	again := s.do("POST", startPath, `{"files":["a.idf"]}`, "Idempotency-Key", key, "X-Organization-ID", "org-1", "X-Request-Id", "req-2")
 	sameResponse(t, first, again)
+	firstAndReplayTellExpiry(t, first, again)
 	if again.Header.Get("Idempotent-Replayed") != "true" || again.Header.Get("Original-Request-Id") != "req-1" {
 		t.Fatalf("replay headers %v", again.Header)
 	}

@@ -108,6 +108,7 @@ func TestWorkflowAdminReplayFlag(t *testing.T) {
 	if again.Status != 201 || a["idempotency_replayed"] != true || a["workflow_id"] != "wf-1-fork-1" {
 		t.Fatalf("replay body %s", again.Body)
 	}
+	firstAndReplayTellExpiry(t, first, again)
 	if n := s.count("POST", "/workflows/wf-1/fork", "fork-1"); n != 1 {
 		t.Fatalf("forked %d times", n)
 	}
