@@ -6,11 +6,17 @@ import (
 	"time"
 )
 
-// maxTracked bounds the records the limiter remembers, all tenants
-// together, so that its memory stays bounded (about 16 bytes a record, plus
-// a map entry per tenant): past it, new records are not counted, and the
-// caps are enforced again as tracked records expire.
-const maxTracked = 1 << 20
+// bucketWidth is how finely the limiter tells expiries apart: a record is
+// counted until the end of the bucket its expiry falls in (at most this
+// much longer than it lives), so that a tenant costs one bucket per
+// width of its records' expiries rather than one entry per record.
+const bucketWidth = time.Minute
+
+// maxBuckets bounds the buckets the limiter holds, all tenants together,
+// so that its memory stays bounded (a few MiB) however many records and
+// tenants there are: past it, new records are not counted until tracked
+// ones expire.
+const maxBuckets = 1 << 16
 
 // limiter counts, per tenant, the live records this process created (each
 // until its TTL ends, even if it was released before: an upper bound) and
@@ -19,37 +25,39 @@ const maxTracked = 1 << 20
 // gateways sharing a store each allow a tenant its cap (see
 // Options.MaxKeysPerTenant).
 type limiter struct {
-	maxKeys  int   // per tenant
-	maxAnon  int   // for the tenant ""
+	maxKeys  int   // per tenant; <= 0: no bound
+	maxAnon  int   // for the tenant ""; <= 0: no bound
 	maxBytes int64 // per tenant; 0: no bound
 	now      func() time.Time
 
 	mu        sync.Mutex
 	tenants   map[string]*tenantCount // guarded by mu
-	tracked   int                     // records in every tenantCount.live; guarded by mu
+	buckets   int                     // in every tenantCount; guarded by mu
 	lastSweep time.Time               // guarded by mu
 }
 
 // tenantCount is one tenant's live records and running calls.
 type tenantCount struct {
 	running int
-	live    expiries
-	bytes   int64 // of the records in live
+	keys    int              // records in byEnd
+	bytes   int64            // of the records in byEnd
+	byEnd   map[int64]*count // by the unix second its records stop counting
+	ends    endHeap          // byEnd's keys, earliest first
 }
 
-type expiry struct {
-	until time.Time
+type count struct {
+	keys  int
 	bytes int64
 }
 
-// expiries is a min-heap by until.
-type expiries []expiry
+// endHeap is a min-heap of bucket ends.
+type endHeap []int64
 
-func (h expiries) Len() int           { return len(h) }
-func (h expiries) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
-func (h expiries) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *expiries) Push(x any)        { *h = append(*h, x.(expiry)) }
-func (h *expiries) Pop() any {
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *endHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
@@ -66,12 +74,15 @@ func newLimiter(maxKeys, maxAnon int, maxBytes int64, now func() time.Time) *lim
 	return &limiter{maxKeys: maxKeys, maxAnon: maxAnon, maxBytes: maxBytes, now: now, tenants: map[string]*tenantCount{}}
 }
 
-// prune drops t's expired records.
-func (l *limiter) prune(t *tenantCount, now time.Time) {
-	for len(t.live) > 0 && !t.live[0].until.After(now) {
-		e := heap.Pop(&t.live).(expiry)
-		t.bytes -= e.bytes
-		l.tracked--
+// prune drops t's buckets that ended by now.
+func (l *limiter) prune(t *tenantCount, now int64) {
+	for len(t.ends) > 0 && t.ends[0] <= now {
+		end := heap.Pop(&t.ends).(int64)
+		c := t.byEnd[end]
+		delete(t.byEnd, end)
+		t.keys -= c.keys
+		t.bytes -= c.bytes
+		l.buckets--
 	}
 }
 
@@ -83,8 +94,8 @@ func (l *limiter) sweep(now time.Time) {
 	}
 	l.lastSweep = now
 	for name, t := range l.tenants {
-		l.prune(t, now)
-		if t.running == 0 && len(t.live) == 0 {
+		l.prune(t, now.Unix())
+		if t.running == 0 && t.keys == 0 {
 			delete(l.tenants, name)
 		}
 	}
@@ -92,7 +103,7 @@ func (l *limiter) sweep(now time.Time) {
 
 // admit reports whether tenant may start a call that creates a record,
 // and counts it as running until done; when it may not, it returns when
-// its earliest counted record expires.
+// its earliest counted record stops counting.
 func (l *limiter) admit(tenant string) (ok bool, retryAfter time.Duration) {
 	now := l.now()
 	l.mu.Lock()
@@ -100,18 +111,18 @@ func (l *limiter) admit(tenant string) (ok bool, retryAfter time.Duration) {
 	l.sweep(now)
 	t := l.tenants[tenant]
 	if t == nil {
-		t = &tenantCount{}
+		t = &tenantCount{byEnd: map[int64]*count{}}
 		l.tenants[tenant] = t
 	}
-	l.prune(t, now)
-	max := l.maxKeys
+	l.prune(t, now.Unix())
+	capKeys := l.maxKeys
 	if tenant == "" {
-		max = l.maxAnon
+		capKeys = l.maxAnon
 	}
-	if (max > 0 && t.running+len(t.live) >= max) || (l.maxBytes > 0 && t.bytes >= l.maxBytes) {
+	if (capKeys > 0 && t.running+t.keys >= capKeys) || (l.maxBytes > 0 && t.bytes >= l.maxBytes) {
 		retryAfter = time.Second
-		if len(t.live) > 0 {
-			retryAfter = max1s(t.live[0].until.Sub(now))
+		if len(t.ends) > 0 {
+			retryAfter = max(time.Second, time.Unix(t.ends[0], 0).Sub(now))
 		}
 		return false, retryAfter
 	}
@@ -120,13 +131,14 @@ func (l *limiter) admit(tenant string) (ok bool, retryAfter time.Duration) {
 }
 
 // done ends a call admit counted; created says it left a record of about
-// bytes that lives for ttl.
-// A tenant left with nothing is forgotten by sweep, not here: a tenant
-// that comes back (every caller does) is not made again on each call.
+// bytes that lives for ttl. A tenant left with nothing is forgotten by
+// sweep, not here: a tenant that comes back (every caller does) is not
+// made again on each call.
 func (l *limiter) done(tenant string, created bool, bytes int64, ttl time.Duration) {
-	var until time.Time
+	var end int64
 	if created {
-		until = l.now().Add(ttl)
+		w := int64(bucketWidth / time.Second)
+		end = (l.now().Add(ttl).Unix()/w + 1) * w
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -135,16 +147,21 @@ func (l *limiter) done(tenant string, created bool, bytes int64, ttl time.Durati
 		return
 	}
 	t.running--
-	if created && l.tracked < maxTracked {
-		heap.Push(&t.live, expiry{until: until, bytes: bytes})
-		t.bytes += bytes
-		l.tracked++
+	if !created {
+		return
 	}
-}
-
-func max1s(d time.Duration) time.Duration {
-	if d < time.Second {
-		return time.Second
+	c := t.byEnd[end]
+	if c == nil {
+		if l.buckets >= maxBuckets {
+			return
+		}
+		c = &count{}
+		t.byEnd[end] = c
+		heap.Push(&t.ends, end)
+		l.buckets++
 	}
-	return d
+	c.keys++
+	c.bytes += bytes
+	t.keys++
+	t.bytes += bytes
 }

@@ -78,8 +78,9 @@ type Options struct {
 	// and deny every tenant new keys: past it, a keyed request with a key
 	// that has no record gets 429 too_many_keys with Retry-After (when the
 	// tenant's earliest record expires); retries of keys it holds are
-	// answered as ever. Each record counts until its TTL ends, even if it
-	// was released before, and calls running count too. The count is this
+	// answered as ever. Each record counts until the end of the minute its
+	// TTL ends in, even if it was released before, and calls running
+	// count too. The count is this
 	// process's: gateways sharing a store each allow a tenant its cap, and
 	// a restart forgets it. 0 means no bound.
 	MaxKeysPerTenant int

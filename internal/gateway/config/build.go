@@ -77,8 +77,8 @@ func (c *Config) Build() (*Built, error) {
 			b.Options.MaxKeysAnonymous = -1 // off, as 0 means in the file
 		}
 	case c.Anonymous == AnonymousShared:
-		// Every caller without credentials is one tenant: a tenth of a
-		// caller's share (tenant: none, where everyone is that tenant,
+		// Every caller without credentials is one tenant, capped lower
+		// than one caller (tenant: none, where everyone is that tenant,
 		// keeps max_keys_per_tenant).
 		b.Options.MaxKeysAnonymous = DefaultMaxKeysAnonymous
 	}
