@@ -71,6 +71,7 @@ func MobileTexts() map[Kind]Text {
 		KindInvalidKey:          {"INVALID_IDEMPOTENCY_KEY", "Idempotency-Key ist ungültig."},
 		KindMultipleKeys:        {"INVALID_IDEMPOTENCY_KEY", "Mehr als ein Idempotency-Key."},
 		KindTenantRequired:      {"UNAUTHORIZED", "Nicht angemeldet."},
+		KindPathVariant:         {"INVALID_PATH", "Dieser Pfad ist eine Variante eines geschützten Endpunkts; bitte den Pfad des Endpunkts verwenden."},
 		KindRequestTooLarge:     {"PAYLOAD_TOO_LARGE", "Anfrage ist zu groß."},
 		KindUnreadableBody:      {"BAD_REQUEST", "Anfrage konnte nicht gelesen werden."},
 		KindBodyTimeout:         {"REQUEST_TIMEOUT", "Die Anfrage kam nicht rechtzeitig an."},

@@ -54,6 +54,7 @@ type middleware struct {
 	observe     func(*http.Request, Event)
 	catchAll    bool // one route, pattern "/": matching needs no ServeMux
 	exact       []exactRoute
+	variants    *http.ServeMux // the routes' patterns lower-cased (variant.go)
 	trace       *tracing
 	redact      idem.Redactor // the engine's: how logs and spans print scopes and keys
 	limit       *limiter      // nil: no cap on a tenant's records
@@ -100,6 +101,7 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 	}
 	m.catchAll = len(m.routes) == 1 && m.routes[0].Pattern == "/"
 	m.exact = exactRoutes(m.routes)
+	m.compileVariants()
 	return &Routes{m: m}, nil
 }
 

@@ -13,10 +13,13 @@ type Kind string
 
 // The kinds of problem.
 const (
-	KindMissingKey        Kind = "missing_key"         // 400
-	KindInvalidKey        Kind = "invalid_key"         // 400
-	KindMultipleKeys      Kind = "multiple_keys"       // 400
-	KindTenantRequired    Kind = "tenant_required"     // 401
+	KindMissingKey     Kind = "missing_key"     // 400
+	KindInvalidKey     Kind = "invalid_key"     // 400
+	KindMultipleKeys   Kind = "multiple_keys"   // 400
+	KindTenantRequired Kind = "tenant_required" // 401
+	// A keyed request on a variant of a protected route's path (/charges/,
+	// /Charges, /charges%2F, /charges;x) that no route covers as written.
+	KindPathVariant       Kind = "path_variant"        // 400
 	KindRequestTooLarge   Kind = "request_too_large"   // 413
 	KindUnreadableBody    Kind = "unreadable_body"     // 400
 	KindInProgress        Kind = "in_progress"         // 409
@@ -62,6 +65,7 @@ var problemTitles = map[Kind]string{
 	KindInvalidKey:          "Idempotency-Key is invalid",
 	KindMultipleKeys:        "More than one Idempotency-Key",
 	KindTenantRequired:      "Caller identity is missing",
+	KindPathVariant:         "The path is a variant of a protected route's",
 	KindRequestTooLarge:     "Request body is too large",
 	KindUnreadableBody:      "Request body could not be read",
 	KindInProgress:          "A request with this Idempotency-Key is in progress",

@@ -87,6 +87,7 @@ var defaultStatus = map[Kind]int{
 	KindInvalidKey:          http.StatusBadRequest,
 	KindMultipleKeys:        http.StatusBadRequest,
 	KindTenantRequired:      http.StatusUnauthorized,
+	KindPathVariant:         http.StatusBadRequest,
 	KindRequestTooLarge:     http.StatusRequestEntityTooLarge,
 	KindUnreadableBody:      http.StatusBadRequest,
 	KindInProgress:          http.StatusConflict,

@@ -43,6 +43,12 @@ type exchange struct {
 func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
 	rt := m.match(r)
 	if rt == nil {
+		if v := m.variant(r); v != nil {
+			if ev, refused := m.refuseVariant(w, r, v); refused {
+				m.report(r, ev)
+				return
+			}
+		}
 		next.ServeHTTP(w, r)
 		m.report(r, Event{Outcome: OutcomePassThrough})
 		return

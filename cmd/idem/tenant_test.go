@@ -181,3 +181,40 @@ func TestFormerScopeStillReplays(t *testing.T) {
 		t.Errorf("%d executions, want 2", n)
 	}
 }
+
+// TestPathVariantsRefused: through the gateway, a keyed (or, on a route
+// whose key is required, any) POST on a variant of a protected route's
+// path gets 400 path_variant and never reaches the upstream, which many
+// frameworks would route to the protected handler; the route itself, and
+// a variant with a route of its own, are protected as ever.
+func TestPathVariantsRefused(t *testing.T) {
+	t.Parallel()
+	up := startEcho(t)
+	g := startGateway(t, up.URL, t.TempDir(), `routes:
+  - match: "POST /charges"
+    key: required
+  - match: "POST /refunds"
+  - match: "POST /refunds/{$}"
+`)
+	auth := []string{"Authorization", "Bearer sk_a"}
+	for _, path := range []string{"/charges/", "/Charges", "/charges%2F", "/charges;x", "/Refunds"} {
+		r := post(t, g.URL+path, chargeBody, append([]string{"Idempotency-Key", "k-variant"}, auth...)...)
+		if r.Status != 400 || r.problem(t)["type"] != "https://github.com/idem-dev/idem/blob/main/docs/problems.md#path_variant" {
+			t.Errorf("keyed %s: %d %s", path, r.Status, r.Body)
+		}
+	}
+	if r := post(t, g.URL+"/Charges", chargeBody, auth...); r.Status != 400 {
+		t.Errorf("key-less /Charges, whose route requires a key: %d %s", r.Status, r.Body)
+	}
+	if n := up.count(); n != 0 {
+		t.Fatalf("the upstream ran %d times for variants", n)
+	}
+	a := post(t, g.URL+"/refunds/", chargeBody, append([]string{"Idempotency-Key", "k-slash"}, auth...)...)
+	b := post(t, g.URL+"/refunds/", chargeBody, append([]string{"Idempotency-Key", "k-slash"}, auth...)...)
+	if a.Status != 201 || b.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a variant with a route of its own: %d, then %d %q", a.Status, b.Status, b.Header.Get("Idempotent-Replayed"))
+	}
+	if r := post(t, g.URL+"/Refunds", chargeBody, auth...); r.Status != 201 {
+		t.Errorf("key-less /Refunds, whose route's key is optional: %d %s", r.Status, r.Body)
+	}
+}

@@ -46,7 +46,7 @@ func TestDecodeMiddlewareValue(t *testing.T) {
 			s := memory.New()
 			eng := idem.New(s, idem.Policy{})
 			t.Cleanup(func() { eng.Close() }) // waits for the cleanup the call started
-			h := idemhttp.Middleware(eng, idemhttp.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := idemhttp.Middleware(eng, idemhttp.Options{SharedAnonymousScope: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", tc.ctype)
 				w.Header().Set("Location", "/charges/ch_1")
 				w.Header().Set("X-Not-Kept", "x")

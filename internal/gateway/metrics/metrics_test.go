@@ -54,7 +54,7 @@ func TestObserveThroughMiddleware(t *testing.T) {
 	eng := idem.New(m.WrapStore(memory.New()), idem.Policy{})
 	t.Cleanup(func() { eng.Close() }) // waits for the cleanup the calls started
 	mw, err := idemhttp.New(eng, idemhttp.Options{
-		Observe: m.Observe,
+		Observe: m.Observe, SharedAnonymousScope: true,
 		Routes:  []idemhttp.Route{{Pattern: "POST /charges"}},
 	})
 	if err != nil {
