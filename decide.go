@@ -24,7 +24,8 @@ import (
 func decide(c Call, ex store.Record) (res Result, err error, ended bool) {
 	switch {
 	case !owns(c, ex):
-		return Result{}, &StoreError{Op: "get", Err: fmt.Errorf("key %q: %w", c.Key, store.ErrForeignRecord)}, true
+		// Without the key: this error is logged (a raw key must not be).
+		return Result{}, &StoreError{Op: "get", Err: store.ErrForeignRecord}, true
 	case ex.Binding != c.Binding:
 		return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
 	case ex.Fingerprint != c.Fingerprint:

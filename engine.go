@@ -775,7 +775,7 @@ func (e *Engine) Lookup(ctx context.Context, scope, key string) (Record, error) 
 		return Record{}, err
 	}
 	if !owns(Call{Scope: id.scope, Key: key}, r) {
-		return Record{}, &StoreError{Op: "get", Err: fmt.Errorf("key %q: %w", key, store.ErrForeignRecord)}
+		return Record{}, &StoreError{Op: "get", Err: store.ErrForeignRecord} // without the key: logged
 	}
 	return RecordOf(r), nil
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
@@ -172,6 +173,16 @@ func TestLogsCarryNoRawKeyOrTenant(t *testing.T) {
 			if err := eng.Release(context.Background(), scope, k); err != nil {
 				t.Fatalf("release: %v", err)
 			}
+
+			// A record planted under the call's identity that holds
+			// another scope is refused as a store failure, logged.
+			k = key("foreign")
+			planted := store.ReserveRequest{Record: store.Record{KeyHash: store.HashKey(scope, k), Scope: "mallory", Key: k,
+				State: store.InProgress, Token: 7}, Lease: time.Minute, TTL: time.Hour}
+			if _, err := st.Store.Reserve(context.Background(), planted); err != nil {
+				t.Fatal(err)
+			}
+			problem(t, post(k, `{"amount":7}`), http.StatusServiceUnavailable, idemhttp.KindStoreUnavailable)
 
 			// The store fails to reserve, then to record an outcome.
 			st.reserve.Store(true)
