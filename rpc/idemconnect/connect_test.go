@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +27,13 @@ import (
 	"github.com/idem-dev/idem/store/memory"
 )
 
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(killChildEnv); spec != "" {
+		killChild(spec)
+		return
+	}
+	testkit.VerifyTestMain(m)
+}
 
 func engine(t *testing.T, p idem.Policy) *idem.Engine {
 	t.Helper()
