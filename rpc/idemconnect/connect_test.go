@@ -3,11 +3,9 @@ package idemconnect_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -115,28 +113,19 @@ func call(ctx context.Context, c *connect.Client[structpb.Struct, structpb.Struc
 
 var fast = idemconnect.ClientOptions{MaxAttempts: 100, Backoff: func(int) time.Duration { return 5 * time.Millisecond }}
 
+// lostAnswers sends n calls, four at a time, through a proxy that loses
+// one answer in three, and returns what each got.
 func lostAnswers(t *testing.T, eng *idem.Engine, protocol string, n int) (*rpctest.Ledger, *rpctest.Proxy, []*structpb.Struct, []error) {
 	l, addr := serve(t, eng)
 	p := rpctest.NewProxy(t, addr, 3)
 	c := client(t, p.Addr, protocol, fast)
-	res, errs := make([]*structpb.Struct, n), make([]error, n)
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			r, err := call(ctx, c, "alice", "", rpctest.Transfer(fmt.Sprint("t", i), float64(i)))
-			if err == nil {
-				res[i] = r.Msg
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
+	res, errs := rpctest.SendTransfers(n, func(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
+		r, err := call(ctx, c, "alice", "", req)
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg, nil
+	})
 	return l, p, res, errs
 }
 
@@ -147,24 +136,8 @@ func TestLostAnswersRunOnce(t *testing.T) {
 	for protocol := range protocols {
 		t.Run(protocol, func(t *testing.T) {
 			t.Parallel()
-			const n = 16
-			l, p, res, errs := lostAnswers(t, engine(t, idem.Policy{}), protocol, n)
-			for i := range n {
-				ref := fmt.Sprint("t", i)
-				if errs[i] != nil {
-					t.Fatalf("%s: %v", ref, errs[i])
-				}
-				if got, first := rpctest.Execution(res[i]), l.First(ref); got != first || res[i].Fields["ref"].GetStringValue() != ref {
-					t.Errorf("%s: got %s, its first execution was %d", ref, rpctest.Describe(res[i], nil), first)
-				}
-			}
-			if d := l.Duplicates(); d != 0 || l.Total() != n {
-				t.Errorf("%d executions for %d calls (%d duplicates)", l.Total(), n, d)
-			}
-			if p.Lost() == 0 {
-				t.Fatal("the proxy lost no answer: the test tested nothing")
-			}
-			t.Logf("%s: %d calls, %d answers lost, %d executions", protocol, n, p.Lost(), l.Total())
+			l, p, res, errs := lostAnswers(t, engine(t, idem.Policy{}), protocol, 16)
+			rpctest.CheckRanOnce(t, l, p, res, errs)
 		})
 	}
 }

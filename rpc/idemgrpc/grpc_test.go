@@ -2,13 +2,11 @@ package idemgrpc_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,25 +92,14 @@ func transfer(ctx context.Context, cc *grpc.ClientConn, req *structpb.Struct, op
 var fast = idemgrpc.ClientOptions{MaxAttempts: 100, Backoff: func(int) time.Duration { return 5 * time.Millisecond }}
 
 // lostAnswers sends n transfers, four at a time, through a proxy that
-// loses the answer on every other connection, and returns what each got.
+// loses one answer in three, and returns what each got.
 func lostAnswers(t *testing.T, eng *idem.Engine, n int) (*rpctest.Ledger, *rpctest.Proxy, []*structpb.Struct, []error) {
 	l, addr := serve(t, eng)
 	p := rpctest.NewProxy(t, addr, 3)
 	cc := dial(t, p.Addr, fast)
-	res, errs := make([]*structpb.Struct, n), make([]error, n)
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(as(context.Background(), "alice"), time.Minute)
-			defer cancel()
-			res[i], errs[i] = transfer(ctx, cc, rpctest.Transfer(fmt.Sprint("t", i), float64(i)), grpc.WaitForReady(true))
-		}()
-	}
-	wg.Wait()
+	res, errs := rpctest.SendTransfers(n, func(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
+		return transfer(as(ctx, "alice"), cc, req, grpc.WaitForReady(true))
+	})
 	return l, p, res, errs
 }
 
@@ -121,24 +108,8 @@ func lostAnswers(t *testing.T, eng *idem.Engine, n int) (*rpctest.Ledger, *rpcte
 // execution's outcome.
 func TestLostAnswersRunOnce(t *testing.T) {
 	t.Parallel()
-	const n = 24
-	l, p, res, errs := lostAnswers(t, engine(t, idem.Policy{}), n)
-	for i := range n {
-		ref := fmt.Sprint("t", i)
-		if errs[i] != nil {
-			t.Fatalf("%s: %v", ref, errs[i])
-		}
-		if got, first := rpctest.Execution(res[i]), l.First(ref); got != first || res[i].Fields["ref"].GetStringValue() != ref {
-			t.Errorf("%s: got %s, its first execution was %d", ref, rpctest.Describe(res[i], nil), first)
-		}
-	}
-	if d := l.Duplicates(); d != 0 || l.Total() != n {
-		t.Errorf("%d executions for %d transfers (%d duplicates)", l.Total(), n, d)
-	}
-	if p.Lost() == 0 {
-		t.Fatal("the proxy lost no answer: the test tested nothing")
-	}
-	t.Logf("%d transfers, %d answers lost, %d executions", n, p.Lost(), l.Total())
+	l, p, res, errs := lostAnswers(t, engine(t, idem.Policy{}), 24)
+	rpctest.CheckRanOnce(t, l, p, res, errs)
 }
 
 // The control: the same client, keys and retries, without the server's

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,75 +45,16 @@ func killChild(spec string) {
 	_ = srv.Serve(ln)
 }
 
-// The server process is killed with SIGKILL while a call's client waits:
-// once after the handler's outcome was recorded and before the answer
-// left, once inside the handler before its effect. The client calls again
-// with its key until a restarted server answers. Each call's effect
-// happens once, and its client ends with that execution's outcome.
+// The server process is killed with SIGKILL while a call's client waits
+// (rpctest.KillServer): the call runs once, and its client ends with it.
 func TestServerKilled(t *testing.T) {
 	t.Parallel()
-	dir, addr := t.TempDir(), freePort(t)
-	gen := 0
-	start := func() *testkit.Child {
-		gen++
-		c := testkit.StartChild(t, killChildEnv+"="+rpctest.ChildSpec(dir, addr, gen, "", ""))
-		if !c.WaitLine("ready", 30*time.Second) {
-			t.Fatal("the server did not start")
+	rpctest.KillServer(t, killChildEnv, func(addr string) rpctest.Call {
+		cc := dial(t, addr, idemgrpc.ClientOptions{MaxAttempts: 500, Backoff: func(int) time.Duration { return 20 * time.Millisecond }})
+		return func(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
+			return transfer(as(ctx, "alice"), cc, req)
 		}
-		return c
-	}
-	kill := func(c *testkit.Child) {
-		if err := c.Cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		_ = c.Cmd.Wait()
-	}
-	cc := dial(t, addr, idemgrpc.ClientOptions{MaxAttempts: 500, Backoff: func(int) time.Duration { return 20 * time.Millisecond }})
-	server := start()
-	for _, ref := range []string{"kill-after-record-1", "hold-before-effect-2"} {
-		t.Run(ref, func(t *testing.T) {
-			type answer struct {
-				res *structpb.Struct
-				err error
-			}
-			got := make(chan answer, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(as(context.Background(), "alice"), 2*time.Minute)
-				defer cancel()
-				res, err := transfer(ctx, cc, rpctest.Transfer(ref, 1))
-				got <- answer{res, err}
-			}()
-			where := "recorded " + ref
-			if strings.HasPrefix(ref, "hold-") {
-				where = "before " + ref
-			}
-			if !server.WaitLine(where, 30*time.Second) {
-				t.Fatalf("the server never reached %q", where)
-			}
-			kill(server)
-			server = start()
-			a := <-got
-			if a.err != nil {
-				t.Fatalf("the call ended with %v", a.err)
-			}
-			runs := rpctest.Effects(t, dir, ref)
-			if len(runs) != 1 || fmt.Sprint(rpctest.Execution(a.res)) != runs[0] {
-				t.Fatalf("executions %v; the client got %s", runs, rpctest.Describe(a.res, nil))
-			}
-		})
-	}
-	kill(server)
-}
-
-// freePort returns an address of 127.0.0.1 no one listens on.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	})
 }
 
 // Two server processes on one PostgreSQL store, and callers racing on one
@@ -134,7 +74,7 @@ func TestProcessesRaceOnOneKey(t *testing.T) {
 	dir := t.TempDir()
 	var conns []*grpc.ClientConn
 	for i := range 2 {
-		addr := freePort(t)
+		addr := rpctest.FreeAddr(t)
 		if c := testkit.StartChild(t, killChildEnv+"="+rpctest.ChildSpec(dir, addr, i, dsn, schema)); !c.WaitLine("ready", 30*time.Second) {
 			t.Fatal("a server did not start")
 		}
