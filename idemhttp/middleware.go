@@ -58,6 +58,8 @@ type middleware struct {
 	trace       *tracing
 	redact      idem.Redactor // the engine's: how logs and spans print scopes and keys
 	limit       *limiter      // nil: no cap on a tenant's records
+	routePath   func(*http.Request) string
+	unrouted    unrouted
 }
 
 // Compile checks opts and compiles its routes.
@@ -73,6 +75,7 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 		eng: eng, mux: http.NewServeMux(), tenant: opts.Tenant, keep: keep,
 		maxReq: opts.MaxRequestBytes, bodyTimeout: opts.BodyReadTimeout, maxResp: opts.MaxResponseBytes,
 		reqIDHeader: opts.RequestIDHeader, log: opts.Logger, observe: opts.Observe,
+		routePath: opts.RoutePath,
 	}
 	if opts.SharedAnonymousScope && opts.Tenant != nil {
 		return nil, ErrSharedAnonymousScope

@@ -33,6 +33,7 @@ const (
 	OutcomeReplayed    Outcome = "replayed"     // a stored response was replayed
 	OutcomeRejected    Outcome = "rejected"     // idem answered itself; Event.Kind says why
 	OutcomeUnprotected Outcome = "unprotected"  // the store failed and the policy is fail open
+	OutcomeUnrouted    Outcome = "unrouted"     // a keyed request that no route covers passed through
 )
 
 // Event describes one request, for metrics.
@@ -50,6 +51,16 @@ type Options struct {
 	// Requests matching none pass through. nil means one route matching
 	// every request, with the defaults.
 	Routes []Route
+	// RoutePath returns the path a request's route is matched on. nil
+	// means the request's path. A middleware mounted under a router's
+	// prefix sees the whole path ("/api/orders") while its routes may be
+	// written as the mounted handler sees them ("POST /orders"): set
+	// StripPrefix("/api"), or, under chi, a func returning
+	// chi.RouteContext(r.Context()).RoutePath. A keyed request that no
+	// route covers is logged (once per path) and reported as
+	// OutcomeUnrouted, so that a route that is not protected is never
+	// silent.
+	RoutePath func(r *http.Request) string
 	// Profile is the profile of routes that name none; nil means IETF().
 	Profile *Profile
 	// Tenant identifies the caller. nil means TenantCredentials: a hash of

@@ -191,6 +191,7 @@ func (m *middleware) match(r *http.Request) *route {
 	if SafeMethod(r.Method) {
 		return nil
 	}
+	r = m.matchRequest(r)
 	if m.catchAll {
 		return m.routes[0] // the default: one route for every request
 	}

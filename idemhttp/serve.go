@@ -50,7 +50,11 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			}
 		}
 		next.ServeHTTP(w, r)
-		m.report(r, Event{Outcome: OutcomePassThrough})
+		if len(r.Header[HeaderName]) > 0 && !SafeMethod(r.Method) {
+			m.unprotected(r)
+		} else {
+			m.report(r, Event{Outcome: OutcomePassThrough})
+		}
 		return
 	}
 	x := exchange{m: m, w: w, r: r, rt: rt, ev: Event{Route: rt.Pattern}}

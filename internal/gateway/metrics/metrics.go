@@ -31,6 +31,7 @@ type Metrics struct {
 	storeOps    *prometheus.HistogramVec
 	freed       prometheus.Counter
 	lost        prometheus.Counter
+	unrouted    prometheus.Counter
 	replication *prometheus.GaugeVec
 	replicas    *prometheus.GaugeVec
 }
@@ -59,6 +60,8 @@ func New(routes ...string) *Metrics {
 			Help: "Reservations whose answer was lost (the store applied them, the connection broke before the answer came back), freed so that the key's retry runs at once."}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idem", Name: "store_records_lost_total",
 			Help: "Records the store lost under their holder (a completion found no record: a failover to a replica that never had it). Its retry runs the key again; set sync_replicas."}),
+		unrouted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idem", Name: "unrouted_keyed_requests_total",
+			Help: "Keyed requests with a method that changes things that no route covered: they reached the upstream without protection (the gateway logs each path once)."}),
 		replication: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "idem", Name: "store_replication",
 			Help: "How the store's server replicates, read at start: 1 for its mode (none, async, sync, unknown), 0 for the others. async or unknown: a failover may lose the last writes."}, []string{"mode"}),
 		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "idem", Name: "store_replicas",
@@ -71,7 +74,7 @@ func New(routes ...string) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"operation", "result"}),
 	}
-	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.freed, m.lost, m.replication, m.replicas, m.storeOps,
+	m.Registry.MustRegister(m.executions, m.replays, m.conflicts, m.rejections, m.passes, m.unprotected, m.upstream, m.freed, m.lost, m.unrouted, m.replication, m.replicas, m.storeOps,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.precreate(routes)
@@ -170,6 +173,8 @@ func (m *Metrics) Observe(_ *http.Request, e idemhttp.Event) {
 		}
 	case idemhttp.OutcomePassThrough:
 		m.passes.WithLabelValues(e.Route).Inc()
+	case idemhttp.OutcomeUnrouted:
+		m.unrouted.Inc()
 	case idemhttp.OutcomeUnprotected:
 		m.unprotected.WithLabelValues(e.Route).Inc()
 		m.executions.WithLabelValues(e.Route, class(e.Status)).Inc()

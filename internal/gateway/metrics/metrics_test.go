@@ -67,6 +67,7 @@ func TestObserveThroughMiddleware(t *testing.T) {
 	do := func(key, body string) int {
 		r := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer caller-1")
 		if key != "" {
 			r.Header.Set("Idempotency-Key", key)
 		}
