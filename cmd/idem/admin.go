@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-dev/idem/internal/gateway"
 	"github.com/idem-dev/idem/internal/gateway/config"
+	"github.com/idem-dev/idem/internal/gateway/dsn"
 	"github.com/idem-dev/idem/internal/gateway/metrics"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/replication"
@@ -37,6 +38,8 @@ func (s *server) adminOptions(st store.Store, met *metrics.Metrics, tracker *gat
 		Redactor: s.eng.Redactor(),
 		// Read at start; the admin page shows what a failover would do.
 		Replication: s.opened.Replication,
+		// The store DSN's password, should an error quote it.
+		HideSecrets: dsn.NewRedactor(s.cfg.Store).String,
 	}
 	met.KeysInProgress(tracker.Held)
 	if ec, ok := s.opened.Store.(expiredCounter); ok {

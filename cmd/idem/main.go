@@ -52,7 +52,8 @@ func (m *Main) exitCode(err error) int {
 	case errors.Is(err, errNoCommand), errors.As(err, &ue):
 		return 2
 	}
-	fmt.Fprintln(m.Stderr, "idem:", err)
+	// The error may quote a store DSN, or a driver's message about it.
+	fmt.Fprintln(m.Stderr, "idem:", m.redactor.String(err.Error()))
 	return 1
 }
 
@@ -64,6 +65,9 @@ type Main struct {
 	Getenv func(string) string
 	// Getwd returns the working directory; nil means os.Getwd.
 	Getwd func() (string, error)
+	// redactor hides the secrets of the store DSN the command uses in
+	// what it prints; nil hides those of any DSN quoted (dsn.Redact).
+	redactor *dsn.Redactor
 }
 
 // NewMain returns a Main on the process's standard streams and environment.
@@ -186,7 +190,12 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // storeDSN resolves the store of the maintenance commands: the flag, else
 // IDEM_STORE, else the config file's (--config or IDEM_CONFIG), else the
 // default.
-func (m *Main) storeDSN(flagValue, configPath string) (string, error) {
+func (m *Main) storeDSN(flagValue, configPath string) (d string, err error) {
+	defer func() {
+		if err == nil {
+			m.redactor = dsn.NewRedactor(d)
+		}
+	}()
 	if flagValue != "" {
 		return flagValue, nil
 	}
@@ -235,7 +244,7 @@ func (m *Main) openStore(ctx context.Context, flagValue, configPath string) (*ds
 	}
 	// Store messages at warn and above only: recovery's INFO lines are noise
 	// in a command's output.
-	quiet := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	quiet := slog.New(m.redactor.Handler(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	opened, err := dsn.Open(ctx, dsnStr, dsn.Options{Logger: quiet})
 	if err != nil {
 		return nil, err

@@ -41,6 +41,10 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// No log line shows the store DSN's secrets, whoever logs them (the
+	// start line, a driver's error, the HTTP server's).
+	c.m.redactor = dsn.NewRedactor(cfg.Store)
+	log = slog.New(c.m.redactor.Handler(log.Handler()))
 	if c.m.Getenv("GOGC") == "" {
 		// A gateway's live heap is small and its garbage is per request:
 		// collecting at 4x the live heap instead of 2x measured 8-19% more

@@ -97,6 +97,9 @@ type AdminOptions struct {
 	Redactor idem.Redactor
 	// Logger logs the admin API's actions; nil means slog.Default().
 	Logger *slog.Logger
+	// HideSecrets hides secrets (a store DSN's password) in the store and
+	// upstream errors the admin listener answers with; nil leaves them.
+	HideSecrets func(string) string
 }
 
 // healthScope and healthKey name the record /readyz looks up. It never
@@ -173,6 +176,21 @@ func AdminWarning(addr, token string) string {
 
 type admin struct{ o AdminOptions }
 
+// authorized reports whether r carries the admin token.
+func (a *admin) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && a.o.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.o.Token)) == 1
+}
+
+// errText is what the admin listener shows of err: its message with
+// secrets hidden.
+func (a *admin) errText(err error) string {
+	if a.o.HideSecrets == nil {
+		return err.Error()
+	}
+	return a.o.HideSecrets(err.Error())
+}
+
 // auth lets a request through when it carries the admin token.
 func (a *admin) auth(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -180,8 +198,7 @@ func (a *admin) auth(h http.Handler) http.Handler {
 			writeProblem(w, http.StatusNotFound, "the admin page, key inspection, release, cleanup and pprof are disabled: set admin_token (or IDEM_ADMIN_TOKEN)")
 			return
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(a.o.Token)) != 1 {
+		if !a.authorized(r) {
 			if r.URL.Path == "/" {
 				// The page itself holds no data: it asks for the token
 				// and sends it with each of its API calls.
@@ -203,27 +220,35 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.o.HealthTimeout)
 	defer cancel()
+	// /readyz is open to whoever reaches the listener: the raw errors
+	// (hosts, users, paths, what the store said) only with the admin token.
+	detail := func(short string, err error) string {
+		if a.authorized(r) {
+			return short + ": " + a.errText(err)
+		}
+		return short
+	}
 	res := map[string]string{"status": "ok"}
 	status := http.StatusOK
 	start := time.Now()
 	_, err := a.o.Store.Get(ctx, healthScope, store.HashKey(healthScope, healthKey))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		a.o.Logger.Warn("idem: readiness: the store does not answer", "err", err)
-		res["store"], status = err.Error(), http.StatusServiceUnavailable
+		a.o.Logger.Warn("idem: readiness: the store does not answer", "err", a.errText(err))
+		res["store"], status = detail("store unavailable", err), http.StatusServiceUnavailable
 	} else if werr := writable(ctx, a.o.Store); werr != nil {
 		// A full disk: replays of recorded outcomes still work, new calls
 		// do not. Not ready, so that traffic goes to replicas that can
 		// take them; /healthz stays 200, since a restart frees no space.
-		a.o.Logger.Warn("idem: readiness: the store cannot write", "err", werr)
-		res["store"], status = "not writable: "+werr.Error(), http.StatusServiceUnavailable
+		a.o.Logger.Warn("idem: readiness: the store cannot write", "err", a.errText(werr))
+		res["store"], status = detail("store not writable", werr), http.StatusServiceUnavailable
 	} else {
 		res["store"] = "ok"
 		res["store_latency"] = time.Since(start).String()
 	}
 	if a.o.Upstream != nil {
 		if err := a.o.Upstream(ctx); err != nil {
-			a.o.Logger.Warn("idem: readiness: the upstream is not reachable", "err", err)
-			res["upstream"] = err.Error()
+			a.o.Logger.Warn("idem: readiness: the upstream is not reachable", "err", a.errText(err))
+			res["upstream"] = detail("upstream unavailable", err)
 			// A gateway in front of a shared upstream stays ready when it
 			// is down: replays and 502s still come from it, and an
 			// upstream outage must not take every replica out at once.
@@ -330,7 +355,7 @@ func (a *admin) inspectKey(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no live record for this scope and key")
 		return
 	case err != nil:
-		writeProblem(w, http.StatusServiceUnavailable, err.Error())
+		writeProblem(w, http.StatusServiceUnavailable, a.errText(err))
 		return
 	}
 	v := inspect.New(rec)
@@ -386,7 +411,7 @@ func (a *admin) release(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		writeProblem(w, http.StatusServiceUnavailable, err.Error())
+		writeProblem(w, http.StatusServiceUnavailable, a.errText(err))
 		return
 	}
 	a.o.Logger.Warn("idem: key released by an operator; its next request runs the operation again",
@@ -418,7 +443,7 @@ func (a *admin) cleanup(w http.ResponseWriter, r *http.Request) {
 		}
 		n, err := a.o.CountExpired(r.Context())
 		if err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, err.Error())
+			writeProblem(w, http.StatusServiceUnavailable, a.errText(err))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"expired": n, "dry_run": true, "done": true})
@@ -442,7 +467,7 @@ func (a *admin) cleanup(w http.ResponseWriter, r *http.Request) {
 	})
 	end := map[string]any{"removed": n, "done": true, "took": time.Since(start).Round(time.Millisecond).String()}
 	if err != nil {
-		end["error"] = err.Error()
+		end["error"] = a.errText(err)
 	}
 	_ = enc.Encode(end)
 }
@@ -453,7 +478,7 @@ var pageFS embed.FS
 func (a *admin) page(w http.ResponseWriter, _ *http.Request) {
 	b, err := pageFS.ReadFile("adminpage/index.html")
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, err.Error())
+		writeProblem(w, http.StatusInternalServerError, a.errText(err))
 		return
 	}
 	h := w.Header()
@@ -529,7 +554,7 @@ func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
 	if a.o.Gatherer != nil {
 		mfs, err := a.o.Gatherer.Gather()
 		if err != nil {
-			writeProblem(w, http.StatusInternalServerError, err.Error())
+			writeProblem(w, http.StatusInternalServerError, a.errText(err))
 			return
 		}
 		s.addMetrics(mfs)

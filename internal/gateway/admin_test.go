@@ -86,8 +86,15 @@ func TestAdminProbes(t *testing.T) {
 	}
 	down := errors.New("cannot connect to 127.0.0.1:1: connection refused")
 	a.upErr.Store(&down)
-	if code, body := a.call(t, "GET", "/readyz", ""); code != 503 || !strings.Contains(body, "connection refused") {
-		t.Errorf("/readyz with the upstream down = %d %s", code, body)
+	// The raw error only with the admin token: it names hosts and users.
+	if code, body := a.call(t, "GET", "/readyz", ""); code != 503 || !strings.Contains(body, `"upstream": "upstream unavailable"`) || strings.Contains(body, "refused") {
+		t.Errorf("/readyz with the upstream down, no token = %d %s", code, body)
+	}
+	if code, body := a.call(t, "GET", "/readyz", "wrong-token"); code != 503 || strings.Contains(body, "refused") {
+		t.Errorf("/readyz with the upstream down, a wrong token = %d %s", code, body)
+	}
+	if code, body := a.call(t, "GET", "/readyz", "tok"); code != 503 || !strings.Contains(body, "upstream unavailable: cannot connect to 127.0.0.1:1: connection refused") {
+		t.Errorf("/readyz with the upstream down, the admin token = %d %s", code, body)
 	}
 	if code, _ := a.call(t, "GET", "/healthz", ""); code != 200 {
 		t.Errorf("/healthz with the upstream down = %d, want 200 (liveness)", code)
@@ -102,8 +109,11 @@ func TestAdminProbes(t *testing.T) {
 	}
 	a.draining.Store(false)
 	a.store.Close()
-	if code, body := a.call(t, "GET", "/readyz", ""); code != 503 || !strings.Contains(body, "closed") {
-		t.Errorf("/readyz with a closed store = %d %s", code, body)
+	if code, body := a.call(t, "GET", "/readyz", ""); code != 503 || !strings.Contains(body, `"store": "store unavailable"`) || strings.Contains(body, "closed") {
+		t.Errorf("/readyz with a closed store, no token = %d %s", code, body)
+	}
+	if code, body := a.call(t, "GET", "/readyz", "tok"); code != 503 || !strings.Contains(body, "store unavailable: ") || !strings.Contains(body, "closed") {
+		t.Errorf("/readyz with a closed store, the admin token = %d %s", code, body)
 	}
 }
 

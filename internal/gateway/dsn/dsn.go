@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"net"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -80,7 +79,14 @@ var examples = map[string]string{
 // is refused with the form it wants (ErrUnknownScheme, ErrMalformed): the
 // drivers' own parsers read many mistakes as something else (a Redis URL
 // without its // as localhost:6379, a # in a password as the end of it).
+//
+// Its errors, like Open's and Migrate's, hide the DSN's secrets (Redact).
 func Parse(dsn string) (DSN, error) {
+	d, err := parse(dsn)
+	return d, NewRedactor(dsn).Error(err)
+}
+
+func parse(dsn string) (DSN, error) {
 	d := DSN{raw: dsn, Params: map[string]string{}}
 	if strings.TrimSpace(dsn) != dsn {
 		return d, malformed(Redact(strings.TrimSpace(dsn)), "white space around it would be part of the DSN; remove it")
@@ -347,22 +353,6 @@ func contains(l []string, s string) bool {
 // String returns the DSN with any password hidden, for logs.
 func (d DSN) String() string { return Redact(d.raw) }
 
-// userinfo is the USER:PASSWORD@ of a DSN that does not parse as a URL.
-var userinfo = regexp.MustCompile(`(//[^/?#@:]*):[^/?#]*@`)
-
-// Redact hides the password of a URL-shaped DSN, also of one that does not
-// parse (whose error message shows it).
-func Redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return userinfo.ReplaceAllString(dsn, "$1:xxxxx@")
-	}
-	if u.User == nil {
-		return dsn
-	}
-	return u.Redacted()
-}
-
 // Options tune Open.
 type Options struct {
 	// Logger is handed to stores that log. nil means slog.Default().
@@ -399,6 +389,11 @@ func (o *Opened) Close() error {
 
 // Open opens the store dsn names, checking that it answers.
 func Open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
+	o, err := open(ctx, dsn, opts)
+	return o, NewRedactor(dsn).Error(err)
+}
+
+func open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 	d, err := Parse(dsn)
 	if err != nil {
 		return nil, err
@@ -549,6 +544,11 @@ func openPostgres(ctx context.Context, d DSN, opts Options) (*Opened, error) {
 // Migrate applies the PostgreSQL migrations of the store dsn names, after
 // checking what is really in the database, and reports what it did.
 func Migrate(ctx context.Context, dsn string) (postgres.Report, error) {
+	rep, err := migrate(ctx, dsn)
+	return rep, NewRedactor(dsn).Error(err)
+}
+
+func migrate(ctx context.Context, dsn string) (postgres.Report, error) {
 	d, err := Parse(dsn)
 	if err != nil {
 		return postgres.Report{}, err

@@ -437,3 +437,80 @@ func TestOpenUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactEveryForm: every place a DSN can hold a secret, in a DSN and
+// in text that quotes one, is hidden; what is not a secret stays.
+func TestRedactEveryForm(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, secret, keep string }{
+		{"postgres://user:Hunter2pw@h/db", "Hunter2pw", "postgres://user:xxxxx@h/db"},
+		{"postgres://user:Hun/ter@2pw@h/db", "Hun/ter@2pw", "@h/db"},
+		{"postgres://h/db?user=u&password=Hunter2pw&sslmode=disable", "Hunter2pw", "sslmode=disable"},
+		{"postgres://h/db?sslpassword=Hunter2pw", "Hunter2pw", "postgres://h/db?sslpassword=xxxxx"},
+		{"host=h user=u password=Hunter2pw dbname=d", "Hunter2pw", "dbname=d"},
+		{"host=h password='Hunter 2pw' dbname=d", "Hunter 2pw", "dbname=d"},
+		{"redis://:Hunter2pw@h:6379/0", "Hunter2pw", "redis://:xxxxx@h:6379/0"},
+		{"redis://default:Hunter2pw@h:6379/0", "Hunter2pw", "@h:6379"},
+		{"redis://h:6379/0?password=Hunter2pw", "Hunter2pw", "redis://h:6379/0?password=xxxxx"},
+		{"rediss-cluster://u:Hunter2pw@h:7000?addr=h:7001", "Hunter2pw", "addr=h:7001"},
+		{"s3://b/p?endpoint=http://h:9000&secret_key=Hunter2pw&access_key=AK", "Hunter2pw", "access_key=AK"},
+		{"s3://b/p?aws_secret_access_key=Hunter2pw", "Hunter2pw", "s3://b/p"},
+		{"dynamodb://t?region=r&secret=Hunter2pw", "Hunter2pw", "region=r"},
+		{"dynamodb://t?region=r&session_token=Hunter2pw", "Hunter2pw", "region=r"},
+		{`store "postgres://u:Hunter2pw@h:port/db": malformed`, "Hunter2pw", "malformed"},
+		{"failed: password=Hunter2pw; host=h", "Hunter2pw", "host=h"},
+	} {
+		got := Redact(tc.in)
+		if strings.Contains(got, tc.secret) || !strings.Contains(got, tc.keep) {
+			t.Errorf("Redact(%q) = %q: want %q hidden and %q kept", tc.in, got, tc.secret, tc.keep)
+		}
+		if r := NewRedactor(tc.in); strings.Contains(r.String("driver said: "+tc.secret), tc.secret) {
+			t.Errorf("the Redactor of %q leaves the bare secret in a driver's message", tc.in)
+		}
+	}
+	for _, s := range []string{"http://host:8080/path?a=b", "idem_prefix=x:", "file:/var/lib/idem", "key hash 3f2a"} {
+		if got := Redact(s); got != s {
+			t.Errorf("Redact(%q) = %q, want it as it is", s, got)
+		}
+	}
+}
+
+// TestParseAndOpenErrorsHideSecrets: no error of Parse, Open or Migrate,
+// for every DSN form a password can take, shows it, including those of a
+// store that cannot be reached and of forms the parser refuses.
+func TestParseAndOpenErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	const pw = "Sup3rSecretPw"
+	for _, d := range []string{
+		"host=127.0.0.1 user=postgres password=" + pw + " dbname=test",
+		"postgres://postgres:" + pw + "@127.0.0.1:1/test?connect_timeout=1",
+		"postgres://127.0.0.1:1/test?user=postgres&password=" + pw + "&connect_timeout=1",
+		"postgres://postgres:" + pw + "@127.0.0.1:1/test?bogus_param=1",
+		"redis://:" + pw + "@127.0.0.1:1/0",
+		"redis://127.0.0.1:6379/0?password=" + pw,
+		"redis::" + pw + "@127.0.0.1:6379",
+		"redis://u:" + pw + "@127.0.0.1:port/0",
+		"s3://bucket/p?endpoint=http://127.0.0.1:1&secret_key=" + pw,
+		"s3://AK:" + pw + "@bucket/p",
+		"dynamodb://t?region=r&secret=" + pw,
+		" postgres://u:" + pw + "@h/db",
+		"postgres:u:" + pw + "@h/db",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, perr := Parse(d)
+		o, oerr := Open(ctx, d, Options{ConnectTimeout: 3 * time.Second})
+		if o != nil {
+			o.Close()
+		}
+		_, merr := Migrate(ctx, d)
+		cancel()
+		for _, err := range []error{perr, oerr, merr} {
+			if err != nil && strings.Contains(err.Error(), pw) {
+				t.Errorf("DSN %q: error shows the password: %v", Redact(d), err)
+			}
+		}
+		if oerr == nil {
+			t.Errorf("DSN %q opened; want a failure", Redact(d))
+		}
+	}
+}

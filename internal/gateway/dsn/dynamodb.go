@@ -181,6 +181,11 @@ func openDynamoDB(ctx context.Context, d DSN, opts Options) (*Opened, error) {
 // it does not exist, and turns its native TTL on, best effort (see
 // dynamodbstore.Migrate).
 func MigrateDynamoDB(ctx context.Context, dsn string) (dynamodbstore.MigrateReport, error) {
+	rep, err := migrateDynamoDB(ctx, dsn)
+	return rep, NewRedactor(dsn).Error(err)
+}
+
+func migrateDynamoDB(ctx context.Context, dsn string) (dynamodbstore.MigrateReport, error) {
 	d, err := Parse(dsn)
 	if err != nil {
 		return dynamodbstore.MigrateReport{}, err
