@@ -119,8 +119,19 @@ func TestKeepHeadersRefusesCredentials(t *testing.T) {
 		if !errors.Is(err, idemhttp.ErrCredentialHeader) {
 			t.Errorf("KeepHeaders %s: %v", h, err)
 		}
-		if _, err := idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{h}, AllowCredentialHeaders: true}); err != nil {
+		_, err = idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{h}, AllowCredentialHeaders: true})
+		if h == "Proxy-Authorization" {
+			// Hop-by-hop: a replay never repeats it, forced or not.
+			if !errors.Is(err, idemhttp.ErrFramingHeader) {
+				t.Errorf("forced %s: %v, want ErrFramingHeader", h, err)
+			}
+		} else if err != nil {
 			t.Errorf("forced %s: %v", h, err)
+		}
+	}
+	for _, h := range []string{"Content-Length", "transfer-encoding", "Connection", "Keep-Alive", "Upgrade", "Trailer", "TE", "Proxy-Authenticate"} {
+		if _, err := idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{h}}); !errors.Is(err, idemhttp.ErrFramingHeader) {
+			t.Errorf("KeepHeaders %s: %v, want ErrFramingHeader", h, err)
 		}
 	}
 }

@@ -172,6 +172,11 @@ var ErrSharedAnonymousScope = errors.New("idemhttp: SharedAnonymousScope applies
 // ErrCredentialHeader: Options.KeepHeaders names a credential header.
 var ErrCredentialHeader = errors.New("idemhttp: keep_headers names a credential header; a replay would hand it to anyone holding the key (set AllowCredentialHeaders to force it)")
 
+// ErrFramingHeader: Options.KeepHeaders names a header that frames the
+// message or belongs to one connection (Content-Length, Transfer-Encoding,
+// Connection, ...): a replay sets its own framing and never repeats them.
+var ErrFramingHeader = errors.New("idemhttp: keep_headers names a header that frames the message or belongs to one connection; a replay sets its own (remove it)")
+
 // keepSet returns the set of headers kept for replay.
 func (o *Options) keepSet() (map[string]bool, error) {
 	keep := map[string]bool{}
@@ -184,6 +189,9 @@ func (o *Options) keepSet() (map[string]bool, error) {
 			if c == cred && !o.AllowCredentialHeaders {
 				return nil, fmt.Errorf("%w: %s", ErrCredentialHeader, c)
 			}
+		}
+		if framing(c) {
+			return nil, fmt.Errorf("%w: %s", ErrFramingHeader, c)
 		}
 		keep[c] = true
 	}

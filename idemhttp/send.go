@@ -41,7 +41,7 @@ func (x *exchange) commit(cap *capture) {
 func (x *exchange) replay(ctx context.Context, res idem.Result) {
 	key, log := x.call.Key, x.m.log
 	h := x.w.Header()
-	if _, notStored, _, err := decodeInto(res.Value, nil, nil); err != nil || notStored {
+	if _, notStored, _, err := decodeInto(res.Value, nil, nil, nil); err != nil || notStored {
 		detail := "the first response was too large or streamed, so it was not stored; it is not executed again"
 		if err != nil {
 			log.Error("idem: stored response unreadable", x.m.logAttrs(slog.LevelError, x.call, "err", err)...)
@@ -52,7 +52,9 @@ func (x *exchange) replay(ctx context.Context, res idem.Result) {
 	}
 	prof := x.rt.profile
 	var extra headerValues
-	status, _, body, _ := decodeInto(res.Value, h, &extra)
+	// Only the headers kept today, by canonical name, and no framing one:
+	// the record may have been written by anyone with access to the store.
+	status, _, body, _ := decodeInto(res.Value, h, &extra, x.m.keepHeader)
 	extra.grow(5) // when the response stored no header
 	if prof.BodyFlag != "" {
 		if b, ok := withFlag(body, prof.BodyFlag, true); ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
+	"strings"
 )
 
 // StoredResponse is what a record keeps of an HTTP response.
@@ -72,7 +73,7 @@ func encodeResponse(status int, notStored bool, h http.Header, keep func(string)
 func DecodeResponse(b []byte) (*StoredResponse, error) {
 	r := &StoredResponse{Header: make(http.Header)}
 	var err error
-	r.Status, r.NotStored, r.Body, err = decodeInto(b, r.Header, nil)
+	r.Status, r.NotStored, r.Body, err = decodeInto(b, r.Header, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +86,15 @@ func DecodeResponse(b []byte) (*StoredResponse, error) {
 // from one string and their value slices from one array (hv's, when not
 // nil, which keeps room for the replay's own headers): two allocations
 // whatever the number of headers.
-func decodeInto(b []byte, h http.Header, hv *headerValues) (status int, notStored bool, body []byte, err error) {
+//
+// A stored record is data, not the middleware's word: a store anyone else
+// can write (an unsealed one) may hold any header. So the headers added
+// to h are only those keep accepts (every one when keep is nil), by their
+// canonical names, and never one that frames the message or belongs to
+// one connection (framing): the replay sets Content-Length itself, and a
+// stored Transfer-Encoding or Connection would make one response read as
+// two downstream.
+func decodeInto(b []byte, h http.Header, hv *headerValues, keep func(string) bool) (status int, notStored bool, body []byte, err error) {
 	if len(b) < 6 || b[0] != encodingVersion {
 		return 0, false, nil, ErrBadEncoding
 	}
@@ -126,9 +135,46 @@ func decodeInto(b []byte, h http.Header, hv *headerValues) (status int, notStore
 	for range count {
 		ks, ke, _ := field()
 		vs, ve, _ := field()
-		hv.add(h, fields[ks:ke], fields[vs:ve])
+		k := fields[ks:ke]
+		if !validHeaderName(k) {
+			continue
+		}
+		k = textproto.CanonicalMIMEHeaderKey(k) // no copy when it already is
+		if framing(k) || (keep != nil && !keep(k)) {
+			continue
+		}
+		hv.add(h, k, fields[vs:ve])
 	}
 	return status, notStored, body, nil
+}
+
+// framing reports whether the canonical header name k frames the message
+// or belongs to one connection (RFC 9110 section 7.6.1, RFC 9112): a
+// response's own framing is the server's to set, never a stored record's.
+func framing(k string) bool {
+	switch k {
+	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade",
+		"Trailer", "Te", "Proxy-Connection", "Http2-Settings":
+		return true
+	}
+	return strings.HasPrefix(k, "Proxy-")
+}
+
+// validHeaderName reports whether k is an HTTP field name (a token).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
 }
 
 // headerValues hands out one-element value slices for a header map from
@@ -151,7 +197,7 @@ func (hv *headerValues) one(v string) []string {
 	return hv.vals[n-1 : n : n]
 }
 
-// add adds v to h's values of k, as stored (not canonicalized).
+// add adds v to h's values of k, a canonical name.
 func (hv *headerValues) add(h http.Header, k, v string) {
 	if old := h[k]; len(old) > 0 {
 		h[k] = append(old, v)
