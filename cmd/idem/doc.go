@@ -61,7 +61,7 @@
 // admin_listen (default 127.0.0.1:9090; "off" disables it) serves
 // /healthz (liveness: 200 while the process serves), /readyz (readiness:
 // 200 when the store answers and the upstream is reachable, 503 when not
-// or while draining), /metrics (Prometheus: idem_executions_total,
+// or while draining; the raw error only with the admin token), /metrics (Prometheus: idem_executions_total,
 // idem_replays_total, idem_conflicts_total{conflict_type},
 // idem_rejections_total{kind}, idem_pass_throughs_total,
 // idem_upstream_errors_total, idem_store_operation_duration_seconds{operation},

@@ -167,7 +167,7 @@ func TestAdminCommands(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t)
 	dir := t.TempDir()
-	const token = "tok-admin"
+	const token = "tok-admin-0123456789"
 	short := startGateway(t, a.URL, dir, "defaults: {ttl: 3s, lease: 3s}\ncleanup_interval: off\n")
 	for _, k := range []string{"exp-1", "exp-2", "exp-3"} {
 		if r := post(t, short.URL+"/charges", chargeBody, "Idempotency-Key", k); r.Status != 201 {
@@ -308,7 +308,7 @@ func TestAdminListenerWarning(t *testing.T) {
 	if code, _ := getStatus(t, g.Admin+"/debug/pprof/"); code != 404 {
 		t.Errorf("pprof without a token = %d, want 404 (off)", code)
 	}
-	g2 := startGateway(t, a.URL, "", "admin_token: t0k\n", "--store", "memory:", "--admin-listen", "0.0.0.0:0")
+	g2 := startGateway(t, a.URL, "", "admin_token: t0k-0123456789abcdef\n", "--store", "memory:", "--admin-listen", "0.0.0.0:0")
 	g3 := startGateway(t, a.URL, "", "", "--store", "memory:")
 	for _, g := range []*gw{g2, g3} {
 		if strings.Contains(g.output(), warning) {

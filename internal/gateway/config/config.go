@@ -68,7 +68,8 @@ type Config struct {
 	// AdminListen serves /healthz, /metrics and /keys; "off" disables it.
 	AdminListen string `yaml:"admin_listen"`
 	// AdminToken protects /keys (Authorization: Bearer TOKEN). Without it
-	// /keys is disabled.
+	// /keys is disabled. At least MinAdminTokenBytes, and no placeholder of
+	// the examples (change-me...): Validate refuses others.
 	AdminToken string `yaml:"admin_token"`
 	// Tenant says where the caller's identity comes from.
 	Tenant *Tenant `yaml:"tenant"`
@@ -322,6 +323,11 @@ func (c *Config) Validate() error {
 	if c.AdminEnabled() {
 		if err := checkAddr(c.AdminListen); err != nil {
 			add("admin_listen: %v", err)
+		}
+	}
+	if c.AdminToken != "" {
+		if err := checkAdminToken(c.AdminToken); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.Tenant != nil {
