@@ -136,7 +136,7 @@ func decodeInto(b []byte, h http.Header, hv *headerValues, keep func(string) boo
 		ks, ke, _ := field()
 		vs, ve, _ := field()
 		k := fields[ks:ke]
-		if !validHeaderName(k) {
+		if !ValidHeaderName(k) {
 			continue
 		}
 		k = textproto.CanonicalMIMEHeaderKey(k) // no copy when it already is
@@ -160,8 +160,9 @@ func framing(k string) bool {
 	return strings.HasPrefix(k, "Proxy-")
 }
 
-// validHeaderName reports whether k is an HTTP field name (a token).
-func validHeaderName(k string) bool {
+// ValidHeaderName reports whether k is an HTTP field name (a token, RFC
+// 9110 section 5.1): the one rule for stored headers and configured ones.
+func ValidHeaderName(k string) bool {
 	if k == "" {
 		return false
 	}

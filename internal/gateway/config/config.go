@@ -399,17 +399,7 @@ func checkAddr(a string) error {
 	return nil
 }
 
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
-			return false
-		}
-	}
-	return http.CanonicalHeaderKey(s) != ""
-}
+func validHeaderName(s string) bool { return idemhttp.ValidHeaderName(s) }
 
 // maxKeys is a per-tenant key bound as the middleware takes it: the
 // default when not set.
