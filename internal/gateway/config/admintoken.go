@@ -16,14 +16,16 @@ const MinAdminTokenBytes = 16
 var ErrWeakAdminToken = errors.New("weak admin token")
 
 // adminTokenPlaceholders are the admin tokens the documentation, examples
-// and manifests have shown (and words that mark one as a placeholder),
-// which a copied example would otherwise leave in production. Compared
-// without case.
-var adminTokenPlaceholders = []string{
-	"change-me-to-a-long-random-token", "change-me", "changeme", "change_me",
-	"replace-me", "replaceme", "placeholder", "your-token", "your-admin-token",
-	"admin-token", "admin_token", "secret-token", "...",
-}
+// and manifests have shown, which a copied example would otherwise leave
+// in production; placeholderWords mark a token as one wherever they stand
+// in it (change-me-to-a-long-random-token, change-me-please, ...). Both
+// compared without case.
+var (
+	adminTokenPlaceholders = []string{
+		"change-me-to-a-long-random-token", "your-admin-token", "admin_token", "admin-token", "...",
+	}
+	placeholderWords = []string{"change-me", "changeme", "change_me", "replace-me", "replaceme"}
+)
 
 // tokenFix is how to make a good token, named in every refusal.
 const tokenFix = "set admin_token (or IDEM_ADMIN_TOKEN) to at least 16 random bytes, e.g. `openssl rand -base64 32`"
@@ -33,6 +35,11 @@ const tokenFix = "set admin_token (or IDEM_ADMIN_TOKEN) to at least 16 random by
 func checkAdminToken(tok string) error {
 	low := strings.ToLower(strings.TrimSpace(tok))
 	for _, p := range adminTokenPlaceholders {
+		if low == p {
+			return fmt.Errorf("admin_token: %w: it is the placeholder %q of the examples; %s", ErrWeakAdminToken, p, tokenFix)
+		}
+	}
+	for _, p := range placeholderWords {
 		if strings.Contains(low, p) {
 			return fmt.Errorf("admin_token: %w: it is (or contains) the placeholder %q of the examples; %s", ErrWeakAdminToken, p, tokenFix)
 		}
