@@ -3,6 +3,8 @@ package idemhttp_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
@@ -215,5 +220,41 @@ func TestLogsCarryNoRawKeyOrTenant(t *testing.T) {
 				t.Errorf("Redactor.Raw %v, but the raw tenant in Debug records is %v:\n%s", raw, !raw, debug)
 			}
 		})
+	}
+}
+
+// The span's scope and key hashes are the engine's Redactor's, keyed when
+// it has a MAC, as the log lines' are: one name for a call in both.
+func TestSpanHashesAreTheRedactors(t *testing.T) {
+	t.Parallel()
+	red := idem.Redactor{MAC: func(b []byte) string {
+		s := sha256.Sum256(append([]byte("secret:"), b...))
+		return hex.EncodeToString(s[:16])
+	}}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1}, quietOpt, idem.WithRedactor(red))
+	t.Cleanup(func() { eng.Close() })
+	mw, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet, TracerProvider: tp, Tenant: idemhttp.TenantHeader("X-User-ID")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := newTestServer(t, mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })))
+	s := &server{t: t, url: url}
+	if r := s.do("POST", "/x", `{}`, "Idempotency-Key", "span-key", "X-User-ID", "alice"); r.Status != http.StatusCreated {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	var got map[string]string
+	for _, sp := range rec.Ended() {
+		if a := attrs(sp); a["idem.key_hash"] != "" {
+			got = a
+		}
+	}
+	if got["idem.scope_hash"] != red.Scope("alice") || got["idem.key_hash"] != red.Key("alice", "span-key") {
+		t.Errorf("span hashes %s %s, want the Redactor's %s %s", got["idem.scope_hash"], got["idem.key_hash"], red.Scope("alice"), red.Key("alice", "span-key"))
+	}
+	if got["idem.scope_hash"] == (idem.Redactor{}).Scope("alice") {
+		t.Error("the span's scope hash is the unkeyed one")
 	}
 }
