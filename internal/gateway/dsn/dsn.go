@@ -428,7 +428,7 @@ func open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		}
 		return &Opened{Store: s, DSN: d}, nil
 	case Postgres:
-		return replicated(ctx, d)(openPostgres(ctx, d, opts))
+		return openPostgres(ctx, d, opts)
 	case Redis:
 		return replicated(ctx, d)(openRedis(ctx, d))
 	case RedisCluster:
@@ -527,18 +527,24 @@ func openPostgres(ctx context.Context, d DSN, opts Options) (*Opened, error) {
 		return nil, err
 	}
 	po := d.postgresOptions()
-	if opts.Migrate {
-		if err := postgres.Migrate(ctx, pool, po); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("store %s: migrate: %w", d, err)
-		}
-	}
 	s, err := postgres.New(pool, po)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
-	return &Opened{Store: s, DSN: d, closers: []func(){pool.Close}}, nil
+	// Replication first: on a primary whose synchronous standbys are
+	// gone, the migrations' commits would wait for them without end.
+	o, err := replicated(ctx, d)(&Opened{Store: s, DSN: d, closers: []func(){pool.Close}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Migrate {
+		if err := postgres.Migrate(ctx, pool, po); err != nil {
+			_ = o.Close()
+			return nil, fmt.Errorf("store %s: migrate: %w", d, err)
+		}
+	}
+	return o, nil
 }
 
 // Migrate applies the PostgreSQL migrations of the store dsn names, after
