@@ -185,12 +185,22 @@ func tenantFrom(mac func([]byte) string, sources []TenantSource) (TenantFunc, er
 // appendHeader appends a line "Name:value\n" per non-empty value of the
 // header name (canonical) to b. Values cannot hold a line break (net/http
 // refuses them), so that the lines of two requests are the same only when
-// their values are.
+// their values are. An authorization value without a scheme is
+// "Name;no-scheme:value\n": earlier versions lower-cased such a value whole,
+// and the scope so made was shared by every caller whose credential differs
+// only in case; with the mark, no such credential is ever given that scope
+// again (no header's name holds ';').
 func appendHeader(b []byte, h http.Header, name string) []byte {
 	for _, v := range h.Values(name) {
-		if v = normalizeCredential(name, v); v != "" {
-			b = append(append(append(append(b, name...), ':'), v...), '\n')
+		v, schemeless := normalizeCredential(name, v)
+		if v == "" {
+			continue
 		}
+		b = append(b, name...)
+		if schemeless {
+			b = append(b, ";no-scheme"...)
+		}
+		b = append(append(append(b, ':'), v...), '\n')
 	}
 	return b
 }
@@ -223,17 +233,17 @@ func HashCredential(b []byte) string {
 // normalizeCredential trims v and, for the authorization headers, lowers the
 // scheme's case and folds the white space after it (RFC 9110 section 11.1:
 // the scheme is case-insensitive). A value without a scheme (a token alone,
-// or one whose first word is not a token) is kept as it is.
-func normalizeCredential(name, v string) string {
+// or one whose first word is not a token) is kept as it is, and reported.
+func normalizeCredential(name, v string) (_ string, schemeless bool) {
 	v = strings.TrimSpace(v)
 	if name != "Authorization" && name != "Proxy-Authorization" {
-		return v
+		return v, false
 	}
 	i := strings.IndexAny(v, " \t")
 	if i <= 0 || !isToken(v[:i]) {
-		return v
+		return v, true
 	}
-	return strings.ToLower(v[:i]) + " " + strings.TrimSpace(v[i+1:])
+	return strings.ToLower(v[:i]) + " " + strings.TrimSpace(v[i+1:]), false
 }
 
 // isToken reports whether s is an RFC 9110 token, as an auth scheme is.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -193,5 +194,82 @@ func TestClientCertificateIsACredential(t *testing.T) {
 	auth, _ := idemhttp.CredentialTenant(http.Header{"Authorization": {"Bearer x"}}, nil)
 	if withAuth == auth || withAuth == a {
 		t.Error("the certificate and Authorization together are not their own caller")
+	}
+}
+
+// formerDefault is the default tenant as the earlier release derived it: a
+// hash of the Authorization values, the scheme lower-cased, a value
+// without a scheme lower-cased whole; without Authorization, the anonymous
+// scope.
+func formerDefault(r *http.Request) (string, bool) {
+	var b []byte
+	for _, v := range r.Header.Values("Authorization") {
+		v = strings.TrimSpace(v)
+		if scheme, rest, ok := strings.Cut(v, " "); ok {
+			v = strings.ToLower(scheme) + " " + strings.TrimSpace(rest)
+		} else {
+			v = strings.ToLower(v)
+		}
+		b = append(b, "Authorization:"+v+"\n"...)
+	}
+	if b == nil {
+		return "", true
+	}
+	return "cred:" + idemhttp.HashCredential(b), true
+}
+
+// TestFormerScopes: records written by the earlier default tenant are
+// still this caller's when that tenant identified it exactly (an
+// Authorization with a scheme, here with a cookie the earlier default did
+// not read): replayed. Never those of the anonymous scope or of a
+// credential without a scheme, which earlier versions shared between
+// callers: such a caller runs anew.
+func TestFormerScopes(t *testing.T) {
+	t.Parallel()
+	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
+	t.Cleanup(func() { eng.Close() })
+	var n atomic.Int32
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"n":%d,"authorization":%q}`, n.Add(1), r.Header.Get("Authorization"))
+	})
+	before, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet, Tenant: formerDefault})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := idemhttp.New(eng, idemhttp.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(mw func(http.Handler) http.Handler, key string, h ...string) (string, string) {
+		r := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":1}`))
+		r.Header.Set("Idempotency-Key", key)
+		for i := 0; i+1 < len(h); i += 2 {
+			r.Header.Add(h[i], h[i+1])
+		}
+		w := httptest.NewRecorder()
+		mw(api).ServeHTTP(w, r)
+		return w.Body.String(), w.Header().Get("Idempotent-Replayed")
+	}
+	first, _ := send(before, "k1", "Authorization", "Bearer sk_alice", "Cookie", "session=s1")
+	if again, replayed := send(after, "k1", "Authorization", "bearer  sk_alice", "Cookie", "session=s1"); again != first || replayed != "true" {
+		t.Errorf("after the upgrade: %s (replayed %q), want %s", again, replayed, first)
+	}
+	if other, _ := send(after, "k1", "Authorization", "Bearer sk_bob", "Cookie", "session=s1"); other == first {
+		t.Error("another caller got the former record")
+	}
+	// Shared earlier: never read again.
+	shared, _ := send(before, "k2", "Authorization", "AbCdEf-TOKEN")
+	for _, auth := range []string{"AbCdEf-TOKEN", "abcdef-token"} {
+		if got, replayed := send(after, "k2", "Authorization", auth, "Cookie", "session=s1"); got == shared || replayed == "true" {
+			t.Errorf("%s with a cookie got the scheme-less scope's record", auth)
+		}
+		if got, replayed := send(after, "k2", "Authorization", auth); got == shared || replayed == "true" {
+			t.Errorf("%s got the scheme-less scope's record", auth)
+		}
+	}
+	anon, _ := send(before, "k3")
+	if got, replayed := send(after, "k3", "Cookie", "session=s1"); got == anon || replayed == "true" {
+		t.Error("a cookie caller got the anonymous scope's record")
 	}
 }
