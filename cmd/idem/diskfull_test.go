@@ -446,8 +446,18 @@ func (s *diskState) orphans(g *gw, keys []string, when string) (rerun int, kinds
 // reopens on the full disk after SIGTERM and after kill -9, and no
 // acknowledged key ever runs twice upstream.
 func TestGatewayDiskFull(t *testing.T) {
+	for _, scheme := range []string{"file", "pebble"} {
+		t.Run(scheme, func(t *testing.T) { gatewayDiskFull(t, scheme) })
+	}
+}
+
+// gatewayDiskFull is TestGatewayDiskFull on the store of scheme.
+func gatewayDiskFull(t *testing.T, scheme string) {
 	disk := tmpdisk.Mount(t, "12m")
 	dir := filepath.Join(disk, "store")
+	if scheme != "file" {
+		dir = scheme + ":" + dir
+	}
 	up := newCountingUpstream(t)
 	s := &diskState{t: t, up: up, acked: map[string][]byte{}, kept: map[string]bool{}, rerun: map[string]bool{}}
 	// A short lease: keys kept by a gateway that is gone are free again

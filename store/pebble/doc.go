@@ -51,7 +51,10 @@
 // again once the filesystem has room for its WAL written out as tables
 // (up to about 64 MiB) and 1 MiB more. Writable reports which it is. An
 // engine that a failed write left unable to close is replaced by a new
-// one, without a restart.
+// one, without a restart. A write that failed is never read, not even by
+// the engine it failed in, which holds it in memory: reads wait for the
+// engine reopened from disk, so that no outcome whose write failed is
+// ever replayed.
 //
 // The design in full (run numbers and the record formats, how the store
 // survives Pebble's fatal errors on a full disk, the layout on disk) is in

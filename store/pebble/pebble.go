@@ -60,6 +60,8 @@ type Options struct {
 	// beforeCommit, in tests, runs in a write after the store decided
 	// to take it and before the engine does.
 	beforeCommit func()
+	// beforeReopen, in tests, runs in the recovery before each reopen.
+	beforeReopen func()
 }
 
 // Store is the embedded store. It is safe for concurrent use; Open it once
@@ -82,13 +84,15 @@ type Store struct {
 	// held for writing, read under it held for reading, as are the fields
 	// of the engine beside it: fs, its filesystem, which can take the
 	// directory from it; fsCloser, which stops the disk-health checks of
-	// that filesystem; and stuck, closed once the engine cannot be closed
-	// (see errEngineStuck).
+	// that filesystem; stuck, closed once the engine cannot be closed
+	// (see errEngineStuck); and failed, closed once a write of the engine
+	// failed (see unread).
 	db       *pebble.DB
 	fs       *fencedFS
 	fsCloser io.Closer
 	readOnly bool
 	stuck    *signal
+	failed   *signal
 	// leftBehind counts the stuck engines the store replaced (see
 	// maxLeftBehind); guarded by closeMu.
 	leftBehind int
@@ -204,6 +208,15 @@ func open(dir string, opts Options) (*Store, error) {
 // which take the room it lacked. openEngine removes those tables, unless
 // the MANIFEST changed (it may name them).
 func (s *Store) openEngine(readOnly bool) error {
+	if readOnly {
+		// A read-only engine serves its WAL as it finds it, without the
+		// tables and sync a read-write open would write: a record that
+		// reached the WAL in a group whose write failed is served too, so
+		// it must be on disk first.
+		if err := syncWAL(s.dir); err != nil {
+			return err
+		}
+	}
 	logger := s.opts.Logger
 	base := vfs.Default
 	if s.opts.fs != nil {
@@ -239,7 +252,7 @@ func (s *Store) openEngine(readOnly bool) error {
 		}
 		return err
 	}
-	s.db, s.fs, s.fsCloser, s.readOnly, s.stuck = db, fs, fsCloser, readOnly, newSignal()
+	s.db, s.fs, s.fsCloser, s.readOnly, s.stuck, s.failed = db, fs, fsCloser, readOnly, newSignal(), newSignal()
 	return nil
 }
 
@@ -282,6 +295,27 @@ func (s *Store) removeLeftovers(before map[string]int64) {
 			s.opts.Logger.Info("pebble: removing a table left by a failed open", "file", name, "err", err)
 		}
 	}
+}
+
+// syncWAL syncs the engine's WAL files to disk.
+func syncWAL(dir string) error {
+	for name := range engineFiles(dir) {
+		if !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("pebble: sync %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // walBytes is the size of the engine's WAL files: reopening read-write
@@ -432,6 +466,46 @@ func (s *Store) begin(ctx context.Context) error {
 	return nil
 }
 
+// beginRead is begin for a method that reads records. An engine one of
+// whose writes failed is never read (see unread): beginRead waits until
+// the recovery has replaced it, which it does at once.
+func (s *Store) beginRead(ctx context.Context) error {
+	for {
+		if err := s.begin(ctx); err != nil {
+			return err
+		}
+		if !s.failed.isSet() {
+			return nil
+		}
+		err := *s.unwritable.Load()
+		s.closeMu.RUnlock()
+		if errors.Is(err, errRestart) {
+			// Kept past maxLeftBehind: it is never replaced.
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(unreadPoll):
+		}
+	}
+}
+
+// unread: an engine a write of which failed is not read again. Pebble
+// applies a batch to its memtable, and makes it visible to reads, before
+// the WAL's write and sync of it are known to have succeeded: a batch
+// whose WAL write failed stays readable in that engine although it is not
+// on disk (nor, often, in the WAL at all). Reading it would let a caller
+// treat an outcome whose write failed as recorded (the engine's check of
+// a completion it retries, a replay): after a restart it would be gone.
+// Every write holds its key's stripe until its commit returns, and marks
+// the engine failed before that, so no read of the key can see the batch
+// before the mark; reads then wait for the engine reopened from its
+// files (recover), which holds only what reached them.
+//
+// unreadPoll is how often a read waiting for that reopen looks again.
+const unreadPoll = time.Millisecond
+
 // stripe returns the mutex guarding keyHash.
 //
 // Pebble has no transactions: a Get followed by a batch Commit is not
@@ -451,19 +525,41 @@ func (s *Store) stripeIndex(keyHash string) int {
 }
 
 // withKey runs fn holding keyHash's stripe, once ctx and Close allow.
-func (s *Store) withKey(ctx context.Context, keyHash string, fn func() error) error {
-	if err := s.begin(ctx); err != nil {
+// A call that answers from the record (Get, Reserve) is a read: it waits
+// for the engine that replaces one a write of which failed (see unread).
+// One that only writes, after it checked the record (Complete, Renew,
+// Release), fails at once then, since the store refuses writes.
+func (s *Store) withKey(ctx context.Context, keyHash string, read bool, fn func() error) error {
+	for {
+		begin := s.begin
+		if read {
+			begin = s.beginRead
+		}
+		if err := begin(ctx); err != nil {
+			return err
+		}
+		mu := s.stripe(keyHash)
+		mu.Lock()
+		if s.failed.isSet() {
+			// A write of this stripe may have failed while we waited for
+			// it: its batch may be readable (see unread).
+			err := *s.unwritable.Load()
+			mu.Unlock()
+			s.closeMu.RUnlock()
+			if !read {
+				return err
+			}
+			continue
+		}
+		// The wait for the stripe may have outlasted ctx: do nothing then.
+		err := ctx.Err()
+		if err == nil {
+			err = fn()
+		}
+		mu.Unlock()
+		s.closeMu.RUnlock()
 		return err
 	}
-	defer s.closeMu.RUnlock()
-	mu := s.stripe(keyHash)
-	mu.Lock()
-	defer mu.Unlock()
-	// The wait for the stripe may have outlasted ctx: do nothing then.
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return fn()
 }
 
 // read returns the stored record for keyHash, expired or not, or nil. A
@@ -535,7 +631,7 @@ func (s *Store) commit(fn func(db *pebble.DB) error) error {
 	if s.opts.beforeCommit != nil {
 		s.opts.beforeCommit()
 	}
-	db, stuck := s.db, s.stuck
+	db, stuck, failed := s.db, s.stuck, s.failed
 	done := make(chan error, 1)
 	go func() { done <- guard(func() error { return fn(db) }) }()
 	var err error
@@ -549,6 +645,10 @@ func (s *Store) commit(fn func(db *pebble.DB) error) error {
 	}
 	if err != nil {
 		s.engineFailed(err)
+		// Before the key's stripe is released: the failed batch may be
+		// readable in this engine (see unread). Under closeMu read-held,
+		// the recovery cannot yet have cleared unwritable.
+		failed.set()
 		if p := s.unwritable.Load(); p != nil {
 			return *p
 		}
@@ -575,18 +675,30 @@ func (s *Store) recover() {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		defer s.recovering.Store(false)
 		t := time.NewTicker(retryEvery)
 		defer t.Stop()
 		for first := true; ; first = false {
 			if !first {
 				select {
 				case <-s.stop:
+					s.recovering.Store(false)
 					return
 				case <-t.C:
 				}
 			}
-			if done, stop := s.reopen(); done || stop {
+			done, stop := s.reopen()
+			if stop {
+				s.recovering.Store(false)
+				return
+			}
+			if done {
+				s.recovering.Store(false)
+				// A write that failed after the reopen and before the
+				// flag cleared found the recovery running, and did not
+				// start it: start it for that write.
+				if s.unwritable.Load() != nil {
+					s.recover()
+				}
 				return
 			}
 		}
@@ -608,6 +720,9 @@ const (
 // read-only one, and a read-only one to read-write when the disk has room.
 // It reports done once the store writes again, and stop once it is closed.
 func (s *Store) reopen() (done, stop bool) {
+	if s.opts.beforeReopen != nil {
+		s.opts.beforeReopen()
+	}
 	free, ferr := s.opts.freeBytes()
 	need := walBytes(s.dir) + retryRoom
 	try := (ferr != nil || free >= need) && !time.Now().Before(s.retryAt)
@@ -701,7 +816,7 @@ func remove(b *pebble.Batch, r *store.Record) error {
 // Reserve implements store.Store.
 func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Reservation, error) {
 	var res store.Reservation
-	err := s.withKey(ctx, req.Record.KeyHash, func() error {
+	err := s.withKey(ctx, req.Record.KeyHash, true, func() error {
 		now := s.clock.Now()
 		cur, err := s.read(req.Record.KeyHash)
 		if err != nil {
@@ -736,7 +851,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error) {
 	var r *store.Record
 	var now time.Time
-	err := s.withKey(ctx, keyHash, func() (err error) {
+	err := s.withKey(ctx, keyHash, true, func() (err error) {
 		now = s.clock.Now()
 		r, err = s.read(keyHash)
 		return err
@@ -754,7 +869,7 @@ func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error
 // held runs fn on the in_progress record that f's token holds, under its
 // stripe, or returns ErrLeaseLost.
 func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur *store.Record) error) error {
-	err := s.withKey(ctx, f.KeyHash, func() error {
+	err := s.withKey(ctx, f.KeyHash, false, func() error {
 		cur, err := s.read(f.KeyHash)
 		if err != nil {
 			return err
@@ -886,6 +1001,10 @@ func (s *Store) cleanup(from, upTo []byte, max int) (deleted int, next []byte, e
 		if i := s.stripeIndex(keyHash); !held[i] {
 			s.stripes[i].Lock()
 			held[i] = true
+			if s.failed.isSet() {
+				// A write that failed may be readable (see unread).
+				return 0, nil, *s.unwritable.Load()
+			}
 		}
 		r, err := s.read(keyHash)
 		if err != nil {
@@ -1026,7 +1145,7 @@ const guardFunc = "github.com/idem-dev/idem/store/pebble.guard"
 // CountExpired counts the records that have expired by walking the expiry
 // index, so it costs what a Cleanup would (`idem cleanup --dry-run`).
 func (s *Store) CountExpired(ctx context.Context) (int, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.beginRead(ctx); err != nil {
 		return 0, fmt.Errorf("pebble: count expired: %w", err)
 	}
 	defer s.closeMu.RUnlock()

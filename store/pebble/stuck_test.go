@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -197,4 +198,70 @@ func (f fullFile) SyncData() error {
 		return errFull
 	}
 	return f.File.SyncData()
+}
+
+// TestFailedWriteNotRead: a completion whose WAL write failed is never
+// read as recorded. Pebble makes a batch readable in its memtable before
+// it knows the WAL write failed; read from the failed engine, the
+// outcome would replay, and a retried Complete would find the key no
+// longer in progress (the engine's keeper then takes it as written), yet
+// after a restart it is gone. Reads wait for the engine reopened from
+// its files instead, where the key is still reserved.
+func TestFailedWriteNotRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var full atomic.Bool
+	hold := make(chan struct{})
+	var holding atomic.Bool
+	s := openT(t, t.TempDir(), func(o *Options) {
+		o.fs = func(fs vfs.FS) vfs.FS { return fullFS{FS: fs, full: &full} }
+		o.freeBytes = func() (int64, error) {
+			if full.Load() {
+				return 0, nil
+			}
+			return 1 << 30, nil
+		}
+		o.beforeReopen = func() {
+			if holding.Load() {
+				<-hold
+			}
+		}
+	})
+	var unhold sync.Once
+	release := func() { unhold.Do(func() { holding.Store(false); close(hold) }) }
+	t.Cleanup(release) // before the store's Close, which waits for the reopen
+	done := localtest.RecordMore(t, ctx, s, 5)
+	req := localtest.FullRequest("x")
+	if _, err := s.Reserve(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	holding.Store(true)
+	full.Store(true)
+	c := store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded, Value: localtest.Response("x"), TTL: time.Hour}
+	if err := s.Complete(ctx, c); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("Complete on the full disk: %v, want an error matching store.ErrNoSpace", err)
+	}
+
+	// The failed engine is still the store's: nothing may read it.
+	gctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	r, err := s.Get(gctx, req.Record.Scope, req.Record.KeyHash)
+	cancel()
+	if err == nil && r.State != store.InProgress {
+		t.Fatalf("Get of the key whose Complete failed, before the reopen: %s with %d bytes, an outcome that is not on disk", r.State, len(r.Value))
+	}
+	if err := s.Complete(ctx, c); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("Complete retried before the reopen: %v, want an error matching store.ErrNoSpace (not a lost lease)", err)
+	}
+
+	release()
+	r, err = s.Get(ctx, req.Record.Scope, req.Record.KeyHash)
+	if err != nil || r.State != store.InProgress || r.Token != req.Record.Token {
+		t.Fatalf("Get of the key whose Complete failed, after the reopen: %+v, %v; want it in progress", r, err)
+	}
+	localtest.CheckReplays(t, ctx, s, done)
+	full.Store(false)
+	localtest.Eventually(t, "the store is writable once the disk has room", func() bool { return s.Writable(ctx) == nil })
+	if err := s.Complete(ctx, c); err != nil {
+		t.Fatalf("Complete with room again: %v", err)
+	}
 }
