@@ -2,11 +2,13 @@ package redisstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/store"
 	redisstore "github.com/idem-dev/idem/store/redis"
 	"github.com/idem-dev/idem/store/storetest"
@@ -104,5 +106,47 @@ func subscribe(t *testing.T, s *redisstore.Store, keyHash string) (<-chan struct
 		if time.Now().After(deadline) {
 			t.Fatalf("Subscribe: %v", err)
 		}
+	}
+}
+
+// TestPublishCarriesKeyHashOnly: any client of the server may SUBSCRIBE to
+// the store's channel. While a call with waiters (Policy.Wait) completes,
+// a subscriber of its own reads the key hash alone: no scope, raw key or
+// outcome, with no secret (PostgreSQL's notifications carried them once;
+// store/postgres's TestListenerWithoutTableAccess).
+func TestPublishCarriesKeyHashOnly(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix()
+	c := newClient(t, nil)
+	s, err := redisstore.New(c, redisstore.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(); dropPrefix(t, c, prefix) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snoop := newClient(t, nil).Subscribe(ctx, s.Channel())
+	defer snoop.Close()
+	if _, err := snoop.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	eng := idem.New(s, idem.Policy{Wait: time.Minute, CleanupInterval: -1})
+	defer eng.Close()
+	const scope, key, body = "tenant-snoop", "key-snoop-1", "the-response-body-snoop"
+	if _, err := eng.Do(ctx, idem.Call{Scope: scope, Key: key, Fingerprint: "fp", RequestID: "req-snoop"},
+		func(context.Context) ([]byte, error) { return []byte(body), nil }); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := snoop.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatalf("no notification published: %v", err)
+	}
+	for _, secret := range []string{scope, key, body, "req-snoop"} {
+		if strings.Contains(msg.Payload, secret) {
+			t.Errorf("the notification %q carries %q", msg.Payload, secret)
+		}
+	}
+	if len(msg.Payload) != 64 || strings.Trim(msg.Payload, "0123456789abcdef") != "" {
+		t.Errorf("the notification %q is not a key hash alone", msg.Payload)
 	}
 }
