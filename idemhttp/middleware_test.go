@@ -517,7 +517,7 @@ func TestObserve(t *testing.T) {
 	s.do("POST", "/charges", `{"x":1}`, "Idempotency-Key", "k")
 	s.do("POST", "/charges", `{}`)
 	want := []string{
-		" pass_through  0", " pass_through  0",
+		" pass_through  0", " unrouted  0",
 		"POST /charges executed  201", "POST /charges replayed  201",
 		"POST /charges rejected payload_mismatch 422", "POST /charges pass_through  0",
 	}

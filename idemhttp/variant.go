@@ -40,6 +40,7 @@ func (m *middleware) variant(r *http.Request) *route {
 	if m.catchAll || SafeMethod(r.Method) {
 		return nil
 	}
+	r = m.matchRequest(r) // the path as the routes see it (Options.RoutePath)
 	p, ok := variantPath(r.URL)
 	if !ok {
 		return nil
