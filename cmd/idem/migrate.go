@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/idem-dev/idem/internal/gateway/dsn"
+	"github.com/idem-dev/idem/store/postgres"
 )
 
 // MigrateCommand creates or upgrades the PostgreSQL schema, or creates the
@@ -19,6 +20,10 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	storeFlag := fs.String("store", "", "PostgreSQL or DynamoDB store `DSN` (default $IDEM_STORE or the config's store);\n"+
 		"?idem_schema=S&idem_table=T choose the schema and table")
 	configPath := fs.String("config", "", "read the store DSN from this config `file`")
+	drop := fs.Bool("drop", false, "remove the PostgreSQL store instead: its records table, pgtx's recovery points\n"+
+		"beside it and its rows in idem_schema_migrations (the table too once empty);\n"+
+		"refused while it holds records that have not expired, unless --force")
+	force := fs.Bool("force", false, "with --drop: drop records that have not expired too (their keys will run again)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -28,6 +33,9 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	dsnStr, err := c.m.storeDSN(*storeFlag, *configPath)
 	if err != nil {
 		return err
+	}
+	if *drop {
+		return c.drop(ctx, dsnStr, *force)
 	}
 	if d, err := dsn.Parse(dsnStr); err == nil && d.Kind == dsn.DynamoDB {
 		return c.migrateDynamoDB(ctx, dsnStr, d)
@@ -49,5 +57,23 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	default:
 		fmt.Fprintf(c.m.Stdout, "%s: schema at version %d (checked: the table and its columns are there; nothing to do)\n", d, rep.Version)
 	}
+	return nil
+}
+
+// drop removes the PostgreSQL store dsnStr names.
+func (c *MigrateCommand) drop(ctx context.Context, dsnStr string, force bool) error {
+	rep, err := dsn.Drop(ctx, dsnStr, force)
+	if errors.Is(err, postgres.ErrLiveRecords) {
+		return fmt.Errorf("migrate --drop: %w: their keys would run again; wait until they expire, or add --force", err)
+	}
+	if err != nil {
+		return fmt.Errorf("migrate --drop: %w", err)
+	}
+	d, _ := dsn.Parse(dsnStr)
+	if len(rep.Tables) == 0 {
+		fmt.Fprintf(c.m.Stdout, "%s: nothing to drop\n", d)
+		return nil
+	}
+	fmt.Fprintf(c.m.Stdout, "%s: dropped %s (%d records had not expired)\n", d, strings.Join(rep.Tables, ", "), rep.Live)
 	return nil
 }

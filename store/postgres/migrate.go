@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -237,4 +238,96 @@ func migrateLockKey(schema string) int64 {
 	h.Write([]byte("idem migrate\x00"))
 	h.Write([]byte(schema))
 	return int64(h.Sum64())
+}
+
+// StepsSuffix names, after the records table's name, the table of the
+// recovery points that package pgtx keeps beside it (pgtx.StepsTable),
+// which Drop removes with it.
+const StepsSuffix = "_steps"
+
+// ErrLiveRecords: Drop found records that have not expired, and was not
+// told to drop them anyway.
+var ErrLiveRecords = errors.New("postgres store: the records table holds records that have not expired")
+
+// DropReport says what Drop removed.
+type DropReport struct {
+	// Tables are the tables dropped: the records table, its pgtx recovery
+	// points table if there was one, and the migrations table when no
+	// other records table is recorded in it.
+	Tables []string
+	// Live is how many unexpired records the records table held.
+	Live int64
+}
+
+// Drop removes the store named by opts: its records table, the recovery
+// points table pgtx keeps beside it, and its rows in the migrations
+// table (the migrations table too, once no other records table is
+// recorded in it), in one transaction. Unless force is set it refuses,
+// with ErrLiveRecords, while the table holds records that have not
+// expired: their keys would run again. Dropping a store that does not
+// exist is not an error.
+func Drop(ctx context.Context, pool *pgxpool.Pool, opts Options, force bool) (DropReport, error) {
+	var rep DropReport
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return rep, err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return rep, wrapErr(ctx, "drop", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(opts.Schema)); err != nil {
+		return rep, wrapErr(ctx, "drop: lock", err)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, opts.qualified()).Scan(&exists); err != nil {
+		return rep, wrapErr(ctx, "drop: look up table", err)
+	}
+	if exists {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+opts.qualified()+` WHERE expires_at > statement_timestamp()`).Scan(&rep.Live); err != nil {
+			return rep, wrapErr(ctx, "drop: count live records", err)
+		}
+		if rep.Live > 0 && !force {
+			return rep, fmt.Errorf("%w: %d in %s", ErrLiveRecords, rep.Live, opts.qualified())
+		}
+	}
+	steps := pgx.Identifier{opts.Schema, opts.Table + StepsSuffix}.Sanitize()
+	for _, t := range []string{opts.qualified(), steps} {
+		var there bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&there); err != nil {
+			return rep, wrapErr(ctx, "drop: look up table", err)
+		}
+		if !there {
+			continue
+		}
+		if _, err := tx.Exec(ctx, `DROP TABLE `+t); err != nil {
+			return rep, wrapErr(ctx, "drop: "+t, err)
+		}
+		rep.Tables = append(rep.Tables, t)
+	}
+	mt := pgx.Identifier{opts.Schema, MigrationsTable}.Sanitize()
+	var mtExists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, mt).Scan(&mtExists); err != nil {
+		return rep, wrapErr(ctx, "drop: look up "+MigrationsTable, err)
+	}
+	if mtExists {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+mt+` WHERE table_name = $1`, opts.Table); err != nil {
+			return rep, wrapErr(ctx, "drop: forget the table's migrations", err)
+		}
+		var others bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+mt+`)`).Scan(&others); err != nil {
+			return rep, wrapErr(ctx, "drop: read "+MigrationsTable, err)
+		}
+		if !others {
+			if _, err := tx.Exec(ctx, `DROP TABLE `+mt); err != nil {
+				return rep, wrapErr(ctx, "drop: "+MigrationsTable, err)
+			}
+			rep.Tables = append(rep.Tables, mt)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return rep, wrapErr(ctx, "drop: commit", err)
+	}
+	return rep, nil
 }

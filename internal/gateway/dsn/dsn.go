@@ -554,6 +554,34 @@ func Migrate(ctx context.Context, dsn string) (postgres.Report, error) {
 	return rep, NewRedactor(dsn).Error(err)
 }
 
+// Drop removes the PostgreSQL store that dsn names: its records table,
+// pgtx's recovery points beside it, and its migration rows
+// (postgres.Drop; force drops records that have not expired too).
+func Drop(ctx context.Context, dsn string, force bool) (postgres.DropReport, error) {
+	rep, err := drop(ctx, dsn, force)
+	return rep, NewRedactor(dsn).Error(err)
+}
+
+func drop(ctx context.Context, dsn string, force bool) (postgres.DropReport, error) {
+	d, err := Parse(dsn)
+	if err != nil {
+		return postgres.DropReport{}, err
+	}
+	if d.Kind != Postgres {
+		return postgres.DropReport{}, fmt.Errorf("store %s: %w: only PostgreSQL stores have tables to drop", d, ErrNotPostgres)
+	}
+	pool, err := pgPool(ctx, d)
+	if err != nil {
+		return postgres.DropReport{}, err
+	}
+	defer pool.Close()
+	rep, err := postgres.Drop(ctx, pool, d.postgresOptions(), force)
+	if err != nil {
+		return rep, fmt.Errorf("store %s: %w", d, err)
+	}
+	return rep, nil
+}
+
 func migrate(ctx context.Context, dsn string) (postgres.Report, error) {
 	d, err := Parse(dsn)
 	if err != nil {

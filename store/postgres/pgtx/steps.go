@@ -15,7 +15,7 @@ import (
 
 // StepsTable is the table, beside the records table, that keeps the
 // recovery points of multi-step operations: Options.Table + StepsTable.
-const StepsTable = "_steps"
+const StepsTable = postgres.StepsSuffix
 
 // Migrate creates the recovery points table of the records table named by
 // opts (which postgres.Migrate creates). It is idempotent.
