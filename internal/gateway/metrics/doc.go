@@ -7,7 +7,10 @@
 //	idem_executions_total{route,code}              the upstream ran for a key
 //	idem_replays_total{route,code}                 a stored response was replayed
 //	idem_conflicts_total{route,conflict_type}      in_progress, payload_mismatch, ...
-//	idem_rejections_total{route,kind}              every answer idem gave itself
+//	idem_rejections_total{route,kind}              every answer idem gave itself, one
+//	                                               kind per refusal: too_many_keys (429, a
+//	                                               tenant at its cap), tenant_required
+//	                                               (401), invalid_key (400), ...
 //	idem_pass_throughs_total{route}                keyless requests on a route
 //	idem_unprotected_total{route}                  ran without the store (fail_open)
 //	idem_upstream_errors_total{kind}               unreachable, timeout, error
