@@ -3,12 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit/replicas"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/replication"
@@ -33,37 +30,8 @@ func TestFailover(t *testing.T) {
 			if err := Migrate(ctx, pool, opts); err != nil {
 				t.Fatal(err)
 			}
-			s := newTestStore(t, pool, opts)
-			st, err := s.Replication(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := replication.Async
-			if tc.sync > 0 {
-				want = replication.Sync
-			}
-			if st.Mode != want {
-				t.Fatalf("Replication: %+v; want mode %s", st, want)
-			}
-			var lost atomic.Int64 // records the store lost under their holders
-			eng := idem.New(s, idem.Policy{Lease: 5 * time.Second, TTL: time.Hour, CleanupInterval: -1},
-				idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithOnRecordLost(func(string) { lost.Add(1) }))
-			defer eng.Close()
-			rep := replicas.Load(t, eng, func(int) { p.Failover() },
-				replicas.LoadOptions{Keys: 300, Workers: 12, Failovers: 2, Work: time.Millisecond})
-			t.Logf("%s: %s; %d records lost (WithOnRecordLost)", tc.name, rep, lost.Load())
-			// Each record the store lost is a holder answered ErrLeaseLost,
-			// never as recorded (a takeover, or a completion whose check
-			// read failed, is one too, without a lost record).
-			if n := lost.Load(); n > int64(rep.LeaseLost) || (tc.sync > 0 && n > 0) {
-				t.Errorf("%d records counted lost, %d holders answered ErrLeaseLost", n, rep.LeaseLost)
-			}
-			if len(rep.Unanswered) > 0 {
-				t.Errorf("keys never answered: %v", rep.Unanswered)
-			}
-			if tc.sync > 0 && (len(rep.RanTwice) > 0 || len(rep.Changed) > 0) {
-				t.Errorf("with sync_replicas=1: %d keys ran twice, %d answered outcomes changed", len(rep.RanTwice), len(rep.Changed))
-			}
+			replicas.RunFailover(t, replicas.FailoverTest{Store: newTestStore(t, pool, opts), Failover: p.Failover,
+				SyncReplicas: tc.sync, Lease: 5 * time.Second})
 		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit/replicas"
 	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 )
@@ -115,31 +116,8 @@ func (s *pgServer) stop(mode string) {
 // freezes the server with its sockets open, as a network partition would.
 func (s *pgServer) signal(sig syscall.Signal) {
 	s.t.Helper()
-	pidFile, err := os.ReadFile(filepath.Join(s.data(), "postmaster.pid"))
-	if err != nil {
+	if _, err := replicas.SignalPostmaster(s.data(), sig); err != nil {
 		s.t.Fatal(err)
-	}
-	master, err := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	pids := []int{master}
-	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range procs {
-		stat, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-		i := strings.LastIndexByte(string(stat), ')')
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(master) {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			pids = append(pids, pid)
-		}
-	}
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, sig)
 	}
 }
 

@@ -3,10 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -18,18 +16,10 @@ import (
 // with a synchronous standby (replication delayed by IDEM_BENCH_DELAY,
 // default none), its sessions either waiting for the standby
 // (synchronous_commit on, SyncReplicas 1) or not (synchronous_commit
-// local, which is what an asynchronous standby gives). Run with -count to
-// interleave the two (docs/bench/REPLICAS.md).
+// local, which is what an asynchronous standby gives); each go test run
+// measures both, one after the other (docs/bench/REPLICAS.md).
 func BenchmarkSyncReplicas(b *testing.B) {
-	delay := time.Duration(0)
-	if v := os.Getenv("IDEM_BENCH_DELAY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatal(err)
-		}
-		delay = d
-	}
-	p := replicas.StartPG(b, replicas.PGOptions{Sync: true, Delay: delay})
+	p := replicas.StartPG(b, replicas.PGOptions{Sync: true, Delay: replicas.BenchDelay(b)})
 	ctx := context.Background()
 	value := make([]byte, benchValueSize)
 	var seq atomic.Int64

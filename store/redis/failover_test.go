@@ -3,14 +3,11 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/testkit/replicas"
 	"github.com/idem-dev/idem/store"
 	redisstore "github.com/idem-dev/idem/store/redis"
@@ -47,36 +44,7 @@ func TestFailover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := replicas.StartRedis(t, replicas.RedisOptions{Delay: 5 * time.Millisecond})
 			s := replicaStore(t, r.Addr(), redisstore.Options{Prefix: uniquePrefix(), SyncReplicas: tc.sync})
-			st, err := s.Replication(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := replication.Async
-			if tc.sync > 0 {
-				want = replication.Sync
-			}
-			if st.Mode != want {
-				t.Fatalf("Replication: %+v; want mode %s", st, want)
-			}
-			var lost atomic.Int64 // records the store lost under their holders
-			eng := idem.New(s, idem.Policy{Lease: 3 * time.Second, TTL: time.Hour, CleanupInterval: -1},
-				idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithOnRecordLost(func(string) { lost.Add(1) }))
-			defer eng.Close()
-			rep := replicas.Load(t, eng, func(int) { r.Failover() },
-				replicas.LoadOptions{Keys: 300, Workers: 12, Failovers: 2, Work: time.Millisecond})
-			t.Logf("%s: %s; %d records lost (WithOnRecordLost)", tc.name, rep, lost.Load())
-			// Each record the store lost is a holder answered ErrLeaseLost,
-			// never as recorded (a takeover, or a completion whose check
-			// read failed, is one too, without a lost record).
-			if n := lost.Load(); n > int64(rep.LeaseLost) || (tc.sync > 0 && n > 0) {
-				t.Errorf("%d records counted lost, %d holders answered ErrLeaseLost", n, rep.LeaseLost)
-			}
-			if len(rep.Unanswered) > 0 {
-				t.Errorf("keys never answered: %v", rep.Unanswered)
-			}
-			if tc.sync > 0 && (len(rep.RanTwice) > 0 || len(rep.Changed) > 0) {
-				t.Errorf("with sync_replicas=1: %d keys ran twice, %d answered outcomes changed", len(rep.RanTwice), len(rep.Changed))
-			}
+			replicas.RunFailover(t, replicas.FailoverTest{Store: s, Failover: r.Failover, SyncReplicas: tc.sync, Lease: 3 * time.Second})
 		})
 	}
 }

@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,15 +18,7 @@ import (
 // delayed by IDEM_BENCH_DELAY, default none), the store without
 // SyncReplicas and with 1 (docs/bench/REPLICAS.md).
 func BenchmarkSyncReplicas(b *testing.B) {
-	delay := time.Duration(0)
-	if v := os.Getenv("IDEM_BENCH_DELAY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatal(err)
-		}
-		delay = d
-	}
-	r := replicas.StartRedis(b, replicas.RedisOptions{Delay: delay})
+	r := replicas.StartRedis(b, replicas.RedisOptions{Delay: replicas.BenchDelay(b)})
 	ctx := context.Background()
 	value := make([]byte, 1024)
 	var seq atomic.Int64

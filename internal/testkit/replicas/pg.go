@@ -223,19 +223,10 @@ func (p *PG) start(n *pgNode, replica bool) {
 // kill sends SIGKILL to n's postmaster and every process it started, as
 // the death of its machine would end them all at once.
 func (p *PG) kill(n *pgNode) {
-	pidFile, err := os.ReadFile(filepath.Join(n.data(), "postmaster.pid"))
+	master, err := SignalPostmaster(n.data(), syscall.SIGKILL)
 	if err != nil {
 		return
 	}
-	master, err := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
-	if err != nil {
-		return
-	}
-	_ = syscall.Kill(master, syscall.SIGSTOP) // no new children while they are found
-	for _, pid := range children(master) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	_ = syscall.Kill(master, syscall.SIGKILL)
 	for range 200 { // until the kernel has it gone
 		if syscall.Kill(master, 0) != nil {
 			break
@@ -243,6 +234,31 @@ func (p *PG) kill(n *pgNode) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	_ = os.Remove(filepath.Join(n.data(), "postmaster.pid"))
+}
+
+// SignalPostmaster sends sig to the postmaster of the data directory data
+// (its postmaster.pid) and to every process it started, and returns the
+// postmaster's pid: SIGSTOP freezes the server with its sockets open, as a
+// network partition would; SIGKILL ends it as its machine's death would
+// (the postmaster is stopped first, so that it starts no backend the kill
+// would miss).
+func SignalPostmaster(data string, sig syscall.Signal) (int, error) {
+	pidFile, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	master, err := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
+	if err != nil {
+		return 0, fmt.Errorf("%s/postmaster.pid: %w", data, err)
+	}
+	if sig == syscall.SIGKILL {
+		_ = syscall.Kill(master, syscall.SIGSTOP)
+	}
+	for _, pid := range children(master) {
+		_ = syscall.Kill(pid, sig)
+	}
+	_ = syscall.Kill(master, sig)
+	return master, nil
 }
 
 // children are the processes whose parent is pid.

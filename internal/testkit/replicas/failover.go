@@ -1,0 +1,84 @@
+package replicas
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/replication"
+)
+
+// FailoverTest is one store's failover test: s on a primary with a
+// replica, failover that store's Failover.
+type FailoverTest struct {
+	Store    store.Store
+	Failover func()
+	// SyncReplicas is the store's setting: with it no key may run twice
+	// and no answered outcome change.
+	SyncReplicas int
+	// Lease is the engine's: how long a lost completion keeps its key
+	// before a retry runs it again.
+	Lease time.Duration
+}
+
+// RunFailover checks how the store replicates (sync with SyncReplicas,
+// async without), runs 300 keys with 12 clients through an engine over it
+// while the primary fails over twice (Load), logs what it saw, and checks
+// it: every key answered; every record the engine counted lost
+// (idem.WithOnRecordLost) a holder answered ErrLeaseLost, never as
+// recorded; with SyncReplicas no key run twice, no answered outcome
+// changed and no record lost. Without SyncReplicas the losses vary from
+// run to run: they are logged, not asserted.
+func RunFailover(t *testing.T, ft FailoverTest) {
+	t.Helper()
+	st, err := ft.Store.(replication.Reporter).Replication(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := replication.Async
+	if ft.SyncReplicas > 0 {
+		want = replication.Sync
+	}
+	if st.Mode != want {
+		t.Fatalf("Replication: %+v; want mode %s", st, want)
+	}
+	var lost atomic.Int64 // records the store lost under their holders
+	eng := idem.New(ft.Store, idem.Policy{Lease: ft.Lease, TTL: time.Hour, CleanupInterval: -1},
+		idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithOnRecordLost(func(string) { lost.Add(1) }))
+	defer eng.Close()
+	rep := Load(t, eng, func(int) { ft.Failover() },
+		LoadOptions{Keys: 300, Workers: 12, Failovers: 2, Work: time.Millisecond})
+	t.Logf("sync_replicas=%d: %s; %d records lost (WithOnRecordLost)", ft.SyncReplicas, rep, lost.Load())
+	// Each record the store lost is a holder answered ErrLeaseLost, never
+	// as recorded (a takeover, or a completion whose check read failed, is
+	// one too, without a lost record).
+	if n := lost.Load(); n > int64(rep.LeaseLost) || (ft.SyncReplicas > 0 && n > 0) {
+		t.Errorf("%d records counted lost, %d holders answered ErrLeaseLost", n, rep.LeaseLost)
+	}
+	if len(rep.Unanswered) > 0 {
+		t.Errorf("keys never answered: %v", rep.Unanswered)
+	}
+	if ft.SyncReplicas > 0 && (len(rep.RanTwice) > 0 || len(rep.Changed) > 0) {
+		t.Errorf("with sync_replicas=%d: %d keys ran twice, %d answered outcomes changed",
+			ft.SyncReplicas, len(rep.RanTwice), len(rep.Changed))
+	}
+}
+
+// BenchDelay is the replication link's delay a benchmark asks for in
+// IDEM_BENCH_DELAY (a duration; none when unset).
+func BenchDelay(b *testing.B) time.Duration {
+	v := os.Getenv("IDEM_BENCH_DELAY")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		b.Fatalf("IDEM_BENCH_DELAY=%q: %v", v, err)
+	}
+	return d
+}
