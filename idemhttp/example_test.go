@@ -182,3 +182,32 @@ func ExampleReportOutcomeUnknown() {
 	// 409
 	// handler calls: 1
 }
+
+// An API whose callers authenticate with a session cookie, and whose
+// browsers also carry analytics cookies that change between a request and
+// its retry: scoped by the session cookie alone, the retry is the same
+// caller and is replayed; another session is another caller; a keyed
+// request without the session cookie gets 401.
+func ExampleTenantFrom() {
+	eng := idem.New(memory.New(), idem.Policy{})
+	defer eng.Close()
+	session, err := idemhttp.TenantFrom(idemhttp.TenantSource{Cookie: "session"})
+	if err != nil {
+		panic(err)
+	}
+	h := idemhttp.Middleware(eng, idemhttp.Options{Tenant: session})(charges())
+
+	post(h, "/charges", "k1", `{}`, "Authorization", "", "Cookie", "session=s1; _ga=GA1.1")
+	post(h, "/charges", "k1", `{}`, "Authorization", "", "Cookie", "_ga=GA1.2; session=s1")
+	post(h, "/charges", "k1", `{}`, "Authorization", "", "Cookie", "session=s2")
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k1")
+	h.ServeHTTP(rec, req)
+	fmt.Println(rec.Code)
+	// Output:
+	// 201 false {"charge":"ch_1"}
+	// 201 true {"charge":"ch_1"}
+	// 201 false {"charge":"ch_2"}
+	// 401
+}

@@ -59,7 +59,8 @@ var callerCredentialHeaders = []string{
 // byte never share a key; a caller whose cookies change between retries
 // (an analytics cookie) is a new caller for its retry, which then runs
 // again: scope such APIs by their session cookie (TenantFrom with a
-// Cookie source). Other transports (gRPC metadata) reuse it.
+// Cookie source). Other transports (gRPC metadata) reuse it, with h's keys
+// in canonical form (http.CanonicalHeaderKey), as net/http makes them.
 func CredentialTenant(h http.Header, cs *tls.ConnectionState) (string, bool) {
 	b := credentialLines(h, cs)
 	if b == nil {
@@ -189,9 +190,10 @@ func tenantFrom(mac func([]byte) string, sources []TenantSource) (TenantFunc, er
 // "Name;no-scheme:value\n": earlier versions lower-cased such a value whole,
 // and the scope so made was shared by every caller whose credential differs
 // only in case; with the mark, no such credential is ever given that scope
-// again (no header's name holds ';').
+// again (no header's name holds ';'). h's keys are canonical, as net/http
+// makes them.
 func appendHeader(b []byte, h http.Header, name string) []byte {
-	for _, v := range h.Values(name) {
+	for _, v := range h[name] {
 		v, schemeless := normalizeCredential(name, v)
 		if v == "" {
 			continue

@@ -273,3 +273,26 @@ func TestFormerScopes(t *testing.T) {
 		t.Error("a cookie caller got the anonymous scope's record")
 	}
 }
+
+// BenchmarkTenant: what the default tenant costs a request carrying only
+// Authorization, now (every credential header read) against the earlier
+// default (Authorization alone), in one run.
+func BenchmarkTenant(b *testing.B) {
+	r := httptest.NewRequest("POST", "/charges", nil)
+	r.Header.Set("Authorization", "Bearer sk_live_4eC39HqLyjWDarjtT1zdp7dc")
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", "order-1")
+	for _, f := range []struct {
+		name string
+		fn   idemhttp.TenantFunc
+	}{{"earlier", formerDefault}, {"now", idemhttp.TenantCredentials}} {
+		b.Run(f.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := f.fn(r); !ok {
+					b.Fatal("no tenant")
+				}
+			}
+		})
+	}
+}
