@@ -210,10 +210,10 @@ func (s *diskState) fill(g *gw, prefix string) (acked, kept []string) {
 // with 503 and Retry-After and run nothing, every acknowledged key
 // replays byte for byte, /readyz says not writable and /healthz is fine.
 //
-// A gateway just reopened on the full disk does not know it is full until
-// a write fails, and the room a stopped process had taken ahead of its
-// log may be free again: the first new keys may be recorded, or reserved
-// and then kept. Those kept are returned.
+// The room a stopped process had taken ahead of its log may be free
+// again in a gateway just reopened on the full disk: the first new keys
+// may be recorded (none may be kept: the store admits a key only with
+// room for its outcome). Those kept are returned.
 func (s *diskState) whileFull(g *gw, prefix string) (kept []string) {
 	t := s.t
 	t.Helper()
@@ -437,14 +437,17 @@ func (s *diskState) orphans(g *gw, keys []string, when string) (rerun int, kinds
 	return rerun, kinds
 }
 
-// TestGatewayDiskFull runs `idem serve` on the file store on a small
-// tmpfs in front of a real upstream, and fills the disk with calls. While
-// it is full, new keys get 503 with Retry-After at once, acknowledged keys
-// replay byte for byte, /readyz says not writable, and outcomes the
-// gateway keeps in memory are not run again on retry; once room comes
-// back it records again without a restart and writes what it kept. It
-// reopens on the full disk after SIGTERM and after kill -9, and no
-// acknowledged key ever runs twice upstream.
+// TestGatewayDiskFull runs `idem serve` on the file store, then on the
+// Pebble store, on a small tmpfs in front of a real upstream, and fills
+// the disk with calls. The store refuses new keys while it has less free
+// than an outcome of max_response_bytes needs, so no key runs upstream
+// without room to record its outcome. While it is full, new keys get 503
+// with Retry-After at once, acknowledged keys replay byte for byte,
+// /readyz says not writable, and outcomes the gateway keeps in memory are
+// not run again on retry; once room comes back it records again without
+// a restart and writes what it kept. It reopens on the full disk after
+// SIGTERM and after kill -9, and no acknowledged key ever runs twice
+// upstream.
 func TestGatewayDiskFull(t *testing.T) {
 	for _, scheme := range []string{"file", "pebble"} {
 		t.Run(scheme, func(t *testing.T) { gatewayDiskFull(t, scheme) })
@@ -461,8 +464,10 @@ func gatewayDiskFull(t *testing.T, scheme string) {
 	up := newCountingUpstream(t)
 	s := &diskState{t: t, up: up, acked: map[string][]byte{}, kept: map[string]bool{}, rerun: map[string]bool{}}
 	// A short lease: keys kept by a gateway that is gone are free again
-	// soon after.
-	const yaml = "defaults: {lease: 2s}\n"
+	// soon after. Responses are at most 51 KiB: with max_response_bytes
+	// 256 KiB the store refuses new keys while less than 320 KiB is free,
+	// room for the outcomes of the four clients' keys in flight.
+	const yaml = "defaults: {lease: 2s}\nmax_response_bytes: 256KiB\n"
 
 	// Round 1: fill, check while full, free, recover without a restart.
 	ballast := filepath.Join(disk, "ballast1")
@@ -525,6 +530,11 @@ func gatewayDiskFull(t *testing.T, scheme string) {
 	if twice > 0 {
 		t.Errorf("%d acknowledged keys ran twice upstream", twice)
 	}
+	// Admission by free space: no key ran upstream that the store had no
+	// room to record the outcome of.
+	if n := len(kept1) + len(kept2) + len(kept3) + len(primed2) + len(primed3); n > 0 {
+		t.Errorf("%d keys ran upstream and their outcome could not be recorded (kept in memory): admitted without room for it", n)
+	}
 	t.Logf("%d acknowledged keys, %d ran twice; kept in memory and written once room came back: %d; kept by a gateway gone before room came back: %d (SIGTERM), %d (kill -9), of which ran again after their lease: %d, %d",
 		len(s.acked), twice, len(kept1)+len(primed2)+len(primed3), len(kept2), len(kept3), rerun2, rerun3)
 }
@@ -538,7 +548,8 @@ func TestGatewayDiskFullFreshStore(t *testing.T) {
 		t.Fatalf("%d bytes free, want 1 MiB", free)
 	}
 	up := newCountingUpstream(t)
-	g := startGateway(t, up.URL, filepath.Join(disk, "store"), "")
+	// Responses of 1 KiB: told so, the store takes new keys in 1 MiB.
+	g := startGateway(t, up.URL, filepath.Join(disk, "store"), "max_response_bytes: 64KiB\n")
 	bodies := map[string][]byte{}
 	for i := range 50 {
 		key := fmt.Sprint("small-", i)

@@ -207,7 +207,8 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	if s.tracing, err = startTracing(ctx, getenv, log); err != nil {
 		return nil, err
 	}
-	s.opened, err = dsn.Open(ctx, cfg.Store, dsn.Options{Logger: log, Migrate: cfg.MigrateEnabled()})
+	s.opened, err = dsn.Open(ctx, cfg.Store, dsn.Options{Logger: log, Migrate: cfg.MigrateEnabled(),
+		Headroom: storeHeadroom(built.Options.MaxResponseBytes)})
 	if err != nil {
 		return nil, err
 	}
@@ -398,6 +399,18 @@ func startTracing(ctx context.Context, getenv func(string) string, log *slog.Log
 
 // sealStore wraps the opened store with the configured secret, or says at
 // start that a shared store keeps records in plaintext.
+// storeHeadroom is the room an embedded store (file:, pebble:) wants free
+// before it takes a new key, so that no key runs upstream without room
+// for its outcome: a response of max_response_bytes (0 means the
+// middleware's default, idemhttp.Options.MaxResponseBytes) and what a
+// record holds besides (kept headers, the request's fields, the frame).
+func storeHeadroom(maxResponseBytes int) int64 {
+	if maxResponseBytes <= 0 {
+		maxResponseBytes = 4 << 20
+	}
+	return int64(maxResponseBytes) + 64<<10
+}
+
 func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.Store, *seal.Keyring, error) {
 	ring, err := cfg.Keyring()
 	if err != nil {

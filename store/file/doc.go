@@ -40,6 +40,15 @@
 //
 // # A full disk
 //
+// A new reservation is refused, with an error matching store.ErrNoSpace,
+// while the filesystem has less free than Options.Headroom (the gateway
+// sets it from max_response_bytes; 1 MiB by default): no work starts
+// whose outcome the store has no room to record. The check reads the
+// free room at most every 10 ms (a cached statfs, less what the log
+// appended since), so it costs a first call next to nothing. Replays,
+// and the outcomes of keys already reserved, are served and written; the
+// headroom is for one outcome, and keys in flight together share it.
+//
 // A write that fails (a full disk, a quota, an I/O error: any error of the
 // write or of its fdatasync) fails the calls whose frames it carried, and
 // those appended behind it, with an error that matches store.ErrNoSpace
@@ -49,9 +58,9 @@
 // index is put back as it was, and reads go on: replays of acknowledged
 // keys work while the disk is full. New reservations are then refused at
 // once, with the same error, except for one try every 100 ms once the
-// filesystem reports 1 MiB free; Complete, Renew and Release still try,
+// filesystem reports the headroom free; Complete, Renew and Release still try,
 // as the outcome of work already under way may fit. The first write that
-// succeeds with 1 MiB free makes the store writable again, without a
+// succeeds with the headroom free makes the store writable again, without a
 // restart (a small frame fits in the last kilobytes of a disk still full
 // for any response). Writable
 // tells the gateway's readiness check which it is. While the log cannot

@@ -53,6 +53,14 @@ type Options struct {
 	// which then advances on the monotonic clock only (see "One clock" in
 	// the package doc). Nil means time.Now.
 	WallClock func() time.Time
+	// Headroom is the room a new reservation needs free on the store's
+	// filesystem: about the largest outcome it may have to record (the
+	// gateway sets it from max_response_bytes). Below it new
+	// reservations are refused with an error matching store.ErrNoSpace,
+	// so that no work starts whose outcome the store has no room for;
+	// replays, and outcomes of work under way, are served and written.
+	// Zero means 1 MiB.
+	Headroom int64
 
 	// now, in tests, replaces the store's clock: every instant is read
 	// from it, jumps included.
@@ -130,7 +138,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		clock = monoclock.Stepped(opts.now)
 	}
 	s := &Store{
-		log:    newLog(dir, opts.MinSegmentBytes, opts.SegmentBytes),
+		log:    newLog(dir, opts.MinSegmentBytes, opts.SegmentBytes, opts.Headroom),
 		lock:   lock,
 		logger: opts.Logger,
 		exp:    newExpiryIndex(),
@@ -431,20 +439,21 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 	})
 }
 
-// Writable returns nil if the store can write: no write has failed since
-// the last that succeeded, or, after one failed, a write it tries now (a
-// frame that changes nothing) succeeds. Otherwise it returns why not: an
-// error matching store.ErrNoSpace while the disk is full; reads work
-// meanwhile. It tries at most every 100 ms, and only once the filesystem
-// reports 1 MiB free. A store opened on a full disk learns that it is
-// full from its first write. The gateway's readiness check asks here.
+// Writable returns nil if the store takes new reservations: no write has
+// failed since the last that succeeded, or, after one failed, a write it
+// tries now (a frame that changes nothing) succeeds; and the filesystem
+// has Options.Headroom free. Otherwise it returns why not: an error
+// matching store.ErrNoSpace while the disk is full or short of the
+// headroom; reads work meanwhile. After a failed write it tries at most
+// every 100 ms, and only once the filesystem reports the headroom free.
+// The gateway's readiness check asks here.
 func (s *Store) Writable(ctx context.Context) error {
 	if err := s.begin(ctx); err != nil {
 		return fmt.Errorf("file: writable: %w", err)
 	}
 	defer s.closeMu.RUnlock()
 	if s.log.unwritable.Load() == nil && s.log.broken.Load() == nil {
-		return nil
+		return s.log.gate.Admit()
 	}
 	if err := s.log.admit(); err != nil {
 		return err

@@ -7,11 +7,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem/internal/testkit/tmpdisk"
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/diskroom"
 	"github.com/idem-dev/idem/store/internal/localtest"
 )
 
@@ -115,10 +117,10 @@ func TestSmallWriteKeepsFull(t *testing.T) {
 	}
 }
 
-// TestFreshStoreLittleRoom: a new store on a disk with 1 MiB free
-// records responses. Zeros are written ahead of the log only when the
-// disk has room to spare, so preallocation never takes the room that the
-// frames need.
+// TestFreshStoreLittleRoom: a new store on a disk with 1 MiB free, told
+// its outcomes need at most 64 KiB (Options.Headroom), records responses.
+// Zeros are written ahead of the log only when the disk has room to
+// spare, so preallocation never takes the room that the frames need.
 func TestFreshStoreLittleRoom(t *testing.T) {
 	t.Parallel()
 	disk := tmpdisk.Mount(t, "12m")
@@ -127,7 +129,7 @@ func TestFreshStoreLittleRoom(t *testing.T) {
 		t.Fatalf("%d bytes free, want 1 MiB", free)
 	}
 	ctx := context.Background()
-	s := openT(t, filepath.Join(disk, "store"))
+	s := openT(t, filepath.Join(disk, "store"), func(o *Options) { o.Headroom = 64 << 10 })
 	var done []string
 	for i := range 20 {
 		key := fmt.Sprint("k", i)
@@ -155,7 +157,8 @@ func TestFailedFillGivesRoomBack(t *testing.T) {
 	disk := tmpdisk.Mount(t, "12m")
 	tmpdisk.Leave(t, filepath.Join(disk, "ballast"), 2<<20)
 	ctx := context.Background()
-	s := openT(t, filepath.Join(disk, "store"))
+	// Outcomes of 35 KiB: new keys are taken until the last 64 KiB.
+	s := openT(t, filepath.Join(disk, "store"), func(o *Options) { o.Headroom = 64 << 10 })
 	// The fill is told of plenty of room: its first piece of 1 MiB fits,
 	// its second does not.
 	s.log.freeBytes = func() (int64, error) { return math.MaxInt64, nil }
@@ -163,7 +166,7 @@ func TestFailedFillGivesRoomBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.log.fills.Wait()
-	s.log.freeBytes = func() (int64, error) { return freeBytes(disk) }
+	s.log.freeBytes = func() (int64, error) { return diskroom.FreeBytes(disk) }
 	if free := tmpdisk.Free(t, disk); free < 768<<10 {
 		t.Fatalf("after a failed zero-fill, %d bytes free, want the second piece's room back (about 1 MiB)", free)
 	}
@@ -228,4 +231,50 @@ func TestFailedWriteCut(t *testing.T) {
 	s = openT(t, dir)
 	checkIndex(t, s)
 	localtest.CheckReplays(t, ctx, s, []string{"before", "after"})
+}
+
+// TestAdmitByRoom: a new reservation is refused, before anything is
+// written, while the filesystem has less free than the headroom (an
+// outcome of max_response_bytes), so that no work starts whose outcome
+// the store has no room for; replays and the outcome of a key reserved
+// before are still served and written; Writable says why; and once room
+// comes back, new reservations are taken again without a restart.
+func TestAdmitByRoom(t *testing.T) {
+	t.Parallel()
+	disk := tmpdisk.Mount(t, "12m")
+	ctx := context.Background()
+	const headroom = 2 << 20
+	s := openT(t, filepath.Join(disk, "store"), func(o *Options) { o.Headroom = headroom })
+	done := localtest.RecordMore(t, ctx, s, 5)
+	held := localtest.Reserved(t, s, "held", time.Hour)
+	// Leave 1.5 MiB: room for an outcome of 35 KiB, not for the headroom.
+	ballast := filepath.Join(disk, "ballast")
+	tmpdisk.Leave(t, ballast, 3<<19)
+	s.log.gate.Forget()
+	syncs := s.log.syncs.Load()
+	for i := range 20 {
+		_, err := s.Reserve(ctx, localtest.FullRequest(fmt.Sprint("new", i)))
+		if !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("a new reservation with less free than the headroom: %v, want store.ErrNoSpace and ENOSPC", err)
+		}
+	}
+	if n := s.log.syncs.Load() - syncs; n != 0 {
+		t.Fatalf("refused reservations wrote %d syncs", n)
+	}
+	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("Writable with less free than the headroom: %v, want store.ErrNoSpace", err)
+	}
+	localtest.CheckReplays(t, ctx, s, done)
+	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(held), State: store.Succeeded, Value: localtest.Response("held"), TTL: time.Hour}); err != nil {
+		t.Fatalf("the outcome of a key reserved before, with 1.5 MiB free: %v", err)
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	localtest.Eventually(t, "new reservations are taken once the disk has room", func() bool { return s.Writable(ctx) == nil })
+	for i := range 5 {
+		if _, err := localtest.Record(ctx, s, fmt.Sprint("back", i)); err != nil {
+			t.Fatalf("a new key with room again: %v", err)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/diskroom"
 )
 
 // segment is one file of the log.
@@ -123,8 +124,8 @@ func newBatch() *batch { return &batch{done: make(chan struct{})} }
 // sync writes there. The writers put their index entries back as they
 // were. Until a sync succeeds again the log is unwritable: new
 // reservations are refused at once (admit), except for one try every
-// retryEvery while the filesystem has retryRoom free; any write that
-// succeeds makes the log writable again. Should the cut itself fail, the
+// retryEvery while the filesystem has the headroom free; any write that
+// succeeds with the headroom free makes the log writable again. Should the cut itself fail, the
 // log no longer knows what its tail holds and refuses every write until
 // the store is opened again (broken).
 type log struct {
@@ -166,6 +167,9 @@ type log struct {
 	// freeBytes reports the room left on the log's filesystem; tests
 	// replace it.
 	freeBytes func() (int64, error)
+	// gate admits new reservations while freeBytes reports the
+	// headroom (Options.Headroom) free (see admit).
+	gate *diskroom.Gate
 
 	zmu   sync.Mutex
 	zcond *sync.Cond // on zmu: a fill moved a segment's ready or ended
@@ -180,13 +184,10 @@ type log struct {
 }
 
 // retryEvery is how often an unwritable log lets a new reservation (or
-// Store.Writable) try to write again, and retryRoom the room its
-// filesystem must report free for that try: on a disk that has just a
-// few bytes, a reservation would be recorded and its outcome not.
-const (
-	retryEvery = 100 * time.Millisecond
-	retryRoom  = 1 << 20
-)
+// Store.Writable) try to write again, once its filesystem reports the
+// headroom free: on a disk that has just a few bytes, a reservation would
+// be recorded and its outcome not.
+const retryEvery = 100 * time.Millisecond
 
 // fill is a zero-fill of seg's file from from on.
 type fill struct {
@@ -194,10 +195,11 @@ type fill struct {
 	from int64
 }
 
-func newLog(dir string, minSegment, maxSegment int64) *log {
+func newLog(dir string, minSegment, maxSegment, headroom int64) *log {
 	l := &log{dir: dir, minSegment: minSegment, maxSegment: maxSegment, segs: map[uint64]*segment{}, nextID: 1,
 		cur: newBatch(), start: time.Now()}
-	l.freeBytes = func() (int64, error) { return freeBytes(dir) }
+	l.freeBytes = func() (int64, error) { return diskroom.FreeBytes(dir) }
+	l.gate = diskroom.New(headroom, func() (int64, error) { return l.freeBytes() })
 	l.zcond = sync.NewCond(&l.zmu)
 	return l
 }
@@ -213,6 +215,7 @@ func (l *log) append(frame []byte) (*segment, int64, *batch) {
 	off := seg.size
 	seg.size += int64(len(frame))
 	l.buf = append(l.buf, frame...)
+	l.gate.Wrote(len(frame))
 	l.frames++
 	b := l.cur
 	l.mu.Unlock()
@@ -384,30 +387,33 @@ func (l *log) dropPending(err error) {
 
 // roomAgain reports whether a log that found its disk full may take new
 // reservations again after a write succeeded: only once the filesystem
-// has retryRoom free. A small frame (a release, a reservation) fits in
+// has the headroom free. A small frame (a release, a reservation) fits in
 // the last few kilobytes, and taking that for room would admit new work
 // whose outcome cannot be recorded, and tell readiness the store writes.
 func (l *log) roomAgain() bool {
-	free, err := l.freeBytes()
-	return err != nil || free >= retryRoom
+	l.gate.Forget()
+	return l.gate.Admit() == nil
 }
 
-// admit returns nil if a new reservation may write: the log is writable,
-// or it is due another try and its filesystem has room again. Otherwise
-// it returns the error that made it unwritable.
+// admit returns nil if a new reservation may write: the log is writable
+// and its filesystem has the headroom free (a cached reading: see
+// diskroom), or it is unwritable but due another try and has the
+// headroom free again. Otherwise it returns why not: the error that made
+// it unwritable, or the want of room, matching store.ErrNoSpace.
 func (l *log) admit() error {
 	if p := l.broken.Load(); p != nil {
 		return *p
 	}
 	p := l.unwritable.Load()
 	if p == nil {
-		return nil
+		return l.gate.Admit()
 	}
 	now, at := l.since(), l.retryAt.Load()
 	if now < at || !l.retryAt.CompareAndSwap(at, now+int64(retryEvery)) {
 		return *p
 	}
-	if free, err := l.freeBytes(); err == nil && free < retryRoom {
+	l.gate.Forget()
+	if l.gate.Admit() != nil {
 		return *p
 	}
 	return nil

@@ -45,11 +45,17 @@
 //
 // # A full disk
 //
+// A new reservation is refused, with an error matching store.ErrNoSpace,
+// while the filesystem has less free than Options.Headroom (the gateway
+// sets it from max_response_bytes; 1 MiB by default), read at most every
+// 10 ms: no work starts whose outcome the store has no room to record.
+// Replays, and outcomes of keys already reserved, are served and written.
+//
 // A write that fails for want of room fails its call with an error that
 // matches store.ErrNoSpace; the store then refuses writes, keeps serving
 // reads (replays included) from the engine reopened read-only, and writes
 // again once the filesystem has room for its WAL written out as tables
-// (up to about 64 MiB) and 1 MiB more. Writable reports which it is. An
+// (up to about 64 MiB) and the headroom more. Writable reports which it is. An
 // engine that a failed write left unable to close is replaced by a new
 // one, without a restart. A write that failed is never read, not even by
 // the engine it failed in, which holds it in memory: reads wait for the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func TestFullDisk(t *testing.T) {
 	// first.
 	tmpdisk.Ballast(t, filepath.Join(disk, "ballast-2m"), 2<<20)
 	tmpdisk.Ballast(t, filepath.Join(disk, "ballast-6m"), 6<<20)
-	s := openT(t, dir)
+	s := openT(t, dir, fillUp)
 	if err := s.Writable(ctx); err != nil {
 		t.Fatalf("Writable on an empty store: %v", err)
 	}
@@ -68,7 +69,7 @@ func TestFullDisk(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Logf("Close after a failed write: %v", err)
 	}
-	s = openT(t, dir)
+	s = openT(t, dir, fillUp)
 	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
 		t.Fatalf("Writable after a reopen on the full disk: %v, want an error matching store.ErrNoSpace", err)
 	}
@@ -83,7 +84,7 @@ func TestFullDisk(t *testing.T) {
 	if err := os.Remove(filepath.Join(disk, "ballast-2m")); err != nil {
 		t.Fatal(err)
 	}
-	s = openT(t, dir)
+	s = openT(t, dir, fillUp)
 	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
 		t.Fatalf("Writable after a reopen with 2 MiB free: %v, want an error matching store.ErrNoSpace", err)
 	}
@@ -107,14 +108,21 @@ func TestFullDisk(t *testing.T) {
 	}
 }
 
-// TestFreshStoreLittleRoom: a new store on a disk with 1 MiB free
-// records small responses.
+// fillUp opens a store that admits new keys until its disk is full (a
+// headroom of one byte), so that a write fails for want of room, as
+// outcomes of keys under way can, and the store's recovery from it is
+// what a test sees.
+func fillUp(o *Options) { o.Headroom = 1 }
+
+// TestFreshStoreLittleRoom: a new store on a disk with 1 MiB free, told
+// its outcomes need at most 64 KiB (Options.Headroom), records small
+// responses.
 func TestFreshStoreLittleRoom(t *testing.T) {
 	t.Parallel()
 	disk := tmpdisk.Mount(t, "12m")
 	tmpdisk.Leave(t, filepath.Join(disk, "ballast"), 1<<20)
 	ctx := context.Background()
-	s := openT(t, filepath.Join(disk, "store"))
+	s := openT(t, filepath.Join(disk, "store"), func(o *Options) { o.Headroom = 64 << 10 })
 	for i := range 50 {
 		req := localtest.FullRequest(fmt.Sprint("k", i))
 		if _, err := s.Reserve(ctx, req); err != nil {
@@ -156,5 +164,46 @@ func TestFatalf(t *testing.T) {
 	<-done
 	if told == nil || !strings.Contains(told.Error(), "MANIFEST sync failed") {
 		t.Fatalf("outside guard the store was told %v", told)
+	}
+}
+
+// TestAdmitByRoom: a new reservation is refused while the filesystem has
+// less free than the headroom (an outcome of max_response_bytes), so that
+// no work starts whose outcome the store has no room for; replays and the
+// outcome of a key reserved before are still served and written;
+// Writable says why; and once room comes back, new reservations are
+// taken again without a restart.
+func TestAdmitByRoom(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var free atomic.Int64
+	free.Store(1 << 30)
+	s := openT(t, t.TempDir(), func(o *Options) {
+		o.Headroom = 2 << 20
+		o.freeBytes = func() (int64, error) { return free.Load(), nil }
+	})
+	done := localtest.RecordMore(t, ctx, s, 5)
+	held := localtest.Reserved(t, s, "held", time.Hour)
+	free.Store(3 << 19) // room for an outcome of 35 KiB, not for the headroom
+	s.gate.Forget()
+	for i := range 20 {
+		_, err := s.Reserve(ctx, localtest.FullRequest(fmt.Sprint("new", i)))
+		if !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("a new reservation with less free than the headroom: %v, want store.ErrNoSpace and ENOSPC", err)
+		}
+	}
+	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("Writable with less free than the headroom: %v, want store.ErrNoSpace", err)
+	}
+	localtest.CheckReplays(t, ctx, s, done)
+	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(held), State: store.Succeeded, Value: localtest.Response("held"), TTL: time.Hour}); err != nil {
+		t.Fatalf("the outcome of a key reserved before, with 1.5 MiB free: %v", err)
+	}
+	free.Store(1 << 30)
+	localtest.Eventually(t, "new reservations are taken once the disk has room", func() bool { return s.Writable(ctx) == nil })
+	for i := range 5 {
+		if _, err := localtest.Record(ctx, s, fmt.Sprint("back", i)); err != nil {
+			t.Fatalf("a new key with room again: %v", err)
+		}
 	}
 }

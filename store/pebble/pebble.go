@@ -25,6 +25,7 @@ import (
 
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/dirlock"
+	"github.com/idem-dev/idem/store/internal/diskroom"
 	"github.com/idem-dev/idem/store/internal/monoclock"
 )
 
@@ -48,6 +49,14 @@ type Options struct {
 	// which then advances on the monotonic clock only (see "One clock" in
 	// the package doc). Nil means time.Now.
 	WallClock func() time.Time
+	// Headroom is the room a new reservation needs free on the store's
+	// filesystem: about the largest outcome it may have to record (the
+	// gateway sets it from max_response_bytes). Below it new
+	// reservations are refused with an error matching store.ErrNoSpace,
+	// so that no work starts whose outcome the store has no room for;
+	// replays, and outcomes of work under way, are served and written.
+	// Zero means 1 MiB.
+	Headroom int64
 
 	// now, in tests, replaces the store's clock: every instant is read
 	// from it, jumps included.
@@ -114,6 +123,10 @@ type Store struct {
 	stopped    bool // guarded by bgMu
 	bg         sync.WaitGroup
 
+	// gate admits new reservations while the filesystem has the
+	// headroom free (Options.Headroom).
+	gate *diskroom.Gate
+
 	// stripes guard each key's read-modify-write; see stripe.
 	stripes [1024]sync.Mutex
 	// cleanMu serializes Cleanup, the only caller that holds several
@@ -162,7 +175,7 @@ func open(dir string, opts Options) (*Store, error) {
 		opts.CacheSize = 64 << 20
 	}
 	if opts.freeBytes == nil {
-		opts.freeBytes = func() (int64, error) { return freeBytes(dir) }
+		opts.freeBytes = func() (int64, error) { return diskroom.FreeBytes(dir) }
 	}
 	clock := monoclock.New(opts.WallClock)
 	if opts.now != nil {
@@ -172,6 +185,7 @@ func open(dir string, opts Options) (*Store, error) {
 	_, _ = rand.Read(run[:])
 	s := &Store{dir: dir, opts: opts, seed: maphash.MakeSeed(), clock: clock, opened: clock.Now(),
 		run: binary.BigEndian.Uint64(run[:]) | 1, stop: make(chan struct{})}
+	s.gate = diskroom.New(opts.Headroom, opts.freeBytes)
 	s.cache = pebble.NewCache(opts.CacheSize)
 	err := s.openEngine(false)
 	if err != nil && noRoom(err) {
@@ -608,6 +622,9 @@ func (s *Store) write(r, old *store.Record, lease time.Duration) error {
 				return err
 			}
 		}
+		// The WAL takes about the batch's size: the gate's reading of the
+		// room left is that much less until its next one.
+		s.gate.Wrote(len(b.Repr()))
 		return b.Commit(pebble.Sync)
 	})
 }
@@ -707,12 +724,11 @@ func (s *Store) recover() {
 
 // retryEvery is how often an unwritable store checks whether it can
 // reopen its engine read-write. It tries once its filesystem has room for
-// the tables of its WAL and retryRoom more, and after a failed try waits
-// twice as long as after the one before, up to maxBackoff: each try
+// the tables of its WAL and the headroom more, and after a failed try
+// waits twice as long as after the one before, up to maxBackoff: each try
 // replays the whole WAL.
 const (
 	retryEvery = 100 * time.Millisecond
-	retryRoom  = 1 << 20
 	maxBackoff = 10 * time.Second
 )
 
@@ -724,7 +740,7 @@ func (s *Store) reopen() (done, stop bool) {
 		s.opts.beforeReopen()
 	}
 	free, ferr := s.opts.freeBytes()
-	need := walBytes(s.dir) + retryRoom
+	need := walBytes(s.dir) + s.gate.Headroom()
 	try := (ferr != nil || free >= need) && !time.Now().Before(s.retryAt)
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -765,11 +781,12 @@ func (s *Store) reopen() (done, stop bool) {
 	return false, false
 }
 
-// Writable returns nil if the store takes writes, or why not: an error
-// matching store.ErrNoSpace while its disk is full. It never writes: a
-// store that stopped writing reopens its engine read-only at once, and
-// read-write by itself, trying every 100 ms once the filesystem reports
-// 1 MiB free. The gateway's readiness check asks here.
+// Writable returns nil if the store takes new reservations, or why not:
+// an error matching store.ErrNoSpace while its disk is full or has less
+// than Options.Headroom free. It never writes: a store that stopped
+// writing reopens its engine read-only at once, and read-write by itself,
+// trying every 100 ms once the filesystem has room for its WAL as tables
+// and the headroom. The gateway's readiness check asks here.
 func (s *Store) Writable(ctx context.Context) error {
 	if err := s.begin(ctx); err != nil {
 		return fmt.Errorf("pebble: writable: %w", err)
@@ -778,7 +795,7 @@ func (s *Store) Writable(ctx context.Context) error {
 	if p := s.unwritable.Load(); p != nil {
 		return *p
 	}
-	return nil
+	return s.gate.Admit()
 }
 
 // writeError wraps a failed write of the engine; a full disk matches
@@ -830,6 +847,10 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 				return nil
 			}
 			res.TookOver = true
+		}
+		// No new work without room for its outcome (see diskroom).
+		if err := s.gate.Admit(); err != nil {
+			return err
 		}
 		r := req.Record
 		r.State, r.Value = store.InProgress, nil

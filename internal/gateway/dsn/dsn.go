@@ -361,6 +361,10 @@ type Options struct {
 	Migrate bool
 	// ConnectTimeout bounds connecting (and migrating). 0 means 15 s.
 	ConnectTimeout time.Duration
+	// Headroom is the room the embedded stores (file:, pebble:) want free
+	// before they take a new key: the largest outcome they may have to
+	// record. 0 means theirs (1 MiB).
+	Headroom int64
 }
 
 // Opened is an open store and what it took to open it.
@@ -410,7 +414,7 @@ func open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 	case Memory:
 		return &Opened{Store: memory.New(), DSN: d}, nil
 	case File:
-		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger})
+		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger, Headroom: opts.Headroom})
 		if err != nil {
 			if errors.Is(err, file.ErrLocked) {
 				return nil, fmt.Errorf("store %s: %w: an idem gateway is probably running on it; work through the gateway instead (--admin http://ITS_ADMIN_LISTEN with its admin_token), or stop it first", d, err)
@@ -419,7 +423,7 @@ func open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		}
 		return &Opened{Store: s, DSN: d}, nil
 	case Pebble:
-		s, err := pebblestore.Open(d.Path, pebblestore.Options{Logger: opts.Logger})
+		s, err := pebblestore.Open(d.Path, pebblestore.Options{Logger: opts.Logger, Headroom: opts.Headroom})
 		if err != nil {
 			if errors.Is(err, pebblestore.ErrLocked) {
 				return nil, fmt.Errorf("store %s: %w (is an idem gateway running on it? stop it first, or use its admin listener)", d, err)

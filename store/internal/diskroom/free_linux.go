@@ -1,10 +1,10 @@
-package pebblestore
+package diskroom
 
 import "golang.org/x/sys/unix"
 
-// freeBytes returns the room that an unprivileged writer has left on
+// FreeBytes returns the room that an unprivileged writer has left on
 // dir's filesystem.
-func freeBytes(dir string) (int64, error) {
+func FreeBytes(dir string) (int64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, err
