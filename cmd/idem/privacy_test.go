@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/testkit/tmpdisk"
 	"github.com/idem-dev/idem/seal"
 )
 
@@ -225,6 +228,76 @@ func TestGatewayLogsKeyedHashes(t *testing.T) {
 		}
 		if warned := strings.Contains(out, "can check a guessed credential"); warned != (secret == "") {
 			t.Errorf("secret %v: warned of unkeyed hashes %v", secret != "", warned)
+		}
+	}
+}
+
+// The gateway on a file store whose disk fills, then frees: the store's
+// refusals (503, outcomes kept in memory, then written) are logged without
+// a raw key or tenant at Info or above.
+func TestGatewayStoreFailureLogsNoRawKey(t *testing.T) {
+	t.Parallel()
+	disk := tmpdisk.Mount(t, "8m")
+	a := startAPI(t)
+	g := startGateway(t, a.URL, filepath.Join(disk, "store"), "tenant: {header: X-User-ID}\n")
+	const tenant = "tenant-raw-d15cf011"
+	var keys []string
+	send := func(k string) response {
+		return post(t, g.URL+"/charges", chargeBody, "Idempotency-Key", k, "X-User-ID", tenant)
+	}
+	keys = append(keys, "rawkey-before-0aa1")
+	if r := send(keys[0]); r.Status != http.StatusCreated {
+		t.Fatalf("before the disk fills: %d %s", r.Status, r.Body)
+	}
+	ballast := filepath.Join(disk, "ballast")
+	tmpdisk.Ballast(t, ballast, 0)
+	refused := 0
+	for i := 0; i < 200 && refused < 3; i++ {
+		k := "rawkey-full-" + strconv.Itoa(i) + "-0aa1"
+		keys = append(keys, k)
+		if r := send(k); r.Status == http.StatusServiceUnavailable {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("the full disk refused nothing: the test cannot tell")
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // bounded: the disk has room again
+		k := "rawkey-after-" + strconv.Itoa(i) + "-0aa1"
+		keys = append(keys, k)
+		if r := send(k); r.Status == http.StatusCreated {
+			break
+		} else if i == 200 {
+			t.Fatalf("no key recorded after the disk freed: %d %s", r.Status, r.Body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := g.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var high []string
+	for _, line := range strings.Split(g.output(), "\n") {
+		var m struct{ Level string }
+		var lvl slog.Level
+		if json.Unmarshal([]byte(line), &m) == nil && lvl.UnmarshalText([]byte(m.Level)) == nil && lvl >= slog.LevelInfo {
+			high = append(high, line)
+		}
+	}
+	if all := strings.Join(high, "\n"); !strings.Contains(all, `"msg":"idem: store full"`) && !strings.Contains(all, "kept in memory") {
+		t.Fatalf("no line tells of the store's refusal; the test cannot tell:\n%s", all)
+	}
+	t.Logf("%d refusals, %d lines at Info and above", refused, len(high))
+	for _, line := range high {
+		for _, k := range keys {
+			if strings.Contains(line, k) {
+				t.Errorf("raw key %s at Info or above: %s", k, line)
+			}
+		}
+		if strings.Contains(line, tenant) {
+			t.Errorf("raw tenant at Info or above: %s", line)
 		}
 	}
 }
