@@ -1,10 +1,13 @@
 package dsn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -513,4 +516,34 @@ func TestParseAndOpenErrorsHideSecrets(t *testing.T) {
 			t.Errorf("DSN %q opened; want a failure", Redact(d))
 		}
 	}
+}
+
+// TestRedactorHandler: a logger through a Redactor's handler never writes
+// the DSN's password, whether it comes in the message, a string, an error,
+// a Stringer, a group or an attribute bound with With.
+func TestRedactorHandler(t *testing.T) {
+	t.Parallel()
+	const pw = "Sup3rSecretPw"
+	d := "postgres://u:" + pw + "@h/db"
+	var buf bytes.Buffer
+	log := slog.New(NewRedactor(d).Handler(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	log.With("store", d).Info("opening "+d, "dsn", d, "err", fmt.Errorf("driver: auth %s failed", pw),
+		slog.Group("g", "inner", "password="+pw), "url", mustURL(t, d))
+	log.WithGroup("grp").Debug("x", "bare", "the password is "+pw)
+	out := buf.String()
+	if strings.Contains(out, pw) {
+		t.Errorf("the log shows the password:\n%s", out)
+	}
+	if strings.Count(out, "xxxxx") < 6 {
+		t.Errorf("fewer redactions than attributes:\n%s", out)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
