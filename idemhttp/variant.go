@@ -45,9 +45,10 @@ func (m *middleware) variant(r *http.Request) *route {
 	if !ok {
 		return nil
 	}
-	mr := r.Clone(r.Context())
-	mr.URL.Path, mr.URL.RawPath = p, ""
-	h, _ := m.variants.Handler(mr)
+	mr, u := *r, *r.URL // the mux reads the method, host and path alone
+	u.Path, u.RawPath = p, ""
+	mr.URL = &u
+	h, _ := m.variants.Handler(&mr)
 	if i, ok := h.(routeMarker); ok {
 		return m.routes[i]
 	}
