@@ -539,9 +539,12 @@ func TestPolicyValidate(t *testing.T) {
 		{OnFailure: 7}, {OnStale: 3}, {Wait: -time.Second}, {MaxKeyBytes: -1},
 	}
 	for _, p := range bad {
-		if err := p.WithDefaults().Validate(); err == nil {
+		if err := p.Validate(); err == nil {
 			t.Errorf("%+v: no error", p)
 		}
+	}
+	if err := (idem.Policy{Wait: idem.NoWait}).Validate(); err != nil {
+		t.Errorf("NoWait: %v", err)
 	}
 	if err := (idem.Policy{}).WithDefaults().Validate(); err != nil {
 		t.Fatal(err)

@@ -132,6 +132,7 @@ func IETF() *Profile {
 func Stripe() *Profile {
 	p := IETF()
 	p.Name = "stripe"
+	p.Policy.Wait = idem.NoWait // said, so that an engine's wait does not reach it
 	p.Scope = ScopeTenantEndpoint
 	p.Cache = StatusSet{{100, 428}, {430, 599}}
 	return p

@@ -27,9 +27,10 @@ type Route struct {
 	Key KeyMode
 	// Profile is the route's profile; nil means Options.Profile.
 	Profile *Profile
-	// Policy, when not nil, is the route's whole policy. When nil, the
-	// route takes the engine's policy with the profile's non-zero fields
-	// laid over it.
+	// Policy, when not nil, is laid over the route's profile's policy,
+	// itself laid over the engine's (idem.Policy.Overlay, the one rule by
+	// which policies combine: a zero field keeps what is below it). nil
+	// means the profile's.
 	Policy *idem.Policy
 	// Cache, when not nil, replaces the profile's set of outcome statuses.
 	Cache StatusSet
@@ -129,7 +130,7 @@ func compileRoute(eng *idem.Engine, rt Route, def *Profile) (*route, error) {
 	}
 	pol := eng.Policy().Overlay(r.profile.Policy)
 	if rt.Policy != nil {
-		pol = *rt.Policy
+		pol = pol.Overlay(*rt.Policy)
 	}
 	if err := pol.WithDefaults().Validate(); err != nil {
 		return nil, err

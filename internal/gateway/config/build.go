@@ -261,39 +261,46 @@ func statusSet(l StringList) (idemhttp.StatusSet, error) {
 
 // apply sets the fields p sets explicitly onto pol.
 func (p *Policy) apply(pol *idem.Policy) error {
+	// The fields set here are laid over pol by the one rule of policies
+	// (idem.Policy.Overlay); a wait written as 0 says "no wait" over a
+	// base that waits.
 	var errs []error
+	var over idem.Policy
 	if p.TTL != nil {
-		pol.TTL = time.Duration(*p.TTL)
+		over.TTL = time.Duration(*p.TTL)
 	}
 	if p.Lease != nil {
-		pol.Lease = time.Duration(*p.Lease)
+		over.Lease = time.Duration(*p.Lease)
 	}
 	if p.Wait != nil {
-		pol.Wait = time.Duration(*p.Wait)
+		if over.Wait = time.Duration(*p.Wait); over.Wait == 0 {
+			over.Wait = idem.NoWait
+		}
 	}
 	if p.MaxKeyBytes != 0 {
-		pol.MaxKeyBytes = int(p.MaxKeyBytes)
+		over.MaxKeyBytes = int(p.MaxKeyBytes)
 	}
 	if p.OnFailure != "" {
 		v, err := parseOnFailure(p.OnFailure)
 		errs = append(errs, err)
-		pol.OnFailure = v
+		over.OnFailure = v
 	}
 	if p.OnStale != "" {
 		v, err := parseOnStale(p.OnStale)
 		errs = append(errs, err)
-		pol.OnStale = v
+		over.OnStale = v
 	}
 	if p.OnStoreError != "" {
 		v, err := parseOnStoreError(p.OnStoreError)
 		errs = append(errs, err)
-		pol.OnStoreError = v
+		over.OnStoreError = v
 	}
 	if p.OnUnknown != "" {
 		v, err := parseOnUnknown(p.OnUnknown)
 		errs = append(errs, err)
-		pol.OnUnknown = v
+		over.OnUnknown = v
 	}
+	*pol = pol.Overlay(over)
 	for _, d := range []struct {
 		name string
 		v    *Duration
