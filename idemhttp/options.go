@@ -129,8 +129,10 @@ type Options struct {
 	// RequestIDHeader carries the request ID; a request without one gets
 	// a new one, which the handler sees. "" means X-Request-Id.
 	RequestIDHeader string
-	// Logger logs replays, conflicts and store errors. nil means
-	// slog.Default().
+	// Logger logs replays, conflicts and store errors, naming each call
+	// by the hashes of its scope and key that the engine's idem.Redactor
+	// prints (idem.WithRedactor), never by the raw key or tenant. nil
+	// means slog.Default().
 	Logger *slog.Logger
 	// Observe, when set, is called once per request that reached the
 	// middleware with what it did.
