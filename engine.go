@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,22 +260,23 @@ func (e *Engine) WithPolicy(p Policy) *Engine {
 // Policy returns the engine's policy, defaults applied.
 func (e *Engine) Policy() Policy { return e.policy }
 
-// As sets target, a pointer to a store's type, to the engine's store if it
-// is of that type, and reports whether it did: the way an adapter reaches
-// its own store's methods (pgtx its transactions), as Go CDK's As does.
-// The store itself stays the engine's, so that records are written only
-// through the engine's fences.
-func (e *Engine) As(target any) bool {
-	v := reflect.ValueOf(target)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return false
+// Uses reports whether the engine runs over s: its store is s, or wraps s
+// (through an Unwrap() store.Store method). An adapter that keeps its own
+// store and needs its methods (pgtx, its transactions) checks that the
+// engine it is handed runs over it; the engine never hands its store out,
+// so that records are written only through its fences.
+func (e *Engine) Uses(s store.Store) bool {
+	for cur := e.store; cur != nil; {
+		if cur == s {
+			return true
+		}
+		u, ok := cur.(interface{ Unwrap() store.Store })
+		if !ok {
+			return false
+		}
+		cur = u.Unwrap()
 	}
-	s := reflect.ValueOf(e.store)
-	if !s.IsValid() || !s.Type().AssignableTo(v.Elem().Type()) {
-		return false
-	}
-	v.Elem().Set(s)
-	return true
+	return false
 }
 
 // Now returns the engine's clock reading.

@@ -11,29 +11,30 @@ import (
 	"github.com/idem-dev/idem/store/memory"
 )
 
-func TestEngineAs(t *testing.T) {
+// TestEngineUses: an adapter can check that an engine runs over its own
+// store, directly or wrapped, without the engine handing the store out.
+func TestEngineUses(t *testing.T) {
 	t.Parallel()
 	s := memory.New()
 	eng := idem.New(s, idem.Policy{CleanupInterval: -1})
 	defer eng.Close()
-	var got *memory.Store
-	if !eng.As(&got) || got != s {
-		t.Fatalf("As(*memory.Store) = %v, %p; want the engine's store %p", got != nil, got, s)
+	if !eng.Uses(s) {
+		t.Fatal("Uses(its own store) = false")
 	}
-	var other *otherStore
-	if eng.As(&other) || other != nil {
-		t.Fatal("As set a store of another type")
+	if eng.Uses(memory.New()) || eng.Uses(nil) {
+		t.Fatal("Uses(another store) = true")
 	}
-	if eng.As(nil) || eng.As(got) {
-		t.Fatal("As accepted a target that is not a non-nil pointer to a store type")
-	}
-	var any store.Store
-	if !eng.As(&any) || any != store.Store(s) {
-		t.Fatal("As(*store.Store) did not hand over the store")
+	wrapped := idem.New(wrapper{s}, idem.Policy{CleanupInterval: -1})
+	defer wrapped.Close()
+	if !wrapped.Uses(s) {
+		t.Fatal("Uses(the store it wraps) = false")
 	}
 }
 
-type otherStore struct{ store.Store }
+type wrapper struct{ store.Store }
+
+func (w wrapper) Unwrap() store.Store { return w.Store }
+
 
 func TestRecordHidesTheMarker(t *testing.T) {
 	t.Parallel()

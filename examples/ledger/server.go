@@ -70,7 +70,7 @@ func (s *Service) Transfer(ctx context.Context, key string, req TransferRequest)
 	if err != nil {
 		return Transfer{}, idem.Result{}, err
 	}
-	res, err := pgtx.Do(ctx, s.Engine, idem.Call{Scope: TransferScope, Key: key, Fingerprint: fp},
+	res, err := s.Store.Do(ctx, s.Engine, idem.Call{Scope: TransferScope, Key: key, Fingerprint: fp},
 		func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			s.at("reserved")
 			h, _ := idem.HoldFrom(ctx)

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/store/postgres/pgtx"
 	"github.com/idem-dev/idem/store/storetest"
 )
 
@@ -51,7 +50,7 @@ func BenchmarkPairs(b *testing.B) {
 					}
 				case "pgtx/write":
 					fn = func(i uint64) error {
-						_, err := pgtx.Do(bg, bn.eng, call(i), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+						_, err := bn.store.Do(bg, bn.eng, call(i), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 							h, _ := idem.HoldFrom(ctx)
 							_, err := tx.Exec(ctx, insert, h.ID)
 							return []byte("ok"), err

@@ -11,7 +11,7 @@
 //
 //	s := pgtx.New(pgStore) // a *postgres.Store
 //	eng := idem.New(s, idem.Policy{TTL: 24 * time.Hour})
-//	res, err := pgtx.Do(ctx, eng, call, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//	res, err := s.Do(ctx, eng, call, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 //		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance - $1 WHERE id = $2`, amount, from)
 //		...
 //		return json.Marshal(transfer)
@@ -68,7 +68,7 @@
 // (charge a card, then record the charge) runs as Steps, each an atomic
 // phase that commits its writes with a recovery point; a caller that takes
 // the key over, or retries after a failure, resumes after the last
-// committed step (DoSteps).
+// committed step (Store.DoSteps).
 //
 // # Event consumers
 //

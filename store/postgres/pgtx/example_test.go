@@ -27,7 +27,8 @@ func Example() {
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_pgtx_example.payments (id uuid PRIMARY KEY, cents bigint)`); err != nil {
 		log.Fatal(err)
 	}
-	eng := idem.New(pgtx.New(ps), idem.Policy{})
+	s := pgtx.New(ps)
+	eng := idem.New(s, idem.Policy{})
 	defer eng.Close()
 
 	pay := func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
@@ -39,7 +40,7 @@ func Example() {
 	}
 	call := idem.Call{Scope: "payments", Key: "pay-ORD-123"}
 	for range 2 {
-		res, err := pgtx.Do(ctx, eng, call, pay)
+		res, err := s.Do(ctx, eng, call, pay)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -57,22 +58,23 @@ func Example() {
 	// payments: 1
 }
 
-// ExampleDoSteps charges a card (another service) between two database
+// ExampleStore_DoSteps charges a card (another service) between two database
 // steps. If the process dies after the order step, the next call resumes
 // at the charge; the card API gets a key of its own, so that a charge
 // repeated after a crash inside its step is charged once.
-func ExampleDoSteps() {
+func ExampleStore_DoSteps() {
 	ctx := context.Background()
 	pool, ps := openStore(ctx)
 	defer pool.Close()
 	if err := pgtx.Migrate(ctx, pool, ps.Options()); err != nil {
 		log.Fatal(err)
 	}
-	eng := idem.New(pgtx.New(ps), idem.Policy{})
+	s := pgtx.New(ps)
+	eng := idem.New(s, idem.Policy{})
 	defer eng.Close()
 
 	chargeCard := func(idempotencyKey string) (string, error) { return "ch_1", nil } // a payments API
-	res, err := pgtx.DoSteps(ctx, eng, idem.Call{Scope: "orders", Key: "order-42"},
+	res, err := s.DoSteps(ctx, eng, idem.Call{Scope: "orders", Key: "order-42"},
 		pgtx.Step{Name: "order", Run: func(ctx context.Context, tx pgx.Tx, _ []byte) ([]byte, error) {
 			// INSERT the order in tx ...
 			return []byte("order-42"), nil
@@ -128,7 +130,7 @@ func TestExamples(t *testing.T) {
 		want string
 	}{
 		{Example, "replayed: false\nreplayed: true\npayments: 1\n"},
-		{ExampleDoSteps, "order-42 paid by ch_1\n"},
+		{ExampleStore_DoSteps, "order-42 paid by ch_1\n"},
 	} {
 		if got := testkit.Stdout(t, ex.run); got != ex.want {
 			t.Errorf("printed:\n%s\nwant:\n%s", got, ex.want)

@@ -22,8 +22,9 @@ import (
 // key is optional reaches its handler without one.
 var ErrNoHold = errors.New("pgtx: no reservation in the context: the request sent no Idempotency-Key (the route's key is optional), or Tx was called outside an operation run by idem.Engine.Do over a pgtx.Store")
 
-// ErrNotPgtx: Do or DoSteps got an engine whose store is not a *Store.
-var ErrNotPgtx = errors.New("pgtx: the engine's store is not a *pgtx.Store")
+// ErrNotPgtx: Do or DoSteps got an engine that does not run over their
+// Store.
+var ErrNotPgtx = errors.New("pgtx: the engine does not run over this *pgtx.Store (idem.New(s, ...))")
 
 // Store is a PostgreSQL store whose holders can complete their record in
 // their own transaction. Give it to idem.New like any store: every method
@@ -195,7 +196,7 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 // its outcome.
 type Func func(ctx context.Context, tx pgx.Tx) ([]byte, error)
 
-// Do runs fn through eng, whose store must be a *Store, at most once in
+// Do runs fn through eng, which must run over s (idem.New(s, ...)), at most once in
 // effect per c's key: fn's writes in tx and the record's completion commit
 // together. A caller that takes the key over after a holder died runs fn
 // again, which is safe, because the dead holder's transaction left nothing
@@ -203,8 +204,8 @@ type Func func(ctx context.Context, tx pgx.Tx) ([]byte, error)
 // another caller took over while fn ran: its error matches idem.ErrLeaseLost
 // (and still wraps fn's own, often the canceled context's), and
 // Result.NotRecorded is set, whatever fn returned.
-func Do(ctx context.Context, eng *idem.Engine, c idem.Call, fn Func) (idem.Result, error) {
-	return do(ctx, eng, c, func(ctx context.Context, s *Store) ([]byte, error) {
+func (s *Store) Do(ctx context.Context, eng *idem.Engine, c idem.Call, fn Func) (idem.Result, error) {
+	return s.do(ctx, eng, c, func(ctx context.Context, s *Store) ([]byte, error) {
 		tx, err := s.Tx(ctx)
 		if err != nil {
 			return nil, err
@@ -213,11 +214,10 @@ func Do(ctx context.Context, eng *idem.Engine, c idem.Call, fn Func) (idem.Resul
 	})
 }
 
-// do runs fn through eng with the engine's *Store, and makes sure that the
+// do runs fn through eng, which runs over s, and makes sure that the
 // transaction fn may have begun does not outlive the call.
-func do(ctx context.Context, eng *idem.Engine, c idem.Call, fn func(context.Context, *Store) ([]byte, error)) (idem.Result, error) {
-	var s *Store
-	if !eng.As(&s) {
+func (s *Store) do(ctx context.Context, eng *idem.Engine, c idem.Call, fn func(context.Context, *Store) ([]byte, error)) (idem.Result, error) {
+	if !eng.Uses(s) {
 		return idem.Result{}, ErrNotPgtx
 	}
 	var token uint64

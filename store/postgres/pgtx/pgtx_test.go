@@ -97,7 +97,7 @@ func setup(t testing.TB, p idem.Policy, maxConns ...int32) *bundle {
 func (b *bundle) takeOver(t *testing.T, key string, op pgtx.Func) idem.Result {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		res, err := pgtx.Do(bg, b.eng, call(key), op)
+		res, err := b.store.Do(bg, b.eng, call(key), op)
 		if err == nil {
 			return res
 		}
@@ -144,11 +144,11 @@ func (b *bundle) record(t *testing.T, key string) (store.Record, error) {
 func TestWorkCommitsWithOutcome(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idem.Policy{})
-	res, err := pgtx.Do(bg, b.eng, call("k"), b.write("first"))
+	res, err := b.store.Do(bg, b.eng, call("k"), b.write("first"))
 	if err != nil || res.Replayed || string(res.Value) != "first" {
 		t.Fatalf("first call: %+v, %v", res, err)
 	}
-	res, err = pgtx.Do(bg, b.eng, call("k"), b.write("second"))
+	res, err = b.store.Do(bg, b.eng, call("k"), b.write("second"))
 	if err != nil || !res.Replayed || string(res.Value) != "first" {
 		t.Fatalf("retry: %+v, %v", res, err)
 	}
@@ -169,7 +169,7 @@ func TestFailureRollsBack(t *testing.T) {
 		t.Run(fmt.Sprint(onFailure), func(t *testing.T) {
 			b := setup(t, idem.Policy{OnFailure: onFailure})
 			boom := errors.New("declined")
-			_, err := pgtx.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			_, err := b.store.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 				if _, err := b.write("doomed")(ctx, tx); err != nil {
 					return nil, err
 				}
@@ -191,7 +191,7 @@ func TestFailureRollsBack(t *testing.T) {
 	b := setup(t, idem.Policy{})
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = pgtx.Do(bg, b.eng, call("p"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		_, _ = b.store.Do(bg, b.eng, call("p"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			_, _ = b.write("doomed")(ctx, tx)
 			panic("bug")
 		})
@@ -199,7 +199,7 @@ func TestFailureRollsBack(t *testing.T) {
 	if got := b.effects(t, "p"); len(got) != 0 {
 		t.Fatalf("a panicking operation left %v", got)
 	}
-	if _, err := pgtx.Do(bg, b.eng, call("p"), b.write("again")); err != nil {
+	if _, err := b.store.Do(bg, b.eng, call("p"), b.write("again")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -213,7 +213,7 @@ func TestStaleHolderCannotCommit(t *testing.T) {
 	resume := make(chan struct{})
 	stale := make(chan error, 1)
 	go func() {
-		_, err := pgtx.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		_, err := b.store.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			v, err := b.write("stale")(ctx, tx)
 			close(wrote)
 			<-resume // stalls (a GC pause, a slow upstream) past its lease
@@ -252,7 +252,7 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 	pgtx.SetBeforeCommit(b.store, func() { close(updated); <-commit })
 	first := make(chan error, 1)
 	go func() {
-		_, err := pgtx.Do(bg, b.eng, call("k"), b.write("first"))
+		_, err := b.store.Do(bg, b.eng, call("k"), b.write("first"))
 		first <- err
 	}()
 	select {
@@ -268,7 +268,7 @@ func TestTakeoverWaitsForCommit(t *testing.T) {
 	var res idem.Result
 	go func() {
 		var err error
-		res, err = pgtx.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		res, err = b.store.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			ran.Store(true)
 			return b.write("second")(ctx, tx)
 		})
@@ -316,7 +316,7 @@ func TestConcurrentCallsOneEffect(t *testing.T) {
 	var runs atomic.Int32
 	for i := range 64 {
 		wg.Go(func() {
-			_, err := pgtx.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			_, err := b.store.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 				runs.Add(1)
 				return b.write(fmt.Sprint(i))(ctx, tx)
 			})
@@ -339,7 +339,7 @@ func TestTxOutsideDo(t *testing.T) {
 	}
 	plain := idem.New(b.store.Store, idem.Policy{})
 	defer plain.Close()
-	if _, err := pgtx.Do(bg, plain, call("k"), b.write("x")); !errors.Is(err, pgtx.ErrNotPgtx) {
+	if _, err := b.store.Do(bg, plain, call("k"), b.write("x")); !errors.Is(err, pgtx.ErrNotPgtx) {
 		t.Fatalf("Do over a plain store: %v", err)
 	}
 }
@@ -413,7 +413,7 @@ func TestCommitFails(t *testing.T) {
 		}
 		return []byte("ok"), nil
 	}
-	_, err := pgtx.Do(bg, b.eng, call("k"), op)
+	_, err := b.store.Do(bg, b.eng, call("k"), op)
 	if err == nil || !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("a failed COMMIT: %v", err)
 	}
@@ -424,7 +424,7 @@ func TestCommitFails(t *testing.T) {
 		t.Fatalf("record after a failed COMMIT: %v, want none", err)
 	}
 	dup = false
-	if res, err := pgtx.Do(bg, b.eng, call("k"), op); err != nil || res.Replayed {
+	if res, err := b.store.Do(bg, b.eng, call("k"), op); err != nil || res.Replayed {
 		t.Fatalf("retry: %+v, %v", res, err)
 	}
 	if got := b.effects(t, "k"); len(got) != 1 {
@@ -445,7 +445,7 @@ func TestTakenOverHolderGetsLeaseLost(t *testing.T) {
 	wrote := make(chan struct{})
 	stale := make(chan error, 1)
 	go func() {
-		_, err := pgtx.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		_, err := b.store.Do(bg, b.eng, call("k"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			if _, err := b.write("stale")(ctx, tx); err != nil {
 				return nil, err
 			}

@@ -54,8 +54,8 @@ type Step struct {
 	Run func(ctx context.Context, tx pgx.Tx, state []byte) ([]byte, error)
 }
 
-// DoSteps runs steps in order under c's key through eng, whose store must
-// be a *Store (and migrated by Migrate). Every step but the last commits in
+// DoSteps runs steps in order under c's key through eng, which must run
+// over s (migrated by Migrate). Every step but the last commits in
 // its own transaction with its recovery point; the last commits with the
 // record's completion, and removes the recovery point. A caller that
 // takes the key over after a holder died, or that retries after a step
@@ -64,12 +64,12 @@ type Step struct {
 //
 // Recovery points live as long as the record would (Policy.TTL), so a key
 // used again after its record expired starts over.
-func DoSteps(ctx context.Context, eng *idem.Engine, c idem.Call, steps ...Step) (idem.Result, error) {
+func (s *Store) DoSteps(ctx context.Context, eng *idem.Engine, c idem.Call, steps ...Step) (idem.Result, error) {
 	if len(steps) == 0 {
 		return idem.Result{}, errors.New("pgtx: no steps")
 	}
 	last := len(steps) - 1
-	return do(ctx, eng, c, func(ctx context.Context, s *Store) ([]byte, error) {
+	return s.do(ctx, eng, c, func(ctx context.Context, s *Store) ([]byte, error) {
 		table := stepsTable(s.Options())
 		h, _ := idem.HoldFrom(ctx)
 		fence := store.Fence{KeyHash: h.KeyHash, Scope: h.Scope, Token: h.Token}

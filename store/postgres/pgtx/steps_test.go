@@ -52,13 +52,13 @@ func TestStepsResumeAfterFailure(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := pgtx.DoSteps(bg, b.eng, call("k"), steps...); err == nil {
+	if _, err := b.store.DoSteps(bg, b.eng, call("k"), steps...); err == nil {
 		t.Fatal("first try succeeded")
 	}
 	if got := b.effects(t, "k"); len(got) != 1 || got[0] != "a" {
 		t.Fatalf("after the failure: %v, want [a]", got)
 	}
-	res, err := pgtx.DoSteps(bg, b.eng, call("k"), steps...)
+	res, err := b.store.DoSteps(bg, b.eng, call("k"), steps...)
 	if err != nil || string(res.Value) != "abc" {
 		t.Fatalf("retry: %+v, %v", res, err)
 	}
@@ -69,7 +69,7 @@ func TestStepsResumeAfterFailure(t *testing.T) {
 	if err := b.pool.QueryRow(bg, `SELECT count(*) FROM `+pgx.Identifier{b.opts.Schema, "idem_records" + pgtx.StepsTable}.Sanitize()).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d recovery points left (%v)", n, err)
 	}
-	res, err = pgtx.DoSteps(bg, b.eng, call("k"), steps...)
+	res, err = b.store.DoSteps(bg, b.eng, call("k"), steps...)
 	if err != nil || !res.Replayed || runs[0].Load() != 1 {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
@@ -94,7 +94,7 @@ func TestStepsResumeAfterTakeover(t *testing.T) {
 	})
 	stale := make(chan error, 1)
 	go func() {
-		_, err := pgtx.DoSteps(bg, b.eng, call("k"), steps...)
+		_, err := b.store.DoSteps(bg, b.eng, call("k"), steps...)
 		stale <- err
 	}()
 	<-inCall
@@ -102,7 +102,7 @@ func TestStepsResumeAfterTakeover(t *testing.T) {
 	var res idem.Result
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var err error
-		res, err = pgtx.DoSteps(bg, b.eng, call("k"), steps...)
+		res, err = b.store.DoSteps(bg, b.eng, call("k"), steps...)
 		if err == nil {
 			break
 		}
