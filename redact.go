@@ -48,10 +48,6 @@ func (r Redactor) Scope(scope string) string { return r.hash("idem print scope v
 // keys print differently.
 func (r Redactor) Key(scope, key string) string { return r.hash("idem print key v1", scope, key) }
 
-// Tenant returns the printed form of a tenant (the caller's identity,
-// before it is formatted into a scope).
-func (r Redactor) Tenant(tenant string) string { return r.hash("idem print tenant v1", tenant, "") }
-
 // hash frames a and b by length, so that no pair of values prints as
 // another pair.
 func (r Redactor) hash(domain, a, b string) string {
