@@ -101,8 +101,13 @@ func (r *records) lines(t *testing.T, min slog.Level) []string {
 // Debug records carry them only with Redactor.Raw. Fails where the 409
 // in_progress line logs the raw key and scope.
 func TestLogsCarryNoRawKeyOrTenant(t *testing.T) {
-	for _, raw := range []bool{false, true} {
-		t.Run(map[bool]string{false: "default", true: "raw-debug"}[raw], func(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		raw         bool
+		credentials bool // the default tenant, from Authorization, instead of X-User-ID
+	}{{"default", false, false}, {"raw-debug", true, false}, {"credentials", false, true}} {
+		raw := tc.raw
+		t.Run(tc.name, func(t *testing.T) {
 			logs := newRecords()
 			log := slog.New(logs.h)
 			st := &failing{Store: memory.New()}
@@ -122,7 +127,14 @@ func TestLogsCarryNoRawKeyOrTenant(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				_, _ = w.Write([]byte(`{"id":"ch_1"}`))
 			})
-			mw, err := idemhttp.New(eng, idemhttp.Options{Tenant: idemhttp.TenantHeader("X-User-ID"), Logger: log,
+			tenantOf := idemhttp.TenantHeader("X-User-ID")
+			// tenant is what must never be logged: the X-User-ID value, or
+			// the credential (and the tenant its hash makes).
+			tenant, hdr := "tenant-raw-4b1dcafe", "X-User-ID"
+			if tc.credentials {
+				tenantOf, tenant, hdr = nil, "Bearer sekrit-4b1dcafe", "Authorization"
+			}
+			mw, err := idemhttp.New(eng, idemhttp.Options{Tenant: tenantOf, Logger: log,
 				Routes: []idemhttp.Route{{Pattern: "POST /charges"}}})
 			if err != nil {
 				t.Fatal(err)
@@ -133,14 +145,13 @@ func TestLogsCarryNoRawKeyOrTenant(t *testing.T) {
 			t.Cleanup(ts.Close)
 			s := &server{t: t, url: ts.URL}
 
-			const tenant = "tenant-raw-4b1dcafe"
 			keys := map[string]string{}
 			key := func(name string) string {
 				keys[name] = "rawkey-" + name + "-9e7f"
 				return keys[name]
 			}
-			post := func(k, body string, hdr ...string) *response {
-				return s.do("POST", "/charges", body, append([]string{"Idempotency-Key", k, "X-User-ID", tenant}, hdr...)...)
+			post := func(k, body string, extra ...string) *response {
+				return s.do("POST", "/charges", body, append([]string{"Idempotency-Key", k, hdr, tenant}, extra...)...)
 			}
 
 			// A first call, its replay, and a 422 with another body.
@@ -167,11 +178,16 @@ func TestLogsCarryNoRawKeyOrTenant(t *testing.T) {
 			k = key("released")
 			post(k, `{"amount":4}`, "X-Mode", "panic")
 			problem(t, post(k, `{"amount":4}`), http.StatusConflict, idemhttp.KindOutcomeUnknown)
-			rs, err := idemhttp.Compile(eng, idemhttp.Options{Tenant: idemhttp.TenantHeader("X-User-ID"), Routes: []idemhttp.Route{{Pattern: "POST /charges"}}})
+			rs, err := idemhttp.Compile(eng, idemhttp.Options{Tenant: tenantOf, Routes: []idemhttp.Route{{Pattern: "POST /charges"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			scope, ok := rs.Scope("POST", "/charges", tenant)
+			scopeTenant := tenant
+			if tc.credentials {
+				scopeTenant, _ = idemhttp.CredentialTenant(http.Header{"Authorization": {tenant}}, nil)
+			}
+			forbidden := []string{tenant, scopeTenant}
+			scope, ok := rs.Scope("POST", "/charges", scopeTenant)
 			if !ok {
 				t.Fatal("no scope for POST /charges")
 			}
@@ -208,8 +224,10 @@ func TestLogsCarryNoRawKeyOrTenant(t *testing.T) {
 						t.Errorf("the raw key of %s is in a record at Info or above: %s", name, l)
 					}
 				}
-				if strings.Contains(l, tenant) {
-					t.Errorf("the raw tenant is in a record at Info or above: %s", l)
+				for _, f := range forbidden {
+					if strings.Contains(l, f) {
+						t.Errorf("the raw tenant %q is in a record at Info or above: %s", f, l)
+					}
 				}
 			}
 			if !strings.Contains(strings.Join(high, "\n"), `"scope_hash"`) {
