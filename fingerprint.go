@@ -241,7 +241,8 @@ func lookup(doc []byte, path []string) (json.RawMessage, bool) {
 // conflict is safe where a false replay is not.
 //
 // It is a single pass over the bytes rather than encoding/json's tokenizer,
-// which measured as the largest cost of the middleware (13% of its CPU);
+// which measured as the largest cost of the middleware
+// (docs/bench/MIDDLEWARE.md);
 // the fuzz test holds it to encoding/json's reading of every document.
 func CanonicalJSON(raw []byte) ([]byte, error) {
 	return appendCanonical(make([]byte, 0, 2*len(raw)), raw) // room to reorder the largest object in place

@@ -104,8 +104,8 @@ func (a *attempt) runWithin(ctx context.Context, c idem.Call) (*attempt, bool) {
 		a.ev = make(chan uint8, 2) // neither the worker nor the timer blocks on it
 	}
 	// One wake-up for the caller: a handler start event and a select on
-	// the timer made two (the select alone was 1% of the gateway's CPU
-	// in bench/profile.sh).
+	// the timer made two, and the select alone showed in the gateway's
+	// profile (docs/bench/MIDDLEWARE.md).
 	callWorkers.Go(a.bg)
 	switch <-a.ev {
 	case evDone:

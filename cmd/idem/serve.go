@@ -47,8 +47,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	log = slog.New(c.m.redactor.Handler(log.Handler()))
 	if c.m.Getenv("GOGC") == "" {
 		// A gateway's live heap is small and its garbage is per request:
-		// collecting at 4x the live heap instead of 2x measured 8-19% more
-		// first calls per second on 2 cores. GOGC overrides it.
+		// collecting less often than Go's default gives more first calls
+		// per second (docs/bench/GATEWAY.md). GOGC overrides it.
 		debug.SetGCPercent(400)
 	}
 	s, err := startServer(ctx, cfg, log, c.m.Getenv)

@@ -15,8 +15,7 @@ import (
 // starting or ending a call is a link or an unlink under one lock.
 // context.WithTimeout per call made a timer and, below the operation's
 // context, the cancelable part of that context and a map of children for
-// each: BenchmarkGateway's first calls went from 238 to 233 allocations
-// (client, gateway and upstream together).
+// each (BenchmarkGateway's allocations: docs/bench/GATEWAY.md).
 type calls struct {
 	q *periodic.Queue[*callCtx] // closed by abort
 }

@@ -46,7 +46,7 @@ type Options struct {
 	// at least MinSegmentBytes and at most SegmentBytes, so that the
 	// segment being written and the oldest, partly expired, which no
 	// reclaim can shrink, weigh at most a quarter of the live data in the
-	// log's 2x bound (docs/stores/FILE.md). Zero means 1 MiB; more than
+	// log's bound of twice the live data (docs/stores/FILE.md). Zero means 1 MiB; more than
 	// SegmentBytes means SegmentBytes (segments of one size).
 	MinSegmentBytes int64
 	// WallClock is read once, when Open starts, to set the store's clock,

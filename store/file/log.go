@@ -103,16 +103,15 @@ func newBatch() *batch { return &batch{done: make(chan struct{})} }
 //
 // A writer about to sync yields once first when the last sync covered more
 // than one writer: the goroutines ready to run (requests on their way to
-// the store) append before it takes the buffer, and share its fsync. In
-// the gateway under the benchmark harness's load (64 connections, first
-// calls) that doubled the bytes each fsync covered (about 5,500 against
-// 3,000) and raised throughput 10-15%; a lone writer, whose last sync
-// covered only itself, never yields.
+// the store) append before it takes the buffer, and share its fsync: in
+// the gateway under the benchmark harness's load each fsync covered about
+// twice the bytes (docs/bench/FILE-LOG.md). A lone writer, whose last
+// sync covered only itself, never yields.
 //
 // Waiters sleep on the channel, not on a mutex: a mutex would hand the
 // lock from one waiter to the next, each checking that it is covered and
-// leaving, one context switch after another (measured: 64 writers then
-// reached 6,600-11,400 pairs/s against 18,000 for Pebble's pipeline).
+// leaving, one context switch after another, which left 64 writers well
+// behind Pebble's pipeline (docs/bench/FILE-LOG.md).
 //
 // # A failed write
 //

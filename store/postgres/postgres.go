@@ -57,13 +57,11 @@ type Options struct {
 	// a plain SELECT, and runs the reservation statement only when that
 	// read finds nothing to answer with (no record, an expired one, or a
 	// stale one to take over). The reservation statement is a
-	// data-modifying CTE that costs PostgreSQL about 1.5x a SELECT even
-	// when it writes nothing: for a key whose record exists, pgbench -M
-	// prepared with 8 clients on the project's 2-core machine ran 27,000
-	// of them a second against 40,600 SELECTs. A first call in read-first
-	// mode pays one more round trip, so the store reads first only while
-	// retries are most of its traffic (a client retry storm, a replaying
-	// fleet). 0 means DefaultReadFirstAfter (0.7); a negative value always
+	// data-modifying CTE that costs PostgreSQL more than a SELECT even
+	// when it writes nothing (pgbench: docs/bench/STORE-DESIGN.md). A
+	// first call in read-first mode pays one more round trip, so the
+	// store reads first only while retries are most of its traffic (a
+	// client retry storm, a replaying fleet). 0 means DefaultReadFirstAfter (0.7); a negative value always
 	// reads first; 1 or more never does.
 	ReadFirstAfter float64
 	// SyncReplicas, when above 0, is how many synchronous standbys must

@@ -611,15 +611,11 @@ func migrate(ctx context.Context, dsn string) (postgres.Report, error) {
 // (store/redis's package doc has the figures).
 //
 // The commands go over one connection (idem_connections=1, a power of
-// two) and its writer waits up to 100 µs
-// after each write for more of them while several are waiting
-// (idem_flush_delay=100us; 0 turns it off; a lone request never waits):
-// one write and one read then carry several, on both sides. Measured on the
-// project's 2-core machine, the gateway's first calls against a plain
-// proxy in interleaved duels: 0.74-0.78x with rueidis's defaults (two
-// connections there, no delay), 0.83-0.91x with these; at 4 concurrent
-// requests, 4,527 against 4,721-4,768 requests a second (p50 0.83 ms
-// against 0.76-0.78), and the same at 1 and 16.
+// two) and its writer waits a moment after each write for more of them
+// while several are waiting (idem_flush_delay=100us; 0 turns it off; a
+// lone request never waits): one write and one read then carry several,
+// on both sides. With rueidis's defaults (two connections, no delay) the
+// gateway answered fewer first calls (docs/bench/GATEWAY.md).
 func openRedis(ctx context.Context, d DSN) (*Opened, error) {
 	opt, err := rueidis.ParseURL(d.URL)
 	if err != nil {

@@ -70,7 +70,7 @@ func New(routes ...string) *Metrics {
 			Namespace: "idem",
 			Name:      "store_operation_duration_seconds",
 			Help:      "Latency of store operations, by operation and result.",
-			// From 100 µs (memory, file) to 10 s (a struggling remote store).
+			// From an in-process store's answers to a struggling remote store's.
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"operation", "result"}),
 	}

@@ -8,5 +8,5 @@
 // record keeps its strings in one, its times as integers: two pointer
 // words and one object. In-process programs pay for that scan on every
 // request; packing the memory store's records cut BenchmarkMiddleware's
-// first executions by 14% of their CPU.
+// CPU for first executions (docs/bench/STORE-DESIGN.md).
 package packed
