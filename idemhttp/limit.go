@@ -111,7 +111,7 @@ func (l *limiter) admit(tenant string) (ok bool, retryAfter time.Duration) {
 	l.sweep(now)
 	t := l.tenants[tenant]
 	if t == nil {
-		t = &tenantCount{byEnd: map[int64]*count{}}
+		t = &tenantCount{} // byEnd is made with its first record
 		l.tenants[tenant] = t
 	}
 	l.prune(t, now.Unix())
@@ -156,6 +156,9 @@ func (l *limiter) done(tenant string, created bool, bytes int64, ttl time.Durati
 			return
 		}
 		c = &count{}
+		if t.byEnd == nil {
+			t.byEnd = map[int64]*count{}
+		}
 		t.byEnd[end] = c
 		heap.Push(&t.ends, end)
 		l.buckets++
