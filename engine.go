@@ -216,8 +216,10 @@ func WithOnFreed(f func(scope string)) Option { return Option{func(s *shared) { 
 // recorded, and a retry of the key runs it again. Operators count these
 // (the gateway's idem_store_records_lost_total): any means the store lost
 // acknowledged writes, and the store's replicas should confirm them
-// (docs/stores: sync_replicas). f must not block. The default does
-// nothing; every loss is also logged at Warn.
+// (docs/stores: sync_replicas), unless an operator released the key of a
+// holder judged stale (Engine.Release) that then finished, which looks
+// the same to it. f must not block. The default does nothing; every loss
+// is also logged at Warn.
 func WithOnRecordLost(f func(scope string)) Option {
 	return Option{func(s *shared) { s.onLost = f }}
 }
