@@ -6,8 +6,10 @@
 //
 // The other test rigs live beside it, one job each: testenv finds or starts
 // the servers the tests run against (PostgreSQL, Redis, S3, DynamoDB,
-// brokers, Temporal), tmpdisk mounts small filesystems to fill, and
-// killtest kills a consumer between its effect and its record.
+// brokers, Temporal), tmpdisk mounts small filesystems to fill,
+// killtest kills a consumer between its effect and its record, and
+// replicas runs a PostgreSQL or Redis primary with a replica behind a
+// virtual IP and fails it over.
 //
 // It is internal and imported only from _test.go files.
 package testkit
