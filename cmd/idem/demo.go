@@ -52,7 +52,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	go func() { apiDone <- serveUntil(apiCtx, api, apiLn) }()
 
 	// The demo's admin page gets a token of its own, printed below.
-	tok := make([]byte, 9)
+	tok := make([]byte, 18) // 24 characters: admin tokens under 16 bytes are refused
 	if _, err := rand.Read(tok); err != nil {
 		return err
 	}

@@ -226,7 +226,7 @@ func TestGatewayLogsKeyedHashes(t *testing.T) {
 		if conflict.ScopeHash != want.Scope("alice") || conflict.KeyHash != want.Key("alice", key) {
 			t.Errorf("secret %v: the conflict logged %+v, want %s %s", secret != "", conflict, want.Scope("alice"), want.Key("alice", key))
 		}
-		if warned := strings.Contains(out, "can check a guessed credential"); warned != (secret == "") {
+		if warned := strings.Contains(out, "can check a guessed tenant, credential or key"); warned != (secret == "") {
 			t.Errorf("secret %v: warned of unkeyed hashes %v", secret != "", warned)
 		}
 	}

@@ -438,8 +438,8 @@ func printed(cfg *config.Config, ring *seal.Keyring, log *slog.Logger) idem.Reda
 	if ring != nil {
 		r.MAC = ring.PrintMAC
 	} else {
-		log.Warn("idem: no secret: the scope, key and tenant hashes in logs, traces and the admin page are unkeyed SHA-256, " +
-			"so anyone who reads them can check a guessed credential, tenant or key against them; " +
+		log.Warn("idem: no secret: the scope and key hashes in logs, traces and the admin page are unkeyed SHA-256, " +
+			"so anyone who reads them can check a guessed tenant, credential or key against them; " +
 			"set IDEM_SECRET (or secret: / secret_file: in the config) to key them")
 	}
 	if r.Raw {
