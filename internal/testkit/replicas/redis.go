@@ -108,11 +108,17 @@ func (r *Redis) attachReplica() {
 	r.replica = r.startNode(r.link.Addr())
 	c := redis.NewClient(&redis.Options{Addr: r.replica.addr(), MaxRetries: -1})
 	defer c.Close()
+	pc := redis.NewClient(&redis.Options{Addr: r.primary.addr(), MaxRetries: -1})
+	defer pc.Close()
 	deadline := time.Now().Add(time.Minute)
 	for {
+		// In sync on both sides: the replica's link is up, and the
+		// primary lists it online (what WAIT and INFO count).
 		info, err := c.Info(context.Background(), "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") && !strings.Contains(info, "master_sync_in_progress:1") {
-			return
+			if pinfo, err := pc.Info(context.Background(), "replication").Result(); err == nil && strings.Contains(pinfo, "state=online") {
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(r.replica.dir, "redis.log"))
