@@ -101,3 +101,37 @@ func ExampleProblemKind() {
 	fmt.Println(idemclient.ProblemKind(h, []byte(body)))
 	// Output: payload_mismatch
 }
+
+// A session token of the app's own is kept out of the outbox along with
+// the default credentials, so that a stolen phone or a backup gives none
+// of them away; Authorize puts them back when the request is sent again.
+func ExampleTransport_secretHeaders() {
+	api := httptest.NewServer(http.NotFoundHandler())
+	api.Close() // the API is out of reach: the request waits in the outbox
+
+	dir, _ := os.MkdirTemp("", "outbox")
+	defer os.RemoveAll(dir)
+	outbox, _ := idemclient.OpenOutbox(dir)
+	client := &http.Client{Transport: &idemclient.Transport{
+		Outbox:        outbox,
+		MaxAttempts:   1,
+		SecretHeaders: append(idemclient.DefaultSecretHeaders(), "X-Session-Token"),
+	}}
+
+	req, _ := http.NewRequest("POST", api.URL+"/charges", strings.NewReader(`{"amount":1000}`))
+	req.Header.Set("Idempotency-Key", "order-42")
+	req.Header.Set("Authorization", "Bearer sk_live_1")
+	req.Header.Set("X-Session-Token", "s3cr3t")
+	req.Header.Set("X-User-ID", "u_42")
+	_, err := client.Do(req)
+	fmt.Println("gave up:", errors.Is(err, idemclient.ErrGaveUp))
+
+	pending, _ := outbox.List()
+	for _, p := range pending {
+		fmt.Printf("stored: key %s, X-User-ID %q, Authorization %q, X-Session-Token %q\n",
+			p.Key, p.Header.Get("X-User-ID"), p.Header.Get("Authorization"), p.Header.Get("X-Session-Token"))
+	}
+	// Output:
+	// gave up: true
+	// stored: key order-42, X-User-ID "u_42", Authorization "", X-Session-Token ""
+}

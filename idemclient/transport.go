@@ -27,17 +27,14 @@ const HeaderName = idemwire.HeaderName
 // stolen phone or a backup must not give away.
 func DefaultSecretHeaders() []string { return slices.Clone(defaultSecretHeaders) }
 
-// DefaultScopeHeaders returns the headers DefaultScope reads, in a new
-// slice: whatever tells the server which user is calling.
-func DefaultScopeHeaders() []string { return slices.Clone(defaultScopeHeaders) }
-
 var (
 	defaultSecretHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"}
 	defaultScopeHeaders  = []string{"Authorization", "Cookie", "X-User-ID", "X-Organization-ID"}
 )
 
-// DefaultScope returns a digest of the request's DefaultScopeHeaders(), or ""
-// when it has none. Servers scope keys per user (and endpoint, which the
+// DefaultScope returns a digest of the request's Authorization, Cookie,
+// X-User-ID and X-Organization-ID headers (whatever tells the server which
+// user is calling), or "" when it has none. Servers scope keys per user (and endpoint, which the
 // outbox adds itself), so two users may send the same key; the outbox must
 // keep both. It is a digest so that no credential is stored.
 func DefaultScope(r *http.Request) string {
@@ -59,8 +56,10 @@ func DefaultScope(r *http.Request) string {
 }
 
 // Transport attaches idempotency keys to mutating requests and retries them
-// with the same key. Its zero value works; nil fields have the defaults
-// their comments give.
+// with the same key. A request that carries an Idempotency-Key keeps it
+// (one key per user intent: make it from the intent's own ID to choose
+// keys); one without gets a random UUID. Its zero value works; nil fields
+// have the defaults their comments give.
 //
 // RoundTrip returns a response only when it is the request's outcome: a
 // first answer, or a replay. When there is none it returns an *Error that
@@ -70,9 +69,6 @@ func DefaultScope(r *http.Request) string {
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport.
 	Base http.RoundTripper
-	// NewKey makes a key for a request that has none; nil means a random
-	// UUID, one per user intent.
-	NewKey func() string
 	// MaxAttempts bounds the attempts per request; 0 means 4.
 	MaxAttempts int
 	// Backoff is the wait before attempt n+1 (n >= 1) when the server sent
@@ -146,11 +142,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key := req.Header.Get(HeaderName)
 	if key == "" {
-		if t.NewKey != nil {
-			key = t.NewKey()
-		} else {
-			key = idemwire.NewKey()
-		}
+		key = idemwire.NewKey()
 	}
 	scope := DefaultScope
 	if t.Scope != nil {

@@ -34,7 +34,7 @@ func FuzzMiddleware(f *testing.F) {
 		{Logger: quiet, SharedAnonymousScope: true},
 		{Logger: quiet, Profile: idemhttp.Mobile(), Tenant: idemhttp.TenantHeader("X-User-ID")},
 		{Logger: quiet, Profile: idemhttp.WorkflowAdmin(), MaxRequestBytes: 16},
-		{Logger: quiet, Profile: idemhttp.Stripe(), Tenant: idemhttp.TenantAuthorization(), Routes: []idemhttp.Route{
+		{Logger: quiet, Profile: idemhttp.Stripe(), Tenant: idemhttp.TenantFromHeaders("Authorization"), Routes: []idemhttp.Route{
 			{Pattern: "POST /charges", Key: idemhttp.KeyRequired, Fingerprint: idemhttp.FingerprintFields("a", "b.c")},
 			{Pattern: "/", Fingerprint: idemhttp.FingerprintNone},
 		}},

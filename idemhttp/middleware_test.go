@@ -303,7 +303,7 @@ func TestTenants(t *testing.T) {
 		t.Fatalf("executed %d times, want 3", n)
 	}
 	// Authorization hashes are tenants too.
-	s2 := newServer(t, idemhttp.Options{Tenant: idemhttp.TenantAuthorization()}, chargesAPI)
+	s2 := newServer(t, idemhttp.Options{Tenant: idemhttp.TenantFromHeaders("Authorization")}, chargesAPI)
 	x := s2.do("POST", "/charges", `{}`, "Idempotency-Key", "k", "Authorization", "Bearer token-x")
 	y := s2.do("POST", "/charges", `{}`, "Idempotency-Key", "k", "Authorization", "Bearer token-y")
 	if string(x.Body) == string(y.Body) {

@@ -117,8 +117,12 @@ type Options struct {
 	// pass through and a replay answers 409 response_not_stored. 0 means
 	// 4 MiB.
 	MaxResponseBytes int
-	// KeepHeaders are kept for replay besides DefaultKeepHeaders(). The
-	// credential headers (CredentialHeaders()) are refused, since a replay
+	// KeepHeaders are kept for replay besides the defaults:
+	// Cache-Control, Content-Disposition, Content-Encoding,
+	// Content-Language, Content-Location, Content-Type, ETag, Expires,
+	// Last-Modified, Link, Location and Vary. Set-Cookie, Date and
+	// rate-limit headers are not among them: a replay must not hand out a
+	// session or stale limits. The credential headers (CredentialHeaders()) are refused, since a replay
 	// would hand them to anyone holding the key, unless
 	// AllowCredentialHeaders is set.
 	KeepHeaders []string
@@ -149,16 +153,12 @@ type Options struct {
 	Propagators propagation.TextMapPropagator
 }
 
-// DefaultKeepHeaders returns the response headers a replay repeats besides
-// Options.KeepHeaders, in a new slice. Set-Cookie, Date and rate-limit
-// headers are not among them: a replay must not hand out a session or
-// stale limits.
-func DefaultKeepHeaders() []string { return slices.Clone(defaultKeepHeaders) }
-
 // CredentialHeaders returns the headers Options.KeepHeaders refuses unless
 // Options.AllowCredentialHeaders is set, in a new slice.
 func CredentialHeaders() []string { return slices.Clone(credentialHeaders) }
 
+// defaultKeepHeaders are the response headers a replay repeats besides
+// Options.KeepHeaders (listed in its comment).
 var defaultKeepHeaders = []string{
 	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
 	"Content-Location", "Content-Type", "ETag", "Expires", "Last-Modified", "Link",

@@ -91,10 +91,6 @@ func credentialLines(h http.Header, cs *tls.ConnectionState) []byte {
 // puts it in the anonymous scope.
 func TenantCredentials(r *http.Request) (string, bool) { return CredentialTenant(r.Header, r.TLS) }
 
-// TenantAuthorization takes the tenant from a hash of the Authorization
-// header (see TenantFromHeaders); a request without one gets 401.
-func TenantAuthorization() TenantFunc { return TenantFromHeaders("Authorization") }
-
 // TenantFromHeaders takes the tenant from a hash of the named headers
 // together (say Authorization and Stripe-Account), so that callers with
 // different credentials never share a key and no credential is stored.

@@ -159,7 +159,7 @@ func TestTenantHashesAreStable(t *testing.T) {
 	t.Parallel()
 	r, _ := http.NewRequest("POST", "/", nil)
 	r.Header.Set("Authorization", "Bearer  sk_live_Alice")
-	for name, f := range map[string]idemhttp.TenantFunc{"default": idemhttp.TenantCredentials, "Authorization": idemhttp.TenantAuthorization()} {
+	for name, f := range map[string]idemhttp.TenantFunc{"default": idemhttp.TenantCredentials, "Authorization": idemhttp.TenantFromHeaders("Authorization")} {
 		if got, ok := f(r); !ok || got != "cred:bb41dbbd064be71b2d77a0cd78d3c9ef" {
 			t.Errorf("%s: %q, %v", name, got, ok)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/seal"
+	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
 )
 
@@ -43,4 +44,37 @@ func Example() {
 	// first call: {"charge":"ch_1"}, replayed false
 	// retry after rotation: {"charge":"ch_1"}, replayed true
 	// new records sealed with 2026-11
+}
+
+// A store that seal.Wrap does not wrap names its records by a keyed hash
+// of scope and key, so that a dump of it cannot confirm a key someone
+// knows: Keyring.MAC, given to the engine with idem.WithKeyHash. The hash
+// frames the scope by its length, so that no two pairs hash alike.
+func ExampleKeyring_MAC() {
+	ring, err := seal.ParseKeyring("2026-10:c2VjcmV0LW9mLW9jdG9iZXItMjAyNi0zMi1ieXRlcw==")
+	if err != nil {
+		panic(err)
+	}
+	keyed := func(scope, key string) string {
+		return ring.MAC(fmt.Appendf(nil, "%d:%s%s", len(scope), scope, key))
+	}
+	backend := memory.New()
+	eng := idem.New(backend, idem.Policy{}, idem.WithKeyHash(keyed))
+	defer eng.Close()
+
+	call := idem.Call{Scope: "merchant-7", Key: "charge-ORD-123"}
+	for range 2 {
+		res, _ := eng.Do(context.Background(), call, func(context.Context) ([]byte, error) {
+			return []byte(`{"charge":"ch_1"}`), nil
+		})
+		fmt.Printf("%s, replayed %v\n", res.Value, res.Replayed)
+	}
+	for _, name := range backend.Keys() {
+		fmt.Println("record named by the keyed hash:", name == keyed(call.Scope, call.Key),
+			"by the plain one:", name == store.HashKey(call.Scope, call.Key))
+	}
+	// Output:
+	// {"charge":"ch_1"}, replayed false
+	// {"charge":"ch_1"}, replayed true
+	// record named by the keyed hash: true by the plain one: false
 }

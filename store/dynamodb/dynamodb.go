@@ -75,7 +75,9 @@ type Store struct {
 	watch leasewatch.Watcher
 	clock serverClock
 
-	// redated counts the writes re-dated because their answer came late.
+	// redated counts the writes re-dated because their answer came later
+	// than writeSlack after they were sent (docs/stores/DYNAMODB.md,
+	// "Expiry"); tests read it.
 	redated atomic.Int64
 }
 
@@ -96,11 +98,6 @@ func New(client *dynamodb.Client, opts Options) (*Store, error) {
 
 // Options returns the store's options.
 func (s *Store) Options() Options { return Options{Table: s.table} }
-
-// Redated reports how many writes were re-dated because their answer came
-// later than writeSlack after they were sent (docs/stores/DYNAMODB.md,
-// "Expiry").
-func (s *Store) Redated() int64 { return s.redated.Load() }
 
 func keyOf(keyHash string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: str(keyHash)}

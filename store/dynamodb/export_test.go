@@ -16,3 +16,7 @@ func NotStoredValue(v []byte) []byte { return notStoredValue(v) }
 
 // WriteSlack is writeSlack.
 const WriteSlack = writeSlack
+
+// Redated reports how many writes s re-dated because their answer came
+// late.
+func Redated(s *Store) int64 { return s.redated.Load() }

@@ -331,8 +331,8 @@ func TestLateAnswerRedated(t *testing.T) {
 	req := storetest.FreshRequest()
 	mustAcquire(t, s, req)
 	answered := time.Now()
-	if s.Redated() != 1 {
-		t.Fatalf("%d writes re-dated, want 1", s.Redated())
+	if dynamodbstore.Redated(s) != 1 {
+		t.Fatalf("%d writes re-dated, want 1", dynamodbstore.Redated(s))
 	}
 	m := rawItem(t, s.Options().Table, req.Record.KeyHash)
 	until, _ := strconv.ParseInt(numAttr(t, m, "until_ms"), 10, 64)
@@ -346,8 +346,8 @@ func TestLateAnswerRedated(t *testing.T) {
 	}
 	// A write answered in time is not re-dated.
 	mustAcquire(t, s, storetest.FreshRequest())
-	if s.Redated() != 1 {
-		t.Fatalf("%d writes re-dated, want still 1", s.Redated())
+	if dynamodbstore.Redated(s) != 1 {
+		t.Fatalf("%d writes re-dated, want still 1", dynamodbstore.Redated(s))
 	}
 }
 

@@ -50,7 +50,7 @@ func New(opts ...Option) *Store {
 	for _, f := range opts {
 		f(&o)
 	}
-	c := monoclock.New(o.wall)
+	c := monoclock.New(nil)
 	if o.now != nil {
 		c = monoclock.Stepped(o.now)
 	}
@@ -60,12 +60,7 @@ func New(opts ...Option) *Store {
 // Option configures a Store.
 type Option func(*options)
 
-type options struct{ wall, now func() time.Time }
-
-// WithWallClock sets the wall clock the store reads once, at New, to start
-// its own from (default time.Now). After that the store's clock advances on
-// the monotonic clock only, whatever wall() says.
-func WithWallClock(wall func() time.Time) Option { return func(o *options) { o.wall = wall } }
+type options struct{ now func() time.Time }
 
 // WithClock makes the store read every instant from now instead: tests use
 // it to pass leases and lifetimes without sleeping. Unlike the default, it
