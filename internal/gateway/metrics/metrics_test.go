@@ -55,7 +55,7 @@ func TestObserveThroughMiddleware(t *testing.T) {
 	t.Cleanup(func() { eng.Close() }) // waits for the cleanup the calls started
 	mw, err := idemhttp.New(eng, idemhttp.Options{
 		Observe: m.Observe, SharedAnonymousScope: true,
-		Routes:  []idemhttp.Route{{Pattern: "POST /charges"}},
+		Routes: []idemhttp.Route{{Pattern: "POST /charges"}},
 	})
 	if err != nil {
 		t.Fatal(err)
