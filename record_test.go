@@ -35,7 +35,6 @@ type wrapper struct{ store.Store }
 
 func (w wrapper) Unwrap() store.Store { return w.Store }
 
-
 func TestRecordHidesTheMarker(t *testing.T) {
 	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
