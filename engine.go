@@ -731,7 +731,18 @@ const (
 func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, state State, value []byte) (wrote, lost bool) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.completeTimeout)
 	defer cancel()
+	// Read until the store answers, as endWrite writes: a store that
+	// failed the write's reply often fails the next call too (a failover),
+	// and a read that failed says nothing of what was written.
 	cur, err := e.store.Get(gctx, rec.Scope, rec.KeyHash)
+	for backoff := storeRetryFirst; err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrClosed); backoff = min(backoff*2, storeRetryCap) {
+		select {
+		case <-gctx.Done():
+			return false, false
+		case <-time.After(backoff):
+		}
+		cur, err = e.store.Get(gctx, rec.Scope, rec.KeyHash)
+	}
 	switch {
 	case released:
 		// Gone: the release landed (or the record expired). Someone
