@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -34,33 +33,19 @@ var figureRE = regexp.MustCompile(`(^|[^\w=.])\d[\d.,]*(-\d[\d.,]*)? ?(µs|us|ns
 // the file.
 func TestNoFiguresInComments(t *testing.T) {
 	fset := token.NewFileSet()
-	err := filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
+	for _, p := range goFiles(t, "..", "bench") {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join("..", filepath.FromSlash(p)), nil, parser.ParseComments|parser.SkipObjectResolution)
 		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if p != ".." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "node_modules" || p == filepath.Join("..", "bench")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, g := range f.Comments {
 			for _, hit := range figures(fset, g.List) {
 				t.Errorf("%s: a measured figure in a comment (%q): move it to docs/bench/ and name the file", hit.pos, hit.text)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

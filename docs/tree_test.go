@@ -133,34 +133,17 @@ func goPackages(t *testing.T, root string) map[string][]string {
 	t.Helper()
 	pkgs := map[string][]string{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") {
-			return nil
-		}
-		rel, err := filepath.Rel(root, filepath.Dir(p))
-		if err != nil {
-			return err
-		}
-		dir := filepath.ToSlash(rel)
+	for _, p := range goFiles(t, root) {
+		dir := path.Dir(p)
 		if _, ok := pkgs[dir]; !ok {
 			pkgs[dir] = nil
 		}
-		if strings.HasSuffix(name, "_test.go") {
-			return nil
+		if strings.HasSuffix(p, "_test.go") {
+			continue
 		}
-		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		f, err := parser.ParseFile(fset, filepath.Join(root, filepath.FromSlash(p)), nil, parser.ImportsOnly)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, imp := range f.Imports {
 			ip, _ := strconv.Unquote(imp.Path.Value)
@@ -177,12 +160,42 @@ func goPackages(t *testing.T, root string) map[string][]string {
 				pkgs[dir] = append(pkgs[dir], d)
 			}
 		}
+	}
+	return pkgs
+}
+
+// goFiles returns the Go files under root (test files too), as slash
+// paths relative to it, "." for root's own directory. It skips hidden
+// directories, testdata and node_modules, as the go command does, and
+// the directories named in skip (relative to root).
+func goFiles(t *testing.T, root string, skip ...string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		name := d.Name()
+		if d.IsDir() {
+			if rel != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "node_modules" || slices.Contains(skip, rel)) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".go") {
+			files = append(files, rel)
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pkgs
+	return files
 }
 
 // checkTree returns what the rows say that the packages contradict.
