@@ -4,6 +4,8 @@
 //	tree_test.go      ARCHITECTURE.md's tree table names every Go package of
 //	                  every module, and each import it claims exists
 //	cli_test.go       its cmd/idem row lists the commands cmd/idem runs
+//	names_test.go     the files the documents name exist, and the identifiers
+//	                  ARCHITECTURE.md names in a Go file occur in it
 //	comments_test.go  no Go comment outside tests (and bench/) carries a
 //	                  measured figure: a sub-millisecond duration, a rate,
 //	                  a ratio, a percentage, a count of allocations; those

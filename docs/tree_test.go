@@ -169,6 +169,12 @@ func goPackages(t *testing.T, root string) map[string][]string {
 // directories, testdata and node_modules, as the go command does, and
 // the directories named in skip (relative to root).
 func goFiles(t *testing.T, root string, skip ...string) []string {
+	return repoFiles(t, root, ".go", skip...)
+}
+
+// repoFiles returns the files under root whose names end in suffix, as
+// goFiles says.
+func repoFiles(t *testing.T, root, suffix string, skip ...string) []string {
 	t.Helper()
 	var files []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -187,7 +193,7 @@ func goFiles(t *testing.T, root string, skip ...string) []string {
 			}
 			return nil
 		}
-		if strings.HasSuffix(name, ".go") {
+		if strings.HasSuffix(name, suffix) {
 			files = append(files, rel)
 		}
 		return nil
