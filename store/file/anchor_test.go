@@ -16,14 +16,25 @@ import (
 // two pebble.LogData(frame, pebble.Sync) per pair (no memtable, no
 // index, no read), the frames as long as this store's reserve and
 // complete frames. "log" runs durable reserve+complete pairs through the
-// store; "wal" the two appends. The ratio log/wal at one concurrency,
-// runs interleaved (-count), says how close the group commit comes to
-// Pebble's commit pipeline; docs/bench/FILE-LOG.md quotes it.
+// store; "log1" through the store with OneSync (the gateway's setting:
+// the pair syncs once); "wal" the two appends; "wal1" one synced append
+// of the same bytes, the floor of a first call that syncs once. The ratios
+// log/wal and log/wal1 at one concurrency, runs interleaved (-count), say
+// how close the group commit comes to Pebble's commit pipeline;
+// docs/bench/FILE-LOG.md quotes them.
 func BenchmarkAnchor(b *testing.B) {
 	reserveLen, completeLen := anchorFrames()
 	for _, conc := range []int{16, 64} {
 		b.Run(fmt.Sprintf("c%d/log", conc), func(b *testing.B) {
 			s, err := Open(b.TempDir(), quiet)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			storetest.RunRate(b, conc, "pairs/s", localtest.Pairs(s))
+		})
+		b.Run(fmt.Sprintf("c%d/log1", conc), func(b *testing.B) {
+			s, err := Open(b.TempDir(), Options{Logger: quiet.Logger, OneSync: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -43,6 +54,15 @@ func BenchmarkAnchor(b *testing.B) {
 				}
 				return db.LogData(complete, pebble.Sync)
 			})
+		})
+		b.Run(fmt.Sprintf("c%d/wal1", conc), func(b *testing.B) {
+			db, err := pebble.Open(b.TempDir(), &pebble.Options{Logger: quietWAL{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			pair := make([]byte, reserveLen+completeLen)
+			storetest.RunRate(b, conc, "pairs/s", func(uint64) error { return db.LogData(pair, pebble.Sync) })
 		})
 	}
 }

@@ -228,6 +228,8 @@ func (s *Store) compact(old *segment, f *os.File, size int64) error {
 		if !held[i] {
 			s.stripes[i].mu.Lock()
 			held[i] = true
+			// A frame moved must be one that stands.
+			s.settlePending(&s.stripes[i], nil)
 		}
 		st := &s.stripes[i]
 		if slot, e := lookup(st, &id); slot >= 0 && e.seg == uint32(old.id) && e.off == uint32(off) {

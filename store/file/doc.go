@@ -16,7 +16,12 @@
 // there, and a call that did not return is either entirely there or not at
 // all (TestCrash kills a writing child 24 times and checks every key).
 // Writes that overlap in time share one fsync (group commit), so
-// throughput grows with concurrency and no writer waits on a timer.
+// throughput grows with concurrency and no writer waits on a timer. With
+// Options.OneSync (the gateway's setting) a reservation that may be taken
+// over once stale (on_stale: retry) returns before its sync, and is
+// durable once its holder's Complete returns: a first call waits for one
+// fsync. A crash before that frees the key, as that policy would a lease
+// later; docs/stores/FILE.md says what a crash does under each policy.
 //
 // One process at a time: Open takes an exclusive lock on idem.lock in the
 // directory and fails with ErrLocked while another process (or another Store

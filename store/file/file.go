@@ -61,6 +61,16 @@ type Options struct {
 	// replays, and outcomes of work under way, are served and written.
 	// Zero means 1 MiB.
 	Headroom int64
+	// OneSync lets a first call sync once: a reservation that may be
+	// taken over once stale (ReserveRequest.TakeOverStale: the engine's
+	// on_stale: retry) returns without waiting for the disk. Its frame
+	// is durable once any later write's sync returns, the holder's
+	// Complete among them, the log being written in order; a crash
+	// before that loses it, as it loses its holder, and the key is free
+	// again (as on_stale: retry would make it after a lease). A
+	// reservation that may not be taken over (on_stale: conflict) waits
+	// for its sync as before. The gateway sets it.
+	OneSync bool
 
 	// now, in tests, replaces the store's clock: every instant is read
 	// from it, jumps included.
@@ -85,6 +95,7 @@ type Store struct {
 	opened time.Time
 
 	cleanupOnly bool // Options.cleanupOnly
+	oneSync     bool // Options.OneSync
 
 	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
 	// first segment the last one written or read needs replayed.
@@ -146,6 +157,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		opened: clock.Now(),
 
 		cleanupOnly: opts.cleanupOnly,
+		oneSync:     opts.OneSync,
 	}
 	for i := range s.stripes {
 		s.stripes[i].n = uint8(i)
@@ -174,8 +186,16 @@ func (s *Store) begin(ctx context.Context) error {
 	return nil
 }
 
-// withKey runs fn holding keyHash's stripe, once ctx and Close allow.
+// withKey runs fn holding keyHash's stripe, once ctx and Close allow,
+// and once a reservation of the key that returned before its sync has
+// ended one way or the other (settle).
 func (s *Store) withKey(ctx context.Context, op, keyHash string, fn func(st *stripe, id keyID) error) error {
+	return s.withKeyAs(ctx, op, keyHash, false, fn)
+}
+
+// withKeyAs is withKey for the holder of the key's reservation when
+// holder is set: it does not wait for that reservation's sync (see held).
+func (s *Store) withKeyAs(ctx context.Context, op, keyHash string, holder bool, fn func(st *stripe, id keyID) error) error {
 	id, err := parseKeyHash(keyHash)
 	if err != nil {
 		return fmt.Errorf("file: %s: %w", op, err)
@@ -191,6 +211,9 @@ func (s *Store) withKey(ctx context.Context, op, keyHash string, fn func(st *str
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("file: %s: %w", op, err)
 	}
+	if !holder {
+		s.settlePending(st, &id)
+	}
 	if err := fn(st, id); err != nil {
 		return fmt.Errorf("file: %s: %w", op, err)
 	}
@@ -205,16 +228,113 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 // in st, or -1 for a key the index does not hold; lease is the lease
 // r.LeaseUntil was set from. The stripe is held.
 func (s *Store) put(st *stripe, id keyID, slot int, r *store.Record, lease time.Duration) error {
+	p, err := s.putAsync(st, id, slot, r, lease)
+	if err != nil {
+		return err
+	}
+	if err := s.log.wait(p.b); err != nil {
+		s.undo(st, &p)
+		return err
+	}
+	return nil
+}
+
+// pending is a write whose frame is appended and indexed and whose sync
+// may not have ended: what undoes it if the sync fails.
+type pending struct {
+	id     keyID
+	b      *batch
+	e      entry        // the entry the write made
+	before entry        // the key's entry before it (stateFree: none)
+	rec    store.Record // the record written (for a reservation: no value)
+}
+
+// undo puts the index back as it was before p, if the key's entry is
+// still p's (a later write of the key replaced it otherwise). The stripe
+// is held.
+func (s *Store) undo(st *stripe, p *pending) {
+	slot, cur := lookup(st, &p.id)
+	if slot < 0 || cur.seg != p.e.seg || cur.off != p.e.off {
+		return
+	}
+	if p.before.state == stateFree {
+		s.index(st, slot, nil)
+	} else {
+		s.index(st, slot, &p.before)
+	}
+}
+
+// settlePending waits for the reservations of st that returned before their
+// sync (Options.OneSync), of key id only when id is not nil, and undoes
+// those whose sync failed: their frames never reached the disk, and
+// nothing may read them or keep an entry that points to them. Reserve
+// settles a key before it reads it, so that every other caller sees a
+// reservation that stands, or its undoing; the index snapshot and the
+// compaction settle the whole stripe. The stripe is held.
+func (s *Store) settlePending(st *stripe, id *keyID) {
+	if len(st.pend) == 0 {
+		return
+	}
+	keep := st.pend[:0]
+	for i := range st.pend {
+		p := st.pend[i]
+		if id != nil && p.id != *id {
+			keep = append(keep, p)
+			continue
+		}
+		if err := s.log.wait(p.b); err != nil {
+			s.undo(st, &p)
+		}
+	}
+	clear(st.pend[len(keep):])
+	st.pend = keep
+}
+
+// prune drops the pending reservations of st whose syncs have ended,
+// undoing those that failed, without waiting for the others. The stripe
+// is held.
+func (s *Store) prune(st *stripe) {
+	keep := st.pend[:0]
+	for i := range st.pend {
+		p := st.pend[i]
+		select {
+		case <-p.b.done:
+			if p.b.err != nil {
+				s.undo(st, &p)
+			}
+		default:
+			keep = append(keep, p)
+		}
+	}
+	clear(st.pend[len(keep):])
+	st.pend = keep
+}
+
+// pendingOf returns the index in st.pend of id's pending reservation, or
+// -1. The stripe is held.
+func pendingOf(st *stripe, id *keyID) int {
+	for i := range st.pend {
+		if st.pend[i].id == *id {
+			return i
+		}
+	}
+	return -1
+}
+
+// putAsync appends r as id's latest frame and points the index at it,
+// without waiting for its sync: the caller waits for p.b, and undoes p
+// if that fails. The stripe is held.
+func (s *Store) putAsync(st *stripe, id keyID, slot int, r *store.Record, lease time.Duration) (pending, error) {
 	if uint64(len(r.Value)) > maxBody {
 		// Refused before copying it into a frame; recovery would read a
 		// longer frame as damage.
-		return fmt.Errorf("%w: a value of %d bytes", ErrTooLarge, len(r.Value))
+		return pending{}, fmt.Errorf("%w: a value of %d bytes", ErrTooLarge, len(r.Value))
 	}
 	bp := framePool.Get().(*[]byte)
 	seq := s.seq.Add(1)
 	b, _ := appendFrame((*bp)[:0], kindPut, seq, id, r, lease)
 	if len(b)-frameHeader > maxBody {
-		return fmt.Errorf("%w: a record of %d bytes", ErrTooLarge, len(b))
+		return pending{}, fmt.Errorf("%w: a record of %d bytes", ErrTooLarge, len(b))
 	}
 	seg, off, batch := s.log.append(b)
 	e := entry{tag: tagOf(&id), state: stateOf(r.State), exp: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil),
@@ -223,20 +343,12 @@ func (s *Store) put(st *stripe, id keyID, slot int, r *store.Record, lease time.
 		*bp = b
 		framePool.Put(bp)
 	}
-	var before entry
+	p := pending{id: id, b: batch, e: e}
 	if slot >= 0 {
-		before = *st.at(uint32(slot))
+		p.before = *st.at(uint32(slot))
 	}
-	slot = s.index(st, slot, &e)
-	if err := s.log.wait(batch); err != nil {
-		if before.state == stateFree {
-			s.index(st, slot, nil)
-		} else {
-			s.index(st, slot, &before)
-		}
-		return err
-	}
-	return nil
+	s.index(st, slot, &e)
+	return p, nil
 }
 
 // ErrTooLarge is returned for a record whose frame would pass 64 MiB.
@@ -348,6 +460,20 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		r.State, r.Value = store.InProgress, nil
 		r.CreatedAt, r.UpdatedAt = now, now
 		r.ExpiresAt, r.LeaseUntil = now.Add(req.TTL), now.Add(req.Lease)
+		if s.oneSync && req.TakeOverStale {
+			// Excluding every other caller from now on takes the index
+			// entry alone; the frame's sync is left to the next write's
+			// (see Options.OneSync and settlePending).
+			s.prune(st)
+			p, err := s.putAsync(st, id, slot, &r, req.Lease)
+			if err != nil {
+				return err
+			}
+			p.rec = r
+			st.pend = append(st.pend, p)
+			res.Acquired = true
+			return nil
+		}
 		if err := s.put(st, id, slot, &r, req.Lease); err != nil {
 			return err
 		}
@@ -383,22 +509,54 @@ func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error
 // held runs fn on the in_progress record that f's token holds, under its
 // stripe, or returns ErrLeaseLost. The token is in the frame: it is read
 // back from the segment (the page cache's copy, as a rule).
+//
+// A reservation that returned before its sync (Options.OneSync) is not
+// waited for: the holder's write goes after it in the log, and its sync
+// covers both (or, had the reservation's failed first, its frame holds
+// the whole record anyway). Until then the reservation's frame may not
+// be in its segment yet: its record is taken from memory.
 func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, slot int, cur *entry, r *store.Record) error) error {
-	return s.withKey(ctx, op, f.KeyHash, func(st *stripe, id keyID) error {
+	return s.withKeyAs(ctx, op, f.KeyHash, true, func(st *stripe, id keyID) error {
+		var own *pending
+		if i := pendingOf(st, &id); i >= 0 {
+			own = &st.pend[i]
+			select {
+			case <-own.b.done:
+				s.settlePending(st, &id) // done: settles without waiting
+				own = nil
+			default:
+			}
+		}
 		slot, cur := lookup(st, &id)
 		// Release also frees a failed record (an operator's way out of an
 		// unknown outcome); every other write needs an in_progress one.
 		if slot < 0 || !(cur.state == 1 || op == "release" && cur.state == 3) {
 			return store.ErrLeaseLost
 		}
-		r, err := s.read(&id, &cur)
-		if err != nil {
-			return err
+		var r store.Record
+		if own != nil && cur.seg == own.e.seg && cur.off == own.e.off {
+			r = own.rec
+			r.LeaseUntil = fromNanos(cur.lease)
+		} else {
+			var err error
+			if r, err = s.read(&id, &cur); err != nil {
+				return err
+			}
 		}
 		if r.Token != f.Token {
 			return store.ErrLeaseLost
 		}
-		return fn(st, id, slot, &cur, &r)
+		if err := fn(st, id, slot, &cur, &r); err != nil {
+			return err
+		}
+		if own != nil {
+			// Written after the reservation, and durable: so is the
+			// reservation, or the key's latest frame stands for it.
+			if i := pendingOf(st, &id); i >= 0 {
+				st.pend = append(st.pend[:i], st.pend[i+1:]...)
+			}
+		}
+		return nil
 	})
 }
 
@@ -482,6 +640,14 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.hub.WakeAll() // waiters poll, and find the store closed
+	// Reservations that returned before their sync are made durable: a
+	// Close is not a crash.
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		s.settlePending(st, nil)
+		st.mu.Unlock()
+	}
 	// The next Open reads the index from here, not from the whole log.
 	if err := s.snapshot(); err != nil {
 		s.logger.Warn("file: no index snapshot at close; the next open replays the log", "err", err)

@@ -75,6 +75,7 @@ func indexKeys(s *Store) []string {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
+		s.settlePending(st, nil) // frames read back must be written
 		for slot := range st.slots {
 			e := st.at(slot)
 			if e.state == stateFree {
@@ -102,6 +103,7 @@ func checkIndex(t testing.TB, s *Store) map[string]*store.Record {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
+		s.settlePending(st, nil) // frames read back must be written
 		n := 0
 		for slot := range st.slots {
 			e := st.at(slot)

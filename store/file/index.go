@@ -103,6 +103,10 @@ type stripe struct {
 	seqBase uint32
 	seqs    []uint64
 	seqOld  map[uint32]uint64
+	// pend holds the reservations of this stripe's keys that returned
+	// before their sync (Options.OneSync), until someone learns how it
+	// ended (see Store.settlePending).
+	pend []pending
 }
 
 const (

@@ -169,6 +169,8 @@ func (s *Store) snapshot() error {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
+		// Only durable entries go in a snapshot.
+		s.settlePending(st, nil)
 		for slot := range st.slots {
 			e := st.at(slot)
 			if e.state == stateFree || uint64(e.seg) >= first {

@@ -414,7 +414,7 @@ func open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 	case Memory:
 		return &Opened{Store: memory.New(), DSN: d}, nil
 	case File:
-		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger, Headroom: opts.Headroom})
+		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger, Headroom: opts.Headroom, OneSync: true})
 		if err != nil {
 			if errors.Is(err, file.ErrLocked) {
 				return nil, fmt.Errorf("store %s: %w: an idem gateway is probably running on it; work through the gateway instead (--admin http://ITS_ADMIN_LISTEN with its admin_token), or stop it first", d, err)

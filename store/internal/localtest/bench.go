@@ -15,7 +15,8 @@ import (
 // BenchValue is a small stored response, as an API returns.
 var BenchValue = []byte(`{"status":201,"headers":{"Content-Type":["application/json"]},"body":"eyJpZCI6ImNoXzEyMyIsImFtb3VudCI6MTAwMH0="}`)
 
-// BenchRequest is the reservation of key i of benchmark run run.
+// BenchRequest is the reservation of key i of benchmark run run, under
+// the engine's default policy (on_stale: retry: TakeOverStale).
 func BenchRequest(run, i uint64) store.ReserveRequest {
 	key := fmt.Sprintf("bench-%d-%d", run, i)
 	return store.ReserveRequest{
@@ -24,7 +25,7 @@ func BenchRequest(run, i uint64) store.ReserveRequest {
 			Fingerprint: "sha256:" + strings.Repeat("ab", 32), Binding: "POST /v1/charges",
 			State: store.InProgress, Token: i, RequestID: "req-" + key,
 		},
-		Lease: time.Minute, TTL: 24 * time.Hour,
+		Lease: time.Minute, TTL: 24 * time.Hour, TakeOverStale: true,
 	}
 }
 

@@ -1,0 +1,98 @@
+package file
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/localtest"
+	"github.com/idem-dev/idem/store/storetest"
+)
+
+// oneSync opens a store with Options.OneSync.
+func oneSync(o *Options) { o.OneSync = true }
+
+// TestConformanceOneSync runs the suite on a store whose reservations
+// return before their sync, with segments a few records long (rotation,
+// dropping and compaction inside it): every caller in the process sees a
+// reservation at once, whatever the disk has.
+func TestConformanceOneSync(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			return openT(t, t.TempDir(), oneSync, func(o *Options) { o.SegmentBytes = 2 << 10 })
+		},
+		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(s.(*Store)) },
+	})
+}
+
+// TestSnapshotCrashOneSync is TestSnapshotCrash on a store opened with
+// OneSync: after each SIGKILL every completed key has its outcome and
+// every released key is gone; a reservation that could be taken over
+// (on_stale: retry) may be gone if nothing synced it before the kill,
+// one that could not (on_stale: conflict) is there; no key holds
+// another token; and the snapshot agrees with the whole log.
+func TestSnapshotCrashOneSync(t *testing.T) {
+	t.Parallel()
+	snapCrash(t, "onesync")
+}
+
+// TestOneSyncSyncsOnce: with OneSync a first call (reserve, then
+// complete) costs one fdatasync, and a reservation that may not be
+// taken over (on_stale: conflict) still syncs before Reserve returns;
+// a key reserved and not yet synced is seen at once by every other
+// caller, and its record is on disk once Close returns.
+func TestOneSyncSyncsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openT(t, dir, oneSync)
+	localtest.Complete(t, s, localtest.Reserved(t, s, "warm", time.Hour), "v", time.Hour) // the segment's file exists
+	pairSyncs := func(key string, takeOver bool) (reserve, pair uint64) {
+		req := localtest.ReserveReq(key, time.Hour)
+		req.TakeOverStale = takeOver
+		before := s.log.syncs.Load()
+		if res, err := s.Reserve(ctx, req); err != nil || !res.Acquired {
+			t.Fatalf("reserve %s: %+v, %v", key, res, err)
+		}
+		reserve = s.log.syncs.Load() - before
+		localtest.Complete(t, s, req, "v-"+key, time.Hour)
+		return reserve, s.log.syncs.Load() - before
+	}
+	if r, p := pairSyncs("retry", true); r != 0 || p != 1 {
+		t.Fatalf("on_stale: retry: %d fdatasyncs in Reserve, %d for the pair; want 0 and 1", r, p)
+	}
+	if r, p := pairSyncs("conflict", false); r != 1 || p != 2 {
+		t.Fatalf("on_stale: conflict: %d fdatasyncs in Reserve, %d for the pair; want 1 and 2", r, p)
+	}
+
+	// Reserved, not synced: another caller finds it in progress.
+	held := localtest.ReserveReq("held", time.Hour)
+	before := s.log.syncs.Load()
+	if _, err := s.Reserve(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	other := localtest.ReserveReq("held", time.Hour)
+	res, err := s.Reserve(ctx, other)
+	if err != nil || res.Acquired || res.Existing.Token != held.Record.Token || res.Existing.State != store.InProgress {
+		t.Fatalf("a second caller of a key reserved and not synced: %+v, %v", res, err)
+	}
+	if s.log.syncs.Load() == before {
+		t.Fatal("the second caller read a reservation no sync had covered")
+	}
+	unsynced := localtest.ReserveReq("unsynced", time.Hour)
+	if _, err := s.Reserve(ctx, unsynced); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir, oneSync)
+	for _, req := range []store.ReserveRequest{held, unsynced} {
+		r, err := s.Get(ctx, req.Record.Scope, req.Record.KeyHash)
+		if err != nil || r.State != store.InProgress || r.Token != req.Record.Token {
+			t.Fatalf("key %s reserved before Close, after a reopen: %+v, %v", req.Record.Key, r, err)
+		}
+	}
+}
