@@ -33,6 +33,7 @@ defaults:
 
 // TestChaos is the fault suite (package internal/chaos) run against real
 // gateways: three on PostgreSQL, three on Redis, one on the file store,
+// one on the Pebble store (both first calls syncing once: OneSync),
 // with kill -9 and SIGSTOP past the lease as nemeses and an upstream that
 // answers late, resets and cuts its answers mid-body. The history checker
 // must find no violation: no key run again unless its holder was killed or
@@ -56,6 +57,9 @@ func TestChaos(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
 		// One gateway, killed and restarted on the same data directory.
 		runChaos(t, "file", 1, long, "--store", "file:"+t.TempDir())
+	})
+	t.Run("pebble", func(t *testing.T) {
+		runChaos(t, "pebble", 1, long, "--store", "pebble:"+t.TempDir())
 	})
 }
 

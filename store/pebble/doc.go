@@ -23,7 +23,13 @@
 // disk (fsync'd): after a crash or kill -9, every call that returned is
 // there, and a call that did not return is either entirely there or not at
 // all. Writes of different keys that overlap in time share their fsyncs
-// (group commit), so throughput grows with concurrency. Each key's
+// (group commit), so throughput grows with concurrency. With
+// Options.OneSync (the gateway's setting) a reservation that may be taken
+// over once stale (on_stale: retry) is committed without waiting for the
+// WAL's sync, and is durable once its holder's Complete returns: a first
+// call waits for one sync. A crash before that frees the key, as that
+// policy would a lease later (docs/stores/FILE.md, "One synced append per
+// first call", says the same of the file store). Each key's
 // check-then-write runs under one of 1024 striped mutexes, and every write
 // updates a record and its expiry-index entry in one batch, so Cleanup reads
 // only the expired records.

@@ -57,6 +57,16 @@ type Options struct {
 	// replays, and outcomes of work under way, are served and written.
 	// Zero means 1 MiB.
 	Headroom int64
+	// OneSync lets a first call sync once: a reservation that may be
+	// taken over once stale (ReserveRequest.TakeOverStale: the engine's
+	// on_stale: retry) is committed without waiting for the WAL's sync
+	// (pebble.NoSync). It is durable once any later synced commit
+	// returns, the holder's Complete among them, the WAL being written in
+	// order; a crash before that loses it, as it loses its holder, and
+	// the key is free again (as on_stale: retry would make it after a
+	// lease). A reservation that may not be taken over (on_stale:
+	// conflict) is synced as before. The gateway sets it.
+	OneSync bool
 
 	// now, in tests, replaces the store's clock: every instant is read
 	// from it, jumps included.
@@ -529,7 +539,9 @@ const unreadPoll = time.Millisecond
 // every commit, and with it every fsync; stripes let writers of different
 // keys commit together, which is what lets Pebble group their WAL syncs.
 // Holding the stripe through the sync also means that no reader of the key
-// (Get takes it too) sees a write that a crash could still undo.
+// (Get takes it too) sees a write that a crash could still undo, but for
+// a reservation under Options.OneSync, which a crash undoes together with
+// its holder.
 func (s *Store) stripe(keyHash string) *sync.Mutex {
 	return &s.stripes[s.stripeIndex(keyHash)]
 }
@@ -603,9 +615,10 @@ func (s *Store) read(keyHash string) (*store.Record, error) {
 }
 
 // write commits r, replacing old (nil when absent), with its expiry index
-// entry, and returns once the commit is on disk. lease is the lease
-// r.LeaseUntil was set from.
-func (s *Store) write(r, old *store.Record, lease time.Duration) error {
+// entry, and returns once the commit is on disk (sync pebble.Sync), or
+// in the memtable and the WAL's buffer (pebble.NoSync: a reservation
+// under Options.OneSync). lease is the lease r.LeaseUntil was set from.
+func (s *Store) write(r, old *store.Record, lease time.Duration, sync *pebble.WriteOptions) error {
 	return s.commit(func(db *pebble.DB) error {
 		b := db.NewBatch()
 		defer b.Close()
@@ -625,7 +638,7 @@ func (s *Store) write(r, old *store.Record, lease time.Duration) error {
 		// The WAL takes about the batch's size: the gate's reading of the
 		// room left is that much less until its next one.
 		s.gate.Wrote(len(b.Repr()))
-		return b.Commit(pebble.Sync)
+		return b.Commit(sync)
 	})
 }
 
@@ -856,7 +869,14 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		r.State, r.Value = store.InProgress, nil
 		r.CreatedAt, r.UpdatedAt = now, now
 		r.ExpiresAt, r.LeaseUntil = now.Add(req.TTL), now.Add(req.Lease)
-		if err := s.write(&r, cur, req.Lease); err != nil {
+		// With OneSync, excluding every other caller takes the commit
+		// alone (under the stripe, in the memtable); its WAL record is
+		// synced by the next synced commit (see Options.OneSync).
+		sync := pebble.Sync
+		if s.opts.OneSync && req.TakeOverStale {
+			sync = pebble.NoSync
+		}
+		if err := s.write(&r, cur, req.Lease, sync); err != nil {
 			return err
 		}
 		res.Acquired = true
@@ -915,7 +935,7 @@ func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) e
 	return s.held(ctx, "renew", f, func(cur *store.Record) error {
 		r := *cur
 		r.LeaseUntil = s.clock.Now().Add(lease)
-		return s.write(&r, cur, lease)
+		return s.write(&r, cur, lease, pebble.Sync)
 	})
 }
 
@@ -925,7 +945,7 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 		r := *cur
 		now := s.clock.Now()
 		r.State, r.Value, r.UpdatedAt, r.ExpiresAt = c.State, c.Value, now, now.Add(c.TTL)
-		return s.write(&r, cur, 0)
+		return s.write(&r, cur, 0, pebble.Sync)
 	})
 }
 

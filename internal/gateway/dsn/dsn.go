@@ -423,7 +423,7 @@ func open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 		}
 		return &Opened{Store: s, DSN: d}, nil
 	case Pebble:
-		s, err := pebblestore.Open(d.Path, pebblestore.Options{Logger: opts.Logger, Headroom: opts.Headroom})
+		s, err := pebblestore.Open(d.Path, pebblestore.Options{Logger: opts.Logger, Headroom: opts.Headroom, OneSync: true})
 		if err != nil {
 			if errors.Is(err, pebblestore.ErrLocked) {
 				return nil, fmt.Errorf("store %s: %w (is an idem gateway running on it? stop it first, or use its admin listener)", d, err)
