@@ -136,18 +136,9 @@ Commands:
 	version   print the version (also: idem --version)
 
 Run "idem <command> -h" for a command's flags. Stores are named by DSN:
-`+storeKinds+`
+`+dsn.Usage("  ")+`
 `)
 }
-
-// storeKinds lists the store DSNs, for the usage texts.
-const storeKinds = `  memory:                                   in-process, lost at exit (tests, the demo)
-  file:PATH                                 embedded, one process (default file:./idem-data; run from /,
-                                            as systemd does: $STATE_DIRECTORY/idem-data or /var/lib/idem/idem-data)
-  postgres://USER@HOST:PORT/DB              PostgreSQL (idem migrate creates the table)
-  redis://HOST:PORT/DB                      one Redis
-  redis-cluster://HOST:PORT?addr=HOST:PORT  a Redis Cluster (any of its nodes; addr= adds seeds)
-  s3://BUCKET/PREFIX?endpoint=URL           S3 or an S3-compatible server with conditional writes`
 
 // parse parses args into fs. A refused command line comes back as a
 // usageError, since the flag package has printed it already.

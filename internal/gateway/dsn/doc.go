@@ -1,9 +1,13 @@
 // Package dsn opens an idem store from a DSN. It is the one place that maps
 // DSN schemes to store constructors; the stores themselves are constructed
-// explicitly and know nothing of DSNs.
+// explicitly and know nothing of DSNs. What it knows of each kind (its
+// schemes, idem_ parameters, example, help line and opener) is one entry
+// of the table in schemes.go, which the parser, its errors, Usage
+// (idem --help) and Open read.
 //
 //	memory:                          in-process, lost at exit (tests, demos)
 //	file:PATH                        the embedded on-disk store (the default)
+//	pebble:PATH                      the embedded store on Pebble
 //	postgres://user@host/db?...      PostgreSQL (also postgresql://)
 //	redis://host:6379/0              Redis (also rediss://)
 //	redis-cluster://host:7000?addr=host:7001&addr=host:7002

@@ -19,9 +19,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/store"
-	"github.com/idem-dev/idem/store/file"
-	"github.com/idem-dev/idem/store/memory"
-	pebblestore "github.com/idem-dev/idem/store/pebble"
 	"github.com/idem-dev/idem/store/postgres"
 	redisstore "github.com/idem-dev/idem/store/redis"
 	"github.com/idem-dev/idem/store/replication"
@@ -66,15 +63,6 @@ type DSN struct {
 	raw    string
 }
 
-// examples are the forms shown when a DSN of the kind is not understood.
-var examples = map[string]string{
-	Postgres:     "postgres://USER:PASSWORD@HOST:5432/DB",
-	Redis:        "redis://HOST:6379/0",
-	RedisCluster: "redis-cluster://HOST:PORT?addr=HOST:PORT",
-	S3:           "s3://BUCKET/PREFIX?endpoint=URL",
-	DynamoDB:     "dynamodb://TABLE?region=REGION",
-}
-
 // Parse parses dsn without opening anything. Every form it does not know
 // is refused with the form it wants (ErrUnknownScheme, ErrMalformed): the
 // drivers' own parsers read many mistakes as something else (a Redis URL
@@ -91,78 +79,41 @@ func parse(dsn string) (DSN, error) {
 	if strings.TrimSpace(dsn) != dsn {
 		return d, malformed(Redact(strings.TrimSpace(dsn)), "white space around it would be part of the DSN; remove it")
 	}
-	scheme, rest, _ := strings.Cut(dsn, ":")
-	switch strings.ToLower(scheme) {
-	case "memory":
-		d.Kind = Memory
-		if rest != "" && rest != "//" {
-			return d, fmt.Errorf("store %q: %w: memory takes no path (write memory:)", dsn, ErrMalformed)
-		}
-		return d, nil
-	case "file", "pebble":
-		d.Kind = File
-		if strings.EqualFold(scheme, "pebble") {
-			d.Kind = Pebble
-		}
-		return parseDir(d, rest)
-	case "postgres", "postgresql":
-		d.Kind = Postgres
-	case "redis", "rediss":
-		d.Kind = Redis
-	case "redis-cluster", "rediss-cluster":
-		d.Kind = RedisCluster
-	case "s3":
-		d.Kind = S3
-	case "dynamodb":
-		d.Kind = DynamoDB
-		if _, err := ParseDynamoDB(dsn); err != nil {
-			return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
-		}
-		d.URL = dsn // as written: ParseDynamoDB reads it again
-		return d, nil
-	default:
+	name, rest, _ := strings.Cut(dsn, ":")
+	s, ok := schemeOf(name)
+	if !ok {
 		return d, unknown(dsn)
 	}
-	if !strings.HasPrefix(rest, "//") {
-		return d, noSlashes(dsn, scheme, rest, d.Kind)
+	d.Kind = s.kind
+	if s.opaque != nil {
+		return s.opaque(d, rest)
 	}
+	if !strings.HasPrefix(rest, "//") {
+		return d, noSlashes(dsn, name, rest, s)
+	}
+	return parseURL(d, s)
+}
+
+// parseURL reads a DSN that is a URL with a host: the host, the idem_
+// parameters (into d.Params), the driver's parameters, then the URL as the
+// driver will read it (into d.URL).
+func parseURL(d DSN, s *scheme) (DSN, error) {
+	dsn := d.raw
 	if i := strings.IndexByte(dsn, '#'); i >= 0 {
 		return d, malformed(Redact(dsn[:i]), "a # ends the URL there and the rest would be dropped; in a password or a parameter, write # as %23")
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
-		return d, fmt.Errorf("store %q: %w: %v; want %s", Redact(dsn), ErrMalformed, errors.Unwrap(err), examples[d.Kind])
+		return d, fmt.Errorf("store %q: %w: %v; want %s", Redact(dsn), ErrMalformed, errors.Unwrap(err), s.example)
 	}
-	if err := checkHost(d.Kind, u); err != nil {
-		return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
+	if err := s.host(u); err != nil {
+		return d, badURL(dsn, err)
 	}
 	q := u.Query()
-	for k, vs := range q {
-		if len(vs) > 1 && k != "addr" {
-			return d, malformed(Redact(dsn), fmt.Sprintf("parameter %s is given %d times; give it once", k, len(vs)))
-		}
-		if name, ok := strings.CutPrefix(k, "idem_"); ok {
-			if vs[0] == "" {
-				return d, malformed(Redact(dsn), fmt.Sprintf("parameter %s is empty; give it a value or remove it", k))
-			}
-			d.Params[name] = vs[0]
-			q.Del(k)
-		}
+	if err := d.takeParams(s, q); err != nil {
+		return d, err
 	}
-	known := map[string][]string{Postgres: {"schema", "table", "sync_replicas", "sync_timeout"},
-		Redis: {"prefix", "flush_delay", "connections", "sync_replicas", "sync_timeout"}, RedisCluster: {"prefix", "sync_replicas", "sync_timeout"}}[d.Kind]
-	for k := range d.Params {
-		if !contains(known, k) {
-			if len(known) == 0 {
-				return d, fmt.Errorf("store %q: %w: unknown parameter idem_%s (an %s store takes none)", Redact(dsn), ErrMalformed, k, d.Kind)
-			}
-			return d, fmt.Errorf("store %q: %w: unknown parameter idem_%s (want idem_%s)", Redact(dsn), ErrMalformed, k, strings.Join(known, ", idem_"))
-		}
-	}
-	if _, err := d.syncReplicas(); err != nil {
-		return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
-	}
-	if d.Kind != Postgres { // pgx reads its own parameters strictly
+	if !s.driverStrict {
 		for k, vs := range q {
 			if vs[0] == "" && k != "skip_verify" {
 				return d, malformed(Redact(dsn), fmt.Sprintf("parameter %s is empty; give it a value or remove it", k))
@@ -170,37 +121,44 @@ func parse(dsn string) (DSN, error) {
 		}
 	}
 	u.RawQuery = q.Encode()
-	switch d.Kind {
-	case S3:
-		if _, err := s3store.ParseDSN(dsn); err != nil {
-			return d, fmt.Errorf("store %q: %w", Redact(dsn), err)
+	d.URL = urlString(u)
+	if s.driver != nil {
+		d.URL, err = s.driver(dsn, u)
+	}
+	return d, err
+}
+
+// takeParams moves the idem_ parameters of q into d.Params, refusing one
+// given twice or empty, one the kind does not take, and a bad
+// idem_sync_replicas or idem_sync_timeout. Only addr (Redis Cluster's
+// seeds) may be given more than once.
+func (d *DSN) takeParams(s *scheme, q url.Values) error {
+	dsn := d.raw
+	for k, vs := range q {
+		if len(vs) > 1 && k != "addr" {
+			return malformed(Redact(dsn), fmt.Sprintf("parameter %s is given %d times; give it once", k, len(vs)))
 		}
-		d.URL = dsn // as written: s3store reads it again
-		return d, nil
-	case Redis:
-		if err := checkRedisParams(u); err != nil {
-			return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
-		}
-		if _, err := rueidis.ParseURL(u.String()); err != nil {
-			return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
-		}
-	case RedisCluster:
-		if u.Path != "" && u.Path != "/" {
-			return d, malformed(Redact(dsn), fmt.Sprintf("a Redis Cluster has no databases, so the path %q means nothing; remove it", u.Path))
-		}
-		// go-redis's cluster URL has the plain redis schemes.
-		u.Scheme = strings.TrimSuffix(strings.ToLower(u.Scheme), "-cluster")
-		if _, err := redis.ParseClusterURL(u.String()); err != nil {
-			return d, fmt.Errorf("store %q: %w: %v", Redact(dsn), ErrMalformed, err)
+		if name, ok := strings.CutPrefix(k, "idem_"); ok {
+			if vs[0] == "" {
+				return malformed(Redact(dsn), fmt.Sprintf("parameter %s is empty; give it a value or remove it", k))
+			}
+			d.Params[name] = vs[0]
+			q.Del(k)
 		}
 	}
-	d.URL = u.String()
-	if rest, ok := strings.CutPrefix(d.URL, u.Scheme+":"); ok && !strings.HasPrefix(rest, "//") {
-		// url.URL writes postgres://?host=... without its //, which pgx
-		// then no longer reads as a URL.
-		d.URL = u.Scheme + "://" + rest
+	for k := range d.Params {
+		if contains(s.params, k) {
+			continue
+		}
+		if len(s.params) == 0 {
+			return fmt.Errorf("store %q: %w: unknown parameter idem_%s (an %s store takes none)", Redact(dsn), ErrMalformed, k, d.Kind)
+		}
+		return fmt.Errorf("store %q: %w: unknown parameter idem_%s (want idem_%s)", Redact(dsn), ErrMalformed, k, strings.Join(s.params, ", idem_"))
 	}
-	return d, nil
+	if _, err := d.syncReplicas(); err != nil {
+		return badURL(dsn, err)
+	}
+	return nil
 }
 
 func malformed(dsn, why string) error {
@@ -209,9 +167,9 @@ func malformed(dsn, why string) error {
 
 // noSlashes refuses scheme:rest without the // of a URL's host: the Redis
 // client reads redis:127.0.0.1:6390 as localhost:6379.
-func noSlashes(dsn, scheme, rest, kind string) error {
+func noSlashes(dsn, scheme, rest string, s *scheme) error {
 	if strings.Trim(rest, "/") == "" {
-		return fmt.Errorf("store %q: %w: %s names no host; write %s", dsn, ErrMalformed, kind, examples[kind])
+		return fmt.Errorf("store %q: %w: %s names no host; write %s", dsn, ErrMalformed, s.kind, s.example)
 	}
 	slashes := rest[:len(rest)-len(strings.TrimLeft(rest, "/"))]
 	fixed := Redact(strings.ToLower(scheme) + "://" + rest[len(slashes):])
@@ -222,7 +180,7 @@ func noSlashes(dsn, scheme, rest, kind string) error {
 // unknown refuses a DSN of no known kind, guessing what was meant from its
 // shape: a path, or a host and port without a scheme.
 func unknown(dsn string) error {
-	want := "want memory:, file:PATH, pebble:PATH, postgres://HOST/DB, redis://HOST:PORT, redis-cluster://HOST:PORT?addr=HOST:PORT, s3://BUCKET/PREFIX?endpoint=URL or dynamodb://TABLE?region=REGION"
+	want := wantKinds()
 	switch {
 	case dsn == "":
 		return fmt.Errorf("store is empty: %w: %s", ErrUnknownScheme, want)
@@ -262,41 +220,6 @@ func parseDir(d DSN, rest string) (DSN, error) {
 	return d, nil
 }
 
-// checkHost refuses a URL DSN without a host, or with a port that is not
-// one: the drivers fill in localhost and their default port instead.
-func checkHost(kind string, u *url.URL) error {
-	if kind == Postgres {
-		// postgres:///DB is libpq's form for the local socket (or PGHOST);
-		// postgres:// alone names nothing.
-		if u.Host == "" && strings.Trim(u.Path, "/") == "" && u.RawQuery == "" {
-			return fmt.Errorf("it names no host and no database; write %s", examples[kind])
-		}
-		for _, h := range strings.Split(u.Host, ",") { // libpq's several hosts
-			if err := checkPort(h); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if u.Hostname() == "" {
-		host := "127.0.0.1"
-		if u.Port() != "" {
-			host += ":" + u.Port()
-		}
-		switch kind {
-		case S3:
-			return fmt.Errorf("it names no bucket; write %s", examples[kind])
-		case RedisCluster:
-			return fmt.Errorf("it names no node; write %s://%s", strings.ToLower(u.Scheme), host+"?addr=HOST:PORT")
-		}
-		return fmt.Errorf("it names no host, which the client would read as localhost:6379; write %s://%s%s", strings.ToLower(u.Scheme), host, u.Path)
-	}
-	if kind == S3 && u.Port() != "" {
-		return fmt.Errorf("a bucket has no port: the S3 server goes in ?endpoint=, e.g. s3://%s%s?endpoint=http://HOST:%s", u.Hostname(), u.Path, u.Port())
-	}
-	return checkPort(u.Host)
-}
-
 func checkPort(hostport string) error {
 	if !strings.Contains(strings.TrimPrefix(strings.TrimSuffix(hostport, "]"), "["), ":") || strings.HasSuffix(hostport, "]") {
 		return nil // no port
@@ -326,7 +249,7 @@ func checkRedisParams(u *url.URL) error {
 			case "pool_size", "read_timeout", "min_idle_conns", "password", "username":
 				why = " (a go-redis parameter; this client does not read it)"
 			}
-			return fmt.Errorf("unknown parameter %s%s: want %s, or idem_prefix, idem_flush_delay, idem_connections, idem_sync_replicas, idem_sync_timeout", k, why, strings.Join(redisParams, ", "))
+			return fmt.Errorf("unknown parameter %s%s: want %s, or idem_%s", k, why, strings.Join(redisParams, ", "), strings.Join(redisIdemParams, ", idem_"))
 		}
 	}
 	if v := q.Get("protocol"); q.Has("protocol") && v != "2" && v != "3" {
@@ -410,37 +333,8 @@ func open(ctx context.Context, dsn string, opts Options) (*Opened, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
 	defer cancel()
-	switch d.Kind {
-	case Memory:
-		return &Opened{Store: memory.New(), DSN: d}, nil
-	case File:
-		s, err := file.Open(d.Path, file.Options{Logger: opts.Logger, Headroom: opts.Headroom, OneSync: true})
-		if err != nil {
-			if errors.Is(err, file.ErrLocked) {
-				return nil, fmt.Errorf("store %s: %w: an idem gateway is probably running on it; work through the gateway instead (--admin http://ITS_ADMIN_LISTEN with its admin_token), or stop it first", d, err)
-			}
-			return nil, fmt.Errorf("store %s: %w", d, err)
-		}
-		return &Opened{Store: s, DSN: d}, nil
-	case Pebble:
-		s, err := pebblestore.Open(d.Path, pebblestore.Options{Logger: opts.Logger, Headroom: opts.Headroom, OneSync: true})
-		if err != nil {
-			if errors.Is(err, pebblestore.ErrLocked) {
-				return nil, fmt.Errorf("store %s: %w (is an idem gateway running on it? stop it first, or use its admin listener)", d, err)
-			}
-			return nil, fmt.Errorf("store %s: %w", d, err)
-		}
-		return &Opened{Store: s, DSN: d}, nil
-	case Postgres:
-		return openPostgres(ctx, d, opts)
-	case Redis:
-		return replicated(ctx, d)(openRedis(ctx, d))
-	case RedisCluster:
-		return replicated(ctx, d)(openRedisCluster(ctx, d))
-	case S3:
-		return openS3(ctx, d)
-	case DynamoDB:
-		return openDynamoDB(ctx, d, opts)
+	if s := kindOf(d.Kind); s != nil {
+		return s.open(ctx, d, opts)
 	}
 	return nil, fmt.Errorf("store %s: %w", d, ErrUnknownScheme)
 }
