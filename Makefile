@@ -102,8 +102,8 @@ bench-wake: ## how soon a waiting duplicate gets its replay after the holder's c
 temporal: ## build (once, cached) and start the Temporal dev server that trigger/temporal's tests use, and leave it running (make test starts and stops its own; scripts/temporal.sh stop)
 	./scripts/temporal.sh start
 
-crash: test-deps ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record
-	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestTaskQueueCrash' ./examples/ledger ./store/s3
+crash: test-deps ## crash tests at length: the ledger example killed with SIGKILL 300 times, seed 004's submitter killed between its task and its record, the file store with OneSync killed 80 times between reservations and completions
+	IDEM_LONG=1 $(GO) test -race -count=1 -timeout 30m -v -run 'TestCrash|TestTaskQueueCrash|TestSnapshotCrashOneSync' ./examples/ledger ./store/s3 ./store/file
 
 bench-pgtx: ## exactly-once path (pgtx) next to the plain reserve/complete path on PostgreSQL, c1 and c16, five interleaved rounds (benchstat the output)
 	mkdir -p bin && $(GO) test -c -o bin/pgtx.test ./store/postgres/pgtx

@@ -32,7 +32,8 @@ func TestConformanceOneSync(t *testing.T) {
 // every released key is gone; a reservation that could be taken over
 // (on_stale: retry) may be gone if nothing synced it before the kill,
 // one that could not (on_stale: conflict) is there; no key holds
-// another token; and the snapshot agrees with the whole log.
+// another token; and the snapshot agrees with the whole log. IDEM_LONG=1
+// (make crash) kills it 80 times.
 func TestSnapshotCrashOneSync(t *testing.T) {
 	t.Parallel()
 	snapCrash(t, "onesync")
