@@ -2,7 +2,6 @@ package s3store_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -34,7 +33,8 @@ func skewStores(t *testing.T) (a, b *s3store.Store) {
 // client, whose clocks are 0 to 10 leases apart in both directions. For
 // each of skewKeys keys at once, one replica holds the key and works 2.5
 // leases, renewing as the engine does; the other retries every quarter
-// lease until it gets the outcome. No live holder may be taken over: the
+// lease until it gets the outcome (storetest.SkewScenario). No live
+// holder may be taken over: the
 // S3 store never compares the replicas' clocks (leases by observe and
 // wait, expiry by the server's Date).
 //
@@ -48,94 +48,7 @@ func skewStores(t *testing.T) (a, b *s3store.Store) {
 // that the holders' renewals are not starved by the rest.
 func TestEngineClockSkew(t *testing.T) {
 	a, b := skewStores(t)
-	p := idem.Policy{Lease: storetest.SkewLease, TTL: time.Hour, CleanupInterval: -1}
-	twice := map[float64]int{}
-	for _, skew := range storetest.Skews {
-		t.Run(fmt.Sprintf("%+g_leases", skew), func(t *testing.T) {
-			holder := idem.New(a, p, idem.WithClock(storetest.Skewed(0)))
-			retrier := idem.New(b, p, idem.WithClock(storetest.Skewed(skew)))
-			defer holder.Close()
-			defer retrier.Close()
-			var (
-				wg        sync.WaitGroup
-				ranTwice  atomic.Int32 // a live holder taken over
-				reran     atomic.Int32 // run again after the holder gave up
-				conflicts atomic.Int32
-				gaveUp    atomic.Int32
-			)
-			for k := range skewKeys {
-				wg.Go(func() {
-					call := idem.Call{Scope: "skew", Key: fmt.Sprintf("%s-%d-%d", t.Name(), k, keySeq.Add(1)), Fingerprint: "fp"}
-					var (
-						runs    atomic.Int32
-						tracker storetest.SkewTracker
-						gave    bool // the holder gave its lease up
-					)
-					started := make(chan struct{})
-					work := tracker.Work(&runs, started)
-					// Judged however the key ends: a holder whose key was
-					// taken over returns an error.
-					defer func() {
-						switch n := runs.Load(); {
-						case tracker.Overlaps() > 0:
-							ranTwice.Add(1)
-							t.Errorf("key %d: a second run started while an earlier one was live", k)
-						case n > 1 && gave:
-							reran.Add(1)
-						case n > 1:
-							ranTwice.Add(1)
-							t.Errorf("key %d: the work ran %d times", k, n)
-						}
-					}()
-					held := make(chan error, 1)
-					go func() {
-						_, err := holder.Do(context.Background(), call, work)
-						held <- err
-					}()
-					<-started
-					replayed, seen := false, 0
-					for holderDone := false; !holderDone || !replayed; {
-						select {
-						case err := <-held:
-							if errors.Is(err, idem.ErrLeaseLost) {
-								// Its renewals did not get through in time,
-								// and it gave its lease up by its own count.
-								gaveUp.Add(1)
-								gave = true
-								return
-							}
-							if err != nil {
-								t.Errorf("key %d: the holder: %v", k, err)
-								return
-							}
-							holderDone = true
-						case <-time.After(storetest.SkewLease / 4):
-						}
-						res, err := retrier.Do(context.Background(), call, work)
-						switch {
-						case errors.Is(err, idem.ErrInProgress):
-							seen++
-						case err != nil:
-							t.Errorf("key %d: a retry: %v", k, err)
-							return
-						case res.Replayed && string(res.Value) == "done":
-							replayed = true
-						}
-					}
-					conflicts.Add(int32(seen))
-					if seen == 0 {
-						t.Errorf("key %d: no retry saw the key in progress", k)
-					}
-				})
-			}
-			wg.Wait()
-			twice[skew] = int(ranTwice.Load())
-			t.Logf("retrier %+g leases off: %d of %d keys ran twice (a live holder taken over); %d retries answered in progress; "+
-				"%d holders gave their lease up (renewals too slow), %d of their keys ran again after",
-				skew, ranTwice.Load(), skewKeys, conflicts.Load(), gaveUp.Load(), reran.Load())
-		})
-	}
-	t.Logf("keys run twice per skew in leases (of %d each): %v", skewKeys, twice)
+	storetest.SkewScenario{Holder: a, Retrier: b, Keys: skewKeys, Rounds: 3, WantInProgress: true, Serial: true}.Run(t)
 }
 
 // TestEngineDeadHolderSkew: a holder reserves skewKeys keys and dies (it
@@ -169,41 +82,21 @@ func TestEngineDeadHolderSkew(t *testing.T) {
 						t.Errorf("key %d: the dead holder's reservation: %+v, %v", k, res, err)
 						return
 					}
-					var firstLook time.Time
-					for {
-						try := time.Now()
-						res, err := retrier.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
-						took := time.Since(sent)
-						if firstLook.IsZero() {
-							firstLook = time.Now()
-						}
-						if errors.Is(err, idem.ErrInProgress) {
-							if storetest.TakeoverOverdue(firstLook, try) {
-								t.Errorf("key %d: still in progress on a try %v after the first look ended, more than a lease",
-									k, try.Sub(firstLook).Round(time.Millisecond))
-								return
-							}
-							if took > 30*storetest.SkewLease {
-								t.Errorf("key %d: the dead holder's key still held after %v", k, took)
-								return
-							}
-							time.Sleep(storetest.SkewLease / 4)
-							continue
-						}
-						switch {
-						case err != nil || !res.TookOver:
-							t.Errorf("key %d: %+v, %v; want a takeover", k, res, err)
-						case took < storetest.SkewLease:
-							t.Errorf("key %d: taken over %v after the reservation, before its lease of %v", k, took, storetest.SkewLease)
-						}
-						mu.Lock()
-						if fast == 0 || took < fast {
-							fast = took
-						}
-						slow = max(slow, took)
-						mu.Unlock()
+					err := storetest.TakeOverDead(retrier, call)
+					took := time.Since(sent)
+					switch {
+					case err != nil:
+						t.Errorf("key %d: %v", k, err)
 						return
+					case took < storetest.SkewLease:
+						t.Errorf("key %d: taken over %v after the reservation, before its lease of %v", k, took, storetest.SkewLease)
 					}
+					mu.Lock()
+					if fast == 0 || took < fast {
+						fast = took
+					}
+					slow = max(slow, took)
+					mu.Unlock()
 				})
 			}
 			wg.Wait()

@@ -66,103 +66,13 @@ func peerOf(t *testing.T, h Harness, s store.Store) store.Store {
 }
 
 // testClockSkew: two replicas whose clocks disagree by 0 to 10 leases, in
-// both directions. One holds each key and works 2.5 leases, renewing on
-// time; the other retries every quarter lease until the first has
-// finished. No live holder is ever taken over: each key runs once, and the
-// retries end with its outcome.
+// both directions (SkewScenario). One holds each key and works 2.5 leases,
+// renewing on time; the other retries every quarter lease until the first
+// has finished. No live holder is ever taken over: each key runs once, and
+// the retries end with its outcome.
 func testClockSkew(t *testing.T, h Harness) {
 	s := newStore(t, h)
-	peer := peerOf(t, h, s)
-	const keysPerSkew = 3
-	p := idem.Policy{Lease: SkewLease, TTL: time.Hour, CleanupInterval: -1}
-	var wg sync.WaitGroup
-	type result struct {
-		skew      float64
-		runs      int32
-		overlaps  int32 // runs started while another run of the key was live
-		gaveUp    bool  // the holder counted its lease over (renewals too slow)
-		conflicts int
-		replayed  bool
-		err       error
-	}
-	results := make(chan result, len(Skews)*keysPerSkew)
-	for _, skew := range Skews {
-		holder := idem.New(s, p, idem.WithClock(Skewed(0)))
-		retrier := idem.New(peer, p, idem.WithClock(Skewed(skew)))
-		t.Cleanup(func() { holder.Close(); retrier.Close() })
-		for k := range keysPerSkew {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := result{skew: skew}
-				defer func() { results <- r }()
-				call := idem.Call{Scope: "test", Key: fmt.Sprintf("%s-%v-%d", uniqueKey(t), skew, k), Fingerprint: "fp"}
-				var runs atomic.Int32
-				started := make(chan struct{})
-				var tracker SkewTracker
-				work := tracker.Work(&runs, started)
-				held := make(chan error, 1)
-				go func() {
-					_, err := holder.Do(context.Background(), call, work)
-					held <- err
-				}()
-				<-started
-				for done := false; !done; {
-					select {
-					case err := <-held:
-						switch {
-						case errors.Is(err, idem.ErrLeaseLost):
-							// Its renewals were too slow (a loaded
-							// machine) and it gave the lease up by its
-							// own count, as it must: not a takeover of
-							// a live holder.
-							r.gaveUp = true
-						case err != nil:
-							r.err = fmt.Errorf("holder: %w", err)
-							return
-						}
-						done = true
-					case <-time.After(SkewLease / 4):
-					}
-					res, err := retrier.Do(context.Background(), call, work)
-					switch {
-					case errors.Is(err, idem.ErrInProgress):
-						r.conflicts++
-					case err != nil && r.gaveUp:
-					case err != nil:
-						r.err = fmt.Errorf("retry: %w", err)
-						return
-					case res.Replayed && string(res.Value) == "done":
-						r.replayed = true
-					}
-				}
-				r.runs, r.overlaps = runs.Load(), tracker.Overlaps()
-			}()
-		}
-	}
-	wg.Wait()
-	close(results)
-	twice, gaveUp := map[float64]int{}, 0
-	for r := range results {
-		switch {
-		case r.err != nil:
-			t.Errorf("skew %v leases: %v", r.skew, r.err)
-		case r.overlaps > 0:
-			twice[r.skew]++
-			t.Errorf("skew %v leases: a second run started while the first was live (%d runs)", r.skew, r.runs)
-		case r.gaveUp:
-			gaveUp++
-		case r.runs != 1:
-			twice[r.skew]++
-			t.Errorf("skew %v leases: the work ran %d times", r.skew, r.runs)
-		case !r.replayed || r.conflicts == 0:
-			t.Errorf("skew %v leases: %d retries saw the key in progress, replayed at the end: %v", r.skew, r.conflicts, r.replayed)
-		}
-	}
-	if gaveUp == len(Skews)*keysPerSkew {
-		t.Errorf("every holder gave its lease up: renewals never got through, the test tested nothing")
-	}
-	t.Logf("keys run twice per skew (of %d each): %v; holders that gave their lease up for slow renewals: %d", keysPerSkew, twice, gaveUp)
+	SkewScenario{Holder: s, Retrier: peerOf(t, h, s), Keys: 3, Rounds: 3, WantInProgress: true}.Run(t)
 }
 
 // testDeadHolderSkew: a holder dies right after reserving its key (kill
