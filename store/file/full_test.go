@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -233,48 +232,26 @@ func TestFailedWriteCut(t *testing.T) {
 	localtest.CheckReplays(t, ctx, s, []string{"before", "after"})
 }
 
-// TestAdmitByRoom: a new reservation is refused, before anything is
-// written, while the filesystem has less free than the headroom (an
-// outcome of max_response_bytes), so that no work starts whose outcome
-// the store has no room for; replays and the outcome of a key reserved
-// before are still served and written; Writable says why; and once room
-// comes back, new reservations are taken again without a restart.
+// TestAdmitByRoom: localtest.AdmitByRoom on a 12 MiB tmpfs whose free
+// room a ballast takes; a refused reservation writes nothing.
 func TestAdmitByRoom(t *testing.T) {
 	t.Parallel()
 	disk := tmpdisk.Mount(t, "12m")
-	ctx := context.Background()
-	const headroom = 2 << 20
-	s := openT(t, filepath.Join(disk, "store"), func(o *Options) { o.Headroom = headroom })
-	done := localtest.RecordMore(t, ctx, s, 5)
-	held := localtest.Reserved(t, s, "held", time.Hour)
-	// Leave 1.5 MiB: room for an outcome of 35 KiB, not for the headroom.
+	s := openT(t, filepath.Join(disk, "store"), func(o *Options) { o.Headroom = 2 << 20 })
 	ballast := filepath.Join(disk, "ballast")
-	tmpdisk.Leave(t, ballast, 3<<19)
-	s.log.gate.Forget()
-	syncs := s.log.syncs.Load()
-	for i := range 20 {
-		_, err := s.Reserve(ctx, localtest.FullRequest(fmt.Sprint("new", i)))
-		if !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
-			t.Fatalf("a new reservation with less free than the headroom: %v, want store.ErrNoSpace and ENOSPC", err)
+	var syncs uint64
+	localtest.AdmitByRoom(t, s, func() {
+		// 1.5 MiB: room for an outcome of 35 KiB, not for the headroom.
+		tmpdisk.Leave(t, ballast, 3<<19)
+		s.log.gate.Forget()
+		syncs = s.log.syncs.Load()
+	}, func() {
+		if n := s.log.syncs.Load() - syncs; n != 0 {
+			t.Fatalf("refused reservations wrote %d syncs", n)
 		}
-	}
-	if n := s.log.syncs.Load() - syncs; n != 0 {
-		t.Fatalf("refused reservations wrote %d syncs", n)
-	}
-	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
-		t.Fatalf("Writable with less free than the headroom: %v, want store.ErrNoSpace", err)
-	}
-	localtest.CheckReplays(t, ctx, s, done)
-	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(held), State: store.Succeeded, Value: localtest.Response("held"), TTL: time.Hour}); err != nil {
-		t.Fatalf("the outcome of a key reserved before, with 1.5 MiB free: %v", err)
-	}
-	if err := os.Remove(ballast); err != nil {
-		t.Fatal(err)
-	}
-	localtest.Eventually(t, "new reservations are taken once the disk has room", func() bool { return s.Writable(ctx) == nil })
-	for i := range 5 {
-		if _, err := localtest.Record(ctx, s, fmt.Sprint("back", i)); err != nil {
-			t.Fatalf("a new key with room again: %v", err)
+	}, func() {
+		if err := os.Remove(ballast); err != nil {
+			t.Fatal(err)
 		}
-	}
+	})
 }

@@ -167,43 +167,18 @@ func TestFatalf(t *testing.T) {
 	}
 }
 
-// TestAdmitByRoom: a new reservation is refused while the filesystem has
-// less free than the headroom (an outcome of max_response_bytes), so that
-// no work starts whose outcome the store has no room for; replays and the
-// outcome of a key reserved before are still served and written;
-// Writable says why; and once room comes back, new reservations are
-// taken again without a restart.
+// TestAdmitByRoom: localtest.AdmitByRoom, the free room as the store's
+// filesystem reports it set by the test.
 func TestAdmitByRoom(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	var free atomic.Int64
 	free.Store(1 << 30)
 	s := openT(t, t.TempDir(), func(o *Options) {
 		o.Headroom = 2 << 20
 		o.freeBytes = func() (int64, error) { return free.Load(), nil }
 	})
-	done := localtest.RecordMore(t, ctx, s, 5)
-	held := localtest.Reserved(t, s, "held", time.Hour)
-	free.Store(3 << 19) // room for an outcome of 35 KiB, not for the headroom
-	s.gate.Forget()
-	for i := range 20 {
-		_, err := s.Reserve(ctx, localtest.FullRequest(fmt.Sprint("new", i)))
-		if !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
-			t.Fatalf("a new reservation with less free than the headroom: %v, want store.ErrNoSpace and ENOSPC", err)
-		}
-	}
-	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
-		t.Fatalf("Writable with less free than the headroom: %v, want store.ErrNoSpace", err)
-	}
-	localtest.CheckReplays(t, ctx, s, done)
-	if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(held), State: store.Succeeded, Value: localtest.Response("held"), TTL: time.Hour}); err != nil {
-		t.Fatalf("the outcome of a key reserved before, with 1.5 MiB free: %v", err)
-	}
-	free.Store(1 << 30)
-	localtest.Eventually(t, "new reservations are taken once the disk has room", func() bool { return s.Writable(ctx) == nil })
-	for i := range 5 {
-		if _, err := localtest.Record(ctx, s, fmt.Sprint("back", i)); err != nil {
-			t.Fatalf("a new key with room again: %v", err)
-		}
-	}
+	localtest.AdmitByRoom(t, s, func() {
+		free.Store(3 << 19) // room for an outcome of 35 KiB, not for the headroom
+		s.gate.Forget()
+	}, func() {}, func() { free.Store(1 << 30) })
 }

@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Mount mounts a tmpfs of size (mount's syntax: "12m") on a new directory
@@ -33,7 +35,17 @@ func Mount(t testing.TB, size string) string {
 	}
 	// Registered after TempDir's removal, so it runs before it.
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		// A process just killed, or one walking /tmp, can keep the mount
+		// busy for a moment: try again a few times before failing.
+		var out []byte
+		var err error
+		for range 50 {
+			if out, err = exec.Command("umount", dir).CombinedOutput(); err == nil || !strings.Contains(string(out), "busy") {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})

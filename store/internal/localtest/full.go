@@ -358,3 +358,44 @@ func (h Harness) Reopen(t *testing.T, ctx context.Context, s store.Store, dir st
 	CheckReplays(t, ctx, s, done)
 	return s.(Writer)
 }
+
+// AdmitByRoom checks a store's admission by free space; its headroom must
+// be more than 1.5 MiB and low leave it between that and 35 KiB free. A
+// new reservation is refused, with an error matching store.ErrNoSpace and
+// ENOSPC, while the filesystem has less free than the headroom (after
+// low), so that no work starts whose outcome the store has no room for
+// (refused runs after the refusals); replays and the outcome of a key
+// reserved before are still served and written; Writable says why; and
+// once room comes back (back), new reservations are taken again without a
+// restart.
+func AdmitByRoom(t *testing.T, s Writer, low, refused, back func()) {
+	t.Helper()
+	ctx := context.Background()
+	done := RecordMore(t, ctx, s, 5)
+	held := FullRequest("held")
+	if _, err := s.Reserve(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	low()
+	for i := range 20 {
+		_, err := s.Reserve(ctx, FullRequest(fmt.Sprint("new", i)))
+		if !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("a new reservation with less free than the headroom: %v, want store.ErrNoSpace and ENOSPC", err)
+		}
+	}
+	refused()
+	if err := s.Writable(ctx); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("Writable with less free than the headroom: %v, want store.ErrNoSpace", err)
+	}
+	CheckReplays(t, ctx, s, done)
+	if err := s.Complete(ctx, store.Completion{Fence: FenceOf(held), State: store.Succeeded, Value: Response("held"), TTL: time.Hour}); err != nil {
+		t.Fatalf("the outcome of a key reserved before, with less free than the headroom: %v", err)
+	}
+	back()
+	Eventually(t, "new reservations are taken once the disk has room", func() bool { return s.Writable(ctx) == nil })
+	for i := range 5 {
+		if _, err := Record(ctx, s, fmt.Sprint("back", i)); err != nil {
+			t.Fatalf("a new key with room again: %v", err)
+		}
+	}
+}
