@@ -2,9 +2,12 @@ package file
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/internal/testkit/tmpdisk"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/localtest"
 	"github.com/idem-dev/idem/store/storetest"
@@ -96,4 +99,44 @@ func TestOneSyncSyncsOnce(t *testing.T) {
 			t.Fatalf("key %s reserved before Close, after a reopen: %+v, %v", req.Record.Key, r, err)
 		}
 	}
+}
+
+// TestOneSyncFailedSyncUndone: a reservation that returned before its
+// sync, whose sync then fails (here together with its holder's Complete,
+// in one write too large for the disk), is undone: the key reads absent,
+// as the disk has it, is free to reserve again, and nothing reads the
+// frame that was cut off.
+func TestOneSyncFailedSyncUndone(t *testing.T) {
+	t.Parallel()
+	disk := tmpdisk.Mount(t, "12m")
+	ctx := context.Background()
+	// 2 MiB free before the store writes: no zeros are written ahead of
+	// its frames, so a frame needs room on the disk itself.
+	tmpdisk.Leave(t, filepath.Join(disk, "ballast"), 2<<20)
+	dir := filepath.Join(disk, "store")
+	s := openT(t, dir, oneSync, func(o *Options) { o.Headroom = 1 })
+	done := localtest.RecordMore(t, ctx, s, 3)
+	tmpdisk.Leave(t, filepath.Join(disk, "ballast2"), 16<<10)
+	s.log.gate.Forget()
+	req := localtest.FullRequest("undone")
+	if res, err := s.Reserve(ctx, req); err != nil || !res.Acquired {
+		t.Fatalf("a reservation with 16 KiB free: %+v, %v", res, err)
+	}
+	err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Succeeded, Value: localtest.Response("undone"), TTL: time.Hour})
+	if !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("a Complete of 35 KiB with 16 KiB free: %v, want store.ErrNoSpace", err)
+	}
+	if _, err := s.Get(ctx, req.Record.Scope, req.Record.KeyHash); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the key whose reservation's sync failed: %v, want store.ErrNotFound", err)
+	}
+	checkIndex(t, s)
+	localtest.CheckReplays(t, ctx, s, done)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir, oneSync, func(o *Options) { o.Headroom = 1 })
+	if _, err := s.Get(ctx, req.Record.Scope, req.Record.KeyHash); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after a reopen, the key whose reservation's sync failed: %v, want store.ErrNotFound", err)
+	}
+	localtest.CheckReplays(t, ctx, s, done)
 }
