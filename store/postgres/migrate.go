@@ -125,75 +125,16 @@ func MigrateReport(ctx context.Context, pool *pgxpool.Pool, opts Options) (Repor
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(opts.Schema)); err != nil {
-		return rep, wrapErr(ctx, "migrate: lock", err)
-	}
-	// CREATE SCHEMA IF NOT EXISTS demands the CREATE privilege on the
-	// database even when the schema exists, so look first: a role that may
-	// only use an existing schema can still migrate.
-	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, opts.Schema).Scan(&exists); err != nil {
-		return rep, wrapErr(ctx, "migrate: look up schema", err)
-	}
-	if !exists {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{opts.Schema}.Sanitize()); err != nil {
-			return rep, wrapErr(ctx, "migrate: create schema", err)
-		}
+	if err := lockSchema(ctx, tx, opts); err != nil {
+		return rep, err
 	}
 	mt := pgx.Identifier{opts.Schema, MigrationsTable}.Sanitize()
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
-		table_name text        NOT NULL,
-		version    integer     NOT NULL,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (table_name, version)
-	)`); err != nil {
-		return rep, wrapErr(ctx, "migrate: create "+MigrationsTable, err)
-	}
-	rows, err := tx.Query(ctx, `SELECT version FROM `+mt+` WHERE table_name = $1`, opts.Table)
+	applied, err := appliedVersions(ctx, tx, mt, opts, &rep)
 	if err != nil {
-		return rep, wrapErr(ctx, "migrate: read versions", err)
+		return rep, err
 	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return rep, wrapErr(ctx, "migrate: read versions", err)
-	}
-	// The migrations table says what was applied, not what is there: a
-	// records table dropped by hand would be reported as migrated, and
-	// every request would then fail. Look.
-	var tableExists bool
-	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, opts.qualified()).Scan(&tableExists); err != nil {
-		return rep, wrapErr(ctx, "migrate: look up table", err)
-	}
-	if !tableExists && len(applied) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM `+mt+` WHERE table_name = $1`, opts.Table); err != nil {
-			return rep, wrapErr(ctx, "migrate: forget the dropped table", err)
-		}
-		applied, rep.Recreated = nil, true
-	}
-	data := struct{ Schema, Table, Name string }{
-		Schema: pgx.Identifier{opts.Schema}.Sanitize(),
-		Table:  opts.qualified(),
-		Name:   opts.Table,
-	}
-	for _, m := range ms {
-		if slices.Contains(applied, int32(m.version)) {
-			continue
-		}
-		var sql strings.Builder
-		if err := m.tmpl.Execute(&sql, data); err != nil {
-			return rep, fmt.Errorf("postgres store: migration %s: %w", m.name, err)
-		}
-		// No arguments: pgx sends it with the simple protocol, which runs
-		// every statement of the file.
-		if _, err := tx.Exec(ctx, sql.String()); err != nil {
-			return rep, wrapErr(ctx, "migrate: "+m.name, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+mt+` (table_name, version, name) VALUES ($1, $2, $3)`,
-			opts.Table, m.version, m.name); err != nil {
-			return rep, wrapErr(ctx, "migrate: record "+m.name, err)
-		}
-		rep.Applied = append(rep.Applied, m.name)
+	if rep.Applied, err = applyMigrations(ctx, tx, mt, opts, ms, applied); err != nil {
+		return rep, err
 	}
 	if err := checkColumns(ctx, tx, opts); err != nil {
 		return rep, err
@@ -203,6 +144,97 @@ func MigrateReport(ctx context.Context, pool *pgxpool.Pool, opts Options) (Repor
 	}
 	rep.Version = ms[len(ms)-1].version
 	return rep, nil
+}
+
+// lockSchema takes the schema's migration lock for the rest of tx, which
+// serialises concurrent migrations, and creates the schema if it is
+// missing.
+func lockSchema(ctx context.Context, tx pgx.Tx, opts Options) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(opts.Schema)); err != nil {
+		return wrapErr(ctx, "migrate: lock", err)
+	}
+	// CREATE SCHEMA IF NOT EXISTS demands the CREATE privilege on the
+	// database even when the schema exists, so look first: a role that may
+	// only use an existing schema can still migrate.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, opts.Schema).Scan(&exists); err != nil {
+		return wrapErr(ctx, "migrate: look up schema", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{opts.Schema}.Sanitize()); err != nil {
+			return wrapErr(ctx, "migrate: create schema", err)
+		}
+	}
+	return nil
+}
+
+// appliedVersions creates the migrations table mt if it is missing and
+// returns the versions it records as applied to the records table. When
+// the records table is gone (dropped by hand) it forgets them, so that
+// the table is created again, and sets rep.Recreated.
+func appliedVersions(ctx context.Context, tx pgx.Tx, mt string, opts Options, rep *Report) ([]int32, error) {
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
+		table_name text        NOT NULL,
+		version    integer     NOT NULL,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (table_name, version)
+	)`); err != nil {
+		return nil, wrapErr(ctx, "migrate: create "+MigrationsTable, err)
+	}
+	rows, err := tx.Query(ctx, `SELECT version FROM `+mt+` WHERE table_name = $1`, opts.Table)
+	if err != nil {
+		return nil, wrapErr(ctx, "migrate: read versions", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, wrapErr(ctx, "migrate: read versions", err)
+	}
+	// The migrations table says what was applied, not what is there: a
+	// records table dropped by hand would be reported as migrated, and
+	// every request would then fail. Look.
+	var tableExists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, opts.qualified()).Scan(&tableExists); err != nil {
+		return nil, wrapErr(ctx, "migrate: look up table", err)
+	}
+	if !tableExists && len(applied) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+mt+` WHERE table_name = $1`, opts.Table); err != nil {
+			return nil, wrapErr(ctx, "migrate: forget the dropped table", err)
+		}
+		applied, rep.Recreated = nil, true
+	}
+	return applied, nil
+}
+
+// applyMigrations runs the migrations of ms not in applied, in order,
+// recording each in mt, and returns their names.
+func applyMigrations(ctx context.Context, tx pgx.Tx, mt string, opts Options, ms []migration, applied []int32) ([]string, error) {
+	data := struct{ Schema, Table, Name string }{
+		Schema: pgx.Identifier{opts.Schema}.Sanitize(),
+		Table:  opts.qualified(),
+		Name:   opts.Table,
+	}
+	var names []string
+	for _, m := range ms {
+		if slices.Contains(applied, int32(m.version)) {
+			continue
+		}
+		var sql strings.Builder
+		if err := m.tmpl.Execute(&sql, data); err != nil {
+			return names, fmt.Errorf("postgres store: migration %s: %w", m.name, err)
+		}
+		// No arguments: pgx sends it with the simple protocol, which runs
+		// every statement of the file.
+		if _, err := tx.Exec(ctx, sql.String()); err != nil {
+			return names, wrapErr(ctx, "migrate: "+m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+mt+` (table_name, version, name) VALUES ($1, $2, $3)`,
+			opts.Table, m.version, m.name); err != nil {
+			return names, wrapErr(ctx, "migrate: record "+m.name, err)
+		}
+		names = append(names, m.name)
+	}
+	return names, nil
 }
 
 // checkColumns fails when the records table lacks a column the store
