@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -119,31 +118,4 @@ func killHolders(d, r *idem.Engine, kill func(), skew float64) (time.Duration, [
 	}
 	wg.Wait()
 	return worst, errs
-}
-
-// TakeOverDead retries a dead holder's key on r every quarter lease until
-// it takes it over, and returns an error if a try that began a whole lease
-// after the end of the first look (TakeoverOverdue) still found it in
-// progress, if a try did not take it over, or if it was still in progress
-// after skewTries tries.
-func TakeOverDead(r *idem.Engine, call idem.Call) error {
-	var firstLook time.Time
-	for tries := 1; ; tries++ {
-		try := time.Now()
-		res, err := r.Do(context.Background(), call, func(context.Context) ([]byte, error) { return []byte("taken"), nil })
-		if firstLook.IsZero() {
-			firstLook = time.Now()
-		}
-		switch {
-		case errors.Is(err, idem.ErrInProgress) && TakeoverOverdue(firstLook, try):
-			return fmt.Errorf("still in progress on a try %v after the first look ended, more than a lease",
-				try.Sub(firstLook).Round(time.Millisecond))
-		case errors.Is(err, idem.ErrInProgress) && tries < skewTries:
-			time.Sleep(SkewLease / 4)
-		case err != nil || !res.TookOver:
-			return fmt.Errorf("%+v %v after %d tries, want a takeover", res, err, tries)
-		default:
-			return nil
-		}
-	}
 }
