@@ -22,12 +22,13 @@ var quiet = Options{Logger: slog.New(slog.DiscardHandler)}
 
 // harness is the store as the tests it shares with store/pebble open it.
 var harness = localtest.Harness{
-	Open:      localtest.Opener(Open, quiet, func(o *Options, wall func() time.Time) { o.WallClock = wall }),
-	Format1:   "v1log",
-	IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(s.(*Store)) },
-	Records:   func(t testing.TB, s store.Store) map[string]*store.Record { return checkIndex(t, s.(*Store)) },
-	ENOSPC:    true,
-	Syncs:     func(t *testing.T, s store.Store) uint64 { return s.(*Store).log.syncs.Load() },
+	Open:        localtest.Opener(Open, quiet, func(o *Options, wall func() time.Time) { o.WallClock = wall }),
+	OpenOneSync: localtest.Opener(Open, Options{Logger: quiet.Logger, OneSync: true}, func(o *Options, wall func() time.Time) { o.WallClock = wall }),
+	Format1:     "v1log",
+	IndexKeys:   func(t *testing.T, s store.Store) []string { return indexKeys(s.(*Store)) },
+	Records:     func(t testing.TB, s store.Store) map[string]*store.Record { return checkIndex(t, s.(*Store)) },
+	ENOSPC:      true,
+	Syncs:       func(t *testing.T, s store.Store) uint64 { return s.(*Store).log.syncs.Load() },
 	// Alone, every write waits for its own fdatasync; up to twenty
 	// attempts (a few milliseconds each) let concurrent ones share them.
 	GroupShare:    2,

@@ -20,6 +20,7 @@ var quiet = Options{Logger: slog.New(slog.DiscardHandler)}
 // harness is the store as the tests it shares with store/file open it.
 var harness = localtest.Harness{
 	Open:              localtest.Opener(Open, quiet, func(o *Options, wall func() time.Time) { o.WallClock = wall }),
+	OpenOneSync:       localtest.Opener(Open, Options{Logger: quiet.Logger, OneSync: true}, func(o *Options, wall func() time.Time) { o.WallClock = wall }),
 	Format1:           "v1db",
 	IndexKeys:         func(t *testing.T, s store.Store) []string { return allKeys(t, s.(*Store)) },
 	Records:           func(t testing.TB, s store.Store) map[string]*store.Record { return checkIndex(t, s.(*Store)) },

@@ -87,10 +87,14 @@ func explain(h *History, info porcupine.LinearizationInfo) string {
 		if len(longest) == 0 {
 			continue
 		}
-		key := longest[0].Input.(input).Key
+		first := slices.IndexFunc(longest, func(op porcupine.Operation) bool { return op.Input.(input).Kind != opCrash })
+		if first < 0 {
+			continue
+		}
+		key := longest[first].Input.(input).Key
 		var ops []porcupine.Operation
 		for _, op := range h.ops {
-			if op.Input.(input).Key == key {
+			if in := op.Input.(input); in.Key == key || in.Kind == opCrash {
 				ops = append(ops, op)
 			}
 		}

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/idem-dev/idem/internal/testkit"
 	"github.com/idem-dev/idem/store"
 )
@@ -64,12 +66,24 @@ func wallClock() int64 { return time.Now().UnixNano() }
 // test's name, so the package needs no TestMain hook. open opens the store
 // in dir, in the child and in the test.
 func RunCrash(t *testing.T, open func(dir string) (store.Store, error)) {
-	verify(t, runCrash(t, open))
+	verify(t, runCrash(t, open, false))
 }
 
-// runCrash records RunCrash's history; in a crash child, it runs the child
-// and never returns.
-func runCrash(t *testing.T, open func(dir string) (store.Store, error)) *History {
+// RunCrashOneSync is RunCrash for a store that returns a reservation that
+// may be taken over (ReserveRequest.TakeOverStale) before it is on disk,
+// as the embedded stores do with their OneSync option: a kill may lose
+// such a reservation, together with its holder, unless a later write of
+// its key was synced, and the key is then as it was before it. Everything
+// else must survive as RunCrash has it: a completion, a renewal or a
+// release that returned, and a reservation that may not be taken over;
+// a lost token never comes back.
+func RunCrashOneSync(t *testing.T, open func(dir string) (store.Store, error)) {
+	verify(t, runCrash(t, open, true))
+}
+
+// runCrash records RunCrash's history (RunCrashOneSync's when oneSync is
+// set); in a crash child, it runs the child and never returns.
+func runCrash(t *testing.T, open func(dir string) (store.Store, error), oneSync bool) *History {
 	if spec := os.Getenv(crashEnv); spec != "" {
 		os.Exit(crashChild(open, spec))
 	}
@@ -77,7 +91,7 @@ func runCrash(t *testing.T, open func(dir string) (store.Store, error)) *History
 	cfg := crashConfig()
 	prefix := keyPrefix()
 	h := &History{slack: cfg.Slack}
-	cut := 0
+	cut, atKill := 0, 0
 	var gens []int64 // where the workload is, so that each process carries on with the keys of the last
 	for round := range crashRounds {
 		spec := crashSpec{Dir: dir, Log: filepath.Join(logs, fmt.Sprint(round, ".log")), Prefix: prefix, Gens: gens, High: uint64(2*round+1) << 32, Client: 3 * round * cfg.Clients}
@@ -90,12 +104,21 @@ func runCrash(t *testing.T, open func(dir string) (store.Store, error)) *History
 		}
 		before := operations(events, killed)
 		gens = furthest(gens, events)
-		for _, op := range before {
+		for i, op := range before {
 			if op.Return == killed {
 				cut++
 			}
+			if in := op.Input.(input); oneSync && in.Kind == opReserve && in.TakeOver {
+				in.Unsynced = true
+				before[i].Input = in
+			}
 		}
+		atKill += outstanding(before)
+		// The kill, after every call the child made returned or was cut,
+		// and before the restart's first.
+		crash := input{Kind: opCrash, Call: killed + 1, Return: killed + 2}
 		h.ops = append(h.ops, before...)
+		h.ops = append(h.ops, porcupine.Operation{ClientId: -1, Input: crash, Call: crash.Call, Output: output{Outcome: outOK}, Return: crash.Return})
 
 		s, err := open(dir)
 		if err != nil {
@@ -113,7 +136,31 @@ func runCrash(t *testing.T, open func(dir string) (store.Store, error)) *History
 		t.Logf("round %d: %d operations by the child before the kill, %d after the restart", round, len(before), len(after)/2)
 	}
 	t.Logf("%d calls cut by the kills", cut)
+	if oneSync {
+		t.Logf("%d reservations returned before their sync and held, not yet completed, renewed or released, when a kill came", atKill)
+		if atKill == 0 {
+			t.Errorf("no kill came between a reservation returned before its sync and its holder's next write: the test tested little")
+		}
+	}
 	return h
+}
+
+// outstanding counts the reservations of ops returned before their sync
+// (input.Unsynced) that no Renew, Complete or Release of their token
+// followed with success: those a kill at the end of ops came between the
+// reservation and its holder's next write.
+func outstanding(ops []porcupine.Operation) int {
+	held := map[uint64]bool{}
+	for _, op := range ops { // sorted by call
+		in, out := op.Input.(input), op.Output.(output)
+		switch {
+		case in.Kind == opReserve && in.Unsynced && out.Acquired:
+			held[in.Token] = true
+		case in.Kind != opReserve && in.Kind != opGet && out.Outcome == outOK:
+			delete(held, in.Token)
+		}
+	}
+	return len(held)
 }
 
 // furthest returns gens moved on to the furthest generation of each slot

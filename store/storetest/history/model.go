@@ -20,6 +20,10 @@ const (
 	opRenew    kind = "renew"
 	opComplete kind = "complete"
 	opRelease  kind = "release"
+	// opCrash is a kill -9 and the restart after it, on every key at
+	// once: a reservation that returned before its sync (input.Unsynced)
+	// and that no later write of its key synced may be lost to it.
+	opCrash kind = "crash"
 )
 
 // never is the return time of an operation whose outcome is unknown and
@@ -39,9 +43,13 @@ type input struct {
 	// Match is what a takeover must find equal in the stale record: its
 	// fingerprint and binding. Ident is everything the reservation wrote
 	// that a read must give back (Match, request ID, key, scope, key hash).
-	Match    string      `json:"match,omitempty"`
-	Ident    string      `json:"ident,omitempty"`
-	TakeOver bool        `json:"takeover,omitempty"`
+	Match    string `json:"match,omitempty"`
+	Ident    string `json:"ident,omitempty"`
+	TakeOver bool   `json:"takeover,omitempty"`
+	// Unsynced: the store may return this Reserve before its record is
+	// on disk (an embedded store's OneSync, for a reservation that may be
+	// taken over), so that a crash may lose it.
+	Unsynced bool        `json:"unsynced,omitempty"`
 	Lease    int64       `json:"lease,omitempty"` // Reserve's and Renew's, in ns
 	State    store.State `json:"state,omitempty"` // Complete's
 	Value    string      `json:"value,omitempty"` // Complete's
@@ -92,6 +100,55 @@ type record struct {
 	// reads no earlier than the call when it sets the lease, and a clock
 	// runs no faster than ours.
 	LeaseFrom int64
+	// Unsynced: the record is a reservation that a crash may still lose,
+	// and Durable is what the key then holds. A store that returns a
+	// reservation before its sync writes its log in order: a write of
+	// the key synced after it syncs it too, and a crash keeps a prefix
+	// of the log, so the key falls back to the last state that was on
+	// disk, which Durable tracks.
+	Unsynced bool
+	Durable  durable
+}
+
+// durable is a record that a crash keeps: the fields of record that
+// describe a state, without the crash's own.
+type durable struct {
+	Present   bool
+	State     store.State
+	Token     uint64
+	Match     string
+	Ident     string
+	Value     string
+	LeaseFrom int64
+}
+
+func (r record) durable() durable {
+	return durable{r.Present, r.State, r.Token, r.Match, r.Ident, r.Value, r.LeaseFrom}
+}
+
+func (d durable) record() record {
+	return record{Present: d.Present, State: d.State, Token: d.Token, Match: d.Match, Ident: d.Ident, Value: d.Value, LeaseFrom: d.LeaseFrom}
+}
+
+// synced is r once a write of its key has been synced: a crash keeps it.
+func (r record) synced() record {
+	r.Unsynced, r.Durable = false, durable{}
+	return r
+}
+
+// unsynced returns the states a reservation mine that returned before
+// its sync can leave, made on a key in state s: a crash falls back to s
+// if s is on disk, and otherwise to s or to what s would fall back to,
+// depending on whether a sync (of any key) wrote s's frame before mine
+// was appended.
+func unsynced(s, mine record) []record {
+	mine.Unsynced, mine.Durable = true, s.durable()
+	if !s.Unsynced {
+		return []record{mine}
+	}
+	older := mine
+	older.Durable = s.Durable
+	return []record{mine, older}
 }
 
 func (r record) holds(token uint64) bool {
@@ -126,29 +183,39 @@ func step(s record, in input, out output, slack int64) []record {
 		}
 		return nil
 
+	case opCrash:
+		if s.Unsynced {
+			return []record{s.synced(), s.Durable.record()}
+		}
+		return []record{s}
+
 	case opReserve:
 		mine := record{Present: true, State: store.InProgress, Token: in.Token,
 			Match: in.Match, Ident: in.Ident, LeaseFrom: in.Call + in.Lease}
 		takeover := s.Present && s.State == store.InProgress && in.TakeOver && s.Match == in.Match &&
 			canEnd(s.LeaseFrom, in.Return, slack)
+		acquired := []record{mine}
+		if in.Unsynced {
+			acquired = unsynced(s, mine)
+		}
 		switch {
 		case unknown:
 			if !s.Present || takeover {
-				return []record{s, mine}
+				return append([]record{s}, acquired...)
 			}
 			return []record{s}
 		case out.Outcome != outOK:
 			return nil
 		case out.Acquired && !s.Present && !out.TookOver,
 			out.Acquired && takeover && out.TookOver:
-			return []record{mine}
+			return acquired
 		case !out.Acquired && s.shows(out.Record, in.Return, slack):
 			return []record{s}
 		}
 		return nil
 
 	case opRenew:
-		renewed := s
+		renewed := s.synced()
 		renewed.LeaseFrom = in.Call + in.Lease
 		switch {
 		case unknown && s.holds(in.Token):
@@ -163,7 +230,7 @@ func step(s record, in input, out output, slack int64) []record {
 		return nil
 
 	case opComplete:
-		done := s
+		done := s.synced()
 		done.State, done.Value, done.LeaseFrom = in.State, in.Value, 0
 		switch {
 		case unknown && s.holds(in.Token):
@@ -220,7 +287,7 @@ func model(slack time.Duration) porcupine.Model {
 		Hash: func(state any) uint64 {
 			r := state.(record)
 			h := fnv.New64a()
-			fmt.Fprint(h, r.Present, r.State, r.Token, r.Value, r.LeaseFrom)
+			fmt.Fprint(h, r.Present, r.State, r.Token, r.Value, r.LeaseFrom, r.Unsynced, r.Durable.Token)
 			return h.Sum64()
 		},
 		DescribeOperation: describe,
@@ -229,19 +296,28 @@ func model(slack time.Duration) porcupine.Model {
 			if !r.Present {
 				return "absent"
 			}
-			return fmt.Sprintf("%s(%x) %q lease from %v", r.State, r.Token, r.Value, time.Duration(r.LeaseFrom))
+			d := fmt.Sprintf("%s(%x) %q lease from %v", r.State, r.Token, r.Value, time.Duration(r.LeaseFrom))
+			if r.Unsynced {
+				d += fmt.Sprintf(", not yet synced over %s(%x)", r.Durable.State, r.Durable.Token)
+			}
+			return d
 		},
 	}
 	return nm.ToModel()
 }
 
 // partition splits a history by key: keys are independent, and each
-// partition is checked on its own.
+// partition is checked on its own. A crash (no key) is in every one.
 func partition(ops []porcupine.Operation) [][]porcupine.Operation {
 	byKey := map[string]int{}
 	var parts [][]porcupine.Operation
+	var crashes []porcupine.Operation
 	for _, op := range ops {
 		k := op.Input.(input).Key
+		if op.Input.(input).Kind == opCrash {
+			crashes = append(crashes, op)
+			continue
+		}
 		i, ok := byKey[k]
 		if !ok {
 			i = len(parts)
@@ -249,6 +325,9 @@ func partition(ops []porcupine.Operation) [][]porcupine.Operation {
 			parts = append(parts, nil)
 		}
 		parts[i] = append(parts[i], op)
+	}
+	for i := range parts {
+		parts[i] = append(parts[i], crashes...)
 	}
 	return parts
 }
@@ -273,6 +352,8 @@ func describe(in, out any) string {
 		call = fmt.Sprintf("complete(%x, %s, %q)", i.Token, i.State, i.Value)
 	case opRelease:
 		call = fmt.Sprintf("release(%x)", i.Token)
+	case opCrash:
+		return "kill -9, restart"
 	}
 	res := string(o.Outcome)
 	switch {

@@ -44,6 +44,16 @@ func holds(token uint64, match string, st store.State, value string, stale bool)
 	return output{Outcome: outOK, Record: &view{State: st, Token: token, Ident: in.Ident, Value: value, Stale: stale}}
 }
 
+// unsyncedReserve is reserve(token, "a") returned before its sync; crash
+// is a kill -9 and restart.
+func unsyncedReserve(token uint64) input {
+	in := reserve(token, "a")
+	in.Unsynced = true
+	return in
+}
+
+var crash = input{Kind: opCrash}
+
 type timed struct {
 	in        input
 	out       output
@@ -70,6 +80,53 @@ func TestModel(t *testing.T) {
 			{fenced(opRelease, 1), leaseLost, 12, 13},
 			{fenced(opComplete, 1), leaseLost, 14, 15},
 		}, porcupine.Ok},
+		{"a reservation returned before its sync, lost to a crash", []timed{
+			{unsyncedReserve(1), acquired, 0, 1},
+			{crash, ok, 2, 3},
+			{get, notFound, 4, 5},
+		}, porcupine.Ok},
+		{"a synced reservation lost to a crash", []timed{
+			{reserve(1, "a"), acquired, 0, 1},
+			{crash, ok, 2, 3},
+			{get, notFound, 4, 5},
+		}, porcupine.Illegal},
+		{"a completion lost to a crash", []timed{
+			{unsyncedReserve(1), acquired, 0, 1},
+			{fenced(opComplete, 1), ok, 2, 3},
+			{crash, ok, 4, 5},
+			{get, holds(1, "a", store.InProgress, "", false), 6, 7},
+		}, porcupine.Illegal},
+		{"a reservation renewed, then lost to a crash", []timed{
+			{unsyncedReserve(1), acquired, 0, 1},
+			{fenced(opRenew, 1), ok, 2, 3},
+			{crash, ok, 4, 5},
+			{get, notFound, 6, 7},
+		}, porcupine.Illegal},
+		{"a takeover lost to a crash leaves the stale holder", []timed{
+			{reserve(1, "a"), acquired, 0, 1},
+			{unsyncedReserve(2), tookOver, 200, 201},
+			{crash, ok, 202, 203},
+			{get, holds(1, "a", store.InProgress, "", true), 204, 205},
+			{fenced(opComplete, 2), leaseLost, 206, 207},
+		}, porcupine.Ok},
+		{"two reservations returned before their sync, the second lost", []timed{
+			{unsyncedReserve(1), acquired, 0, 1},
+			{unsyncedReserve(2), tookOver, 200, 201},
+			{crash, ok, 202, 203},
+			{get, holds(1, "a", store.InProgress, "", true), 204, 205},
+		}, porcupine.Ok},
+		{"two reservations returned before their sync, both lost", []timed{
+			{unsyncedReserve(1), acquired, 0, 1},
+			{unsyncedReserve(2), tookOver, 200, 201},
+			{crash, ok, 202, 203},
+			{get, notFound, 204, 205},
+		}, porcupine.Ok},
+		{"a lost token holds the key after the restart", []timed{
+			{unsyncedReserve(1), acquired, 0, 1},
+			{crash, ok, 2, 3},
+			{get, notFound, 4, 5},
+			{get, holds(1, "a", store.InProgress, "", false), 6, 7},
+		}, porcupine.Illegal},
 		{"two overlapping reservations both acquire", []timed{
 			{reserve(1, "a"), acquired, 0, 10},
 			{reserve(2, "a"), acquired, 5, 15},
