@@ -90,10 +90,13 @@ type Result struct {
 	// presented as the key's outcome; see Do.
 	NotRecorded bool
 	// Kept is set with NotRecorded when the store failed (not when the
-	// lease was lost): this process keeps the outcome, renews the key's
-	// lease, writes the outcome as soon as the store takes it, and
-	// meanwhile answers retries of the key from it. The key runs no
-	// second time unless this process dies first.
+	// lease was lost to another call): this process keeps the outcome,
+	// renews the key's lease, writes the outcome as soon as the store
+	// takes it, and meanwhile answers retries of the key from it. The key
+	// runs no second time unless this process dies first. It is set too
+	// when the store lost the key's record and the outcome's write-back
+	// (see WithOnRecordLost) could not be written yet; there the key runs
+	// again if another call reserves it before the write-back lands.
 	Kept bool
 }
 
@@ -211,15 +214,23 @@ func WithOnFreed(f func(scope string)) Option { return Option{func(s *shared) { 
 // WithOnRecordLost calls f, with the key's scope, each time a holder's
 // write that ends its call finds its record gone from the store: not
 // taken over by another caller, gone, as when a failover of the store
-// promoted a replica that never received the reservation. The call is
-// answered as a lost lease (Result.NotRecorded, ErrLeaseLost), never as
-// recorded, and a retry of the key runs it again. Operators count these
-// (the gateway's idem_store_records_lost_total): any means the store lost
-// acknowledged writes, and the store's replicas should confirm them
-// (docs/stores: sync_replicas), unless an operator released the key of a
-// holder judged stale (Engine.Release) that then finished, which looks
-// the same to it. f must not block. The default does nothing; every loss
-// is also logged at Warn.
+// promoted a replica that never received the reservation, or an operator
+// released the key of a holder judged stale (Engine.Release) that then
+// finished; the store cannot tell the two apart. The holder writes its
+// outcome back as a new record if the key is still absent (it reserves
+// the key anew, then completes), so that a key that ran to its end does
+// not run again; if another call reserved the key first, that call runs
+// it again and the outcome is dropped. The call is answered as recorded
+// only if the write-back landed before Do returns: the outcome is then
+// the key's record, and retries replay it. Otherwise it is answered as
+// NotRecorded: ErrLeaseLost when another call has the key, or
+// ErrStoreUnavailable with Result.Kept while the write-back waits for the
+// store (retries in this process are answered from the kept outcome).
+// Operators count these (the gateway's idem_store_records_lost_total),
+// written back or not: any means the store lost acknowledged writes, and
+// the store's replicas should confirm them (docs/stores: sync_replicas).
+// f must not block. The default does nothing; every loss is also logged
+// at Warn, and a write-back given up for another call's reservation too.
 func WithOnRecordLost(f func(scope string)) Option {
 	return Option{func(s *shared) { s.onLost = f }}
 }
@@ -597,6 +608,8 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 			return e.store.Complete(c, store.Completion{Fence: f, State: res.State, Value: stored, TTL: e.policy.TTL})
 		})
 	}
+	final := rec
+	final.State, final.Value, final.UpdatedAt, final.ExpiresAt = res.State, stored, now, now.Add(e.policy.TTL)
 	if errors.Is(werr, store.ErrLeaseLost) {
 		// A client that retries a write whose reply was lost (go-redis
 		// does, and so does endWrite) sees its own earlier success as a
@@ -605,11 +618,9 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 			werr = nil
 		} else if lost {
 			e.recordLost(rec.Scope)
+			rec.Token, werr, res.Kept = e.writeBackNow(final, werr)
 		}
-	}
-	if werr != nil && !errors.Is(werr, store.ErrLeaseLost) && !errors.Is(werr, store.ErrClosed) {
-		final := rec
-		final.State, final.Value, final.UpdatedAt, final.ExpiresAt = res.State, stored, now, now.Add(e.policy.TTL)
+	} else if werr != nil && !errors.Is(werr, store.ErrClosed) {
 		res.Kept = e.keep(final, release)
 	}
 	if werr == nil {
@@ -758,9 +769,30 @@ func (e *Engine) wroteIt(ctx context.Context, rec store.Record, released bool, s
 	}
 }
 
+// writeBackNow tries once to write back the outcome final, whose record
+// the store lost (see writeBack), and hands it to the keeper if the store
+// fails. It returns the token that holds the key when it was written
+// (werr nil: the outcome is recorded, and answered so); lost, the end's
+// error, when another call holds the key; or a store error with kept set
+// when the write-back is pending.
+func (e *Engine) writeBackNow(final store.Record, lost error) (token uint64, werr error, kept bool) {
+	k := e.writeBack(final)
+	done, wrote, err := e.writeOne(k)
+	switch {
+	case wrote:
+		return k.rec.Token, nil, false
+	case done:
+		return final.Token, lost, false
+	}
+	if err == nil {
+		err = lost
+	}
+	return final.Token, &StoreError{Op: "complete", Err: err}, e.keepThis(k)
+}
+
 // recordLost reports a holder's record that the store lost (wroteIt).
 func (e *Engine) recordLost(scope string) {
-	e.logger.Warn("idem: the store lost this call's record (a failover to a replica that never had it?); its outcome is not recorded and a retry runs the key again", e.logAttrs(slog.LevelWarn, scope, "")...)
+	e.logger.Warn("idem: the store lost this call's record (a failover to a replica that never had it?); its outcome is written back unless another call reserved the key first", e.logAttrs(slog.LevelWarn, scope, "")...)
 	if e.onLost != nil {
 		e.onLost(scope)
 	}

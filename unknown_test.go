@@ -144,22 +144,11 @@ func TestOperatorRelease(t *testing.T) {
 	}
 
 	// An in_progress key: not while its holder renews, yes once stale.
-	started, finish := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		res, err := b.eng.Do(bg, call("held"), func(context.Context) ([]byte, error) {
-			close(started)
-			<-finish
-			return []byte("late"), nil
-		})
-		if err == nil || !res.NotRecorded {
-			err = fmt.Errorf("holder after release: %+v %v", res, err)
-		} else {
-			err = nil
-		}
-		done <- err
-	}()
-	<-started
+	// The released holder is alive: it finishes before any new call
+	// reserves the key, finds its record gone and writes its outcome back
+	// (a key that ran to its end must not run again), so the next call
+	// replays it.
+	late := holdKey(t, b, "held")
 	if err := b.eng.Release(bg, "charges", "held"); !errors.Is(err, idem.ErrNotReleasable) {
 		t.Fatalf("release of a live holder's key: %v", err)
 	}
@@ -167,9 +156,55 @@ func TestOperatorRelease(t *testing.T) {
 	if err := b.eng.Release(bg, "charges", "held"); err != nil {
 		t.Fatalf("release of a stale key: %v", err)
 	}
-	close(finish)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if res, err := late(); err != nil || res.NotRecorded || string(res.Value) != "late" {
+		t.Fatalf("released holder finishing first: %+v %v; want its outcome written back, answered as recorded", res, err)
+	}
+	op = &counter{value: "again"}
+	if res, err := b.eng.Do(bg, call("held"), op.fn); err != nil || !res.Replayed || string(res.Value) != "late" || op.n.Load() != 0 {
+		t.Fatalf("after the released holder finished: %+v %v, ran %d; want its outcome replayed", res, err, op.n.Load())
+	}
+
+	// A new call that reserves the released key before its holder
+	// finishes wins: it runs, and the holder's outcome is dropped.
+	late = holdKey(t, b, "raced")
+	b.clock.Add(2 * time.Minute)
+	if err := b.eng.Release(bg, "charges", "raced"); err != nil {
+		t.Fatalf("release of a stale key: %v", err)
+	}
+	if res, err := b.eng.Do(bg, call("raced"), op.fn); err != nil || res.Replayed || op.n.Load() != 1 {
+		t.Fatalf("new call after release: %+v %v; want it run", res, err)
+	}
+	if res, err := late(); !errors.Is(err, idem.ErrLeaseLost) || !res.NotRecorded {
+		t.Fatalf("released holder finishing after a new call: %+v %v; want ErrLeaseLost, NotRecorded", res, err)
+	}
+	if res, err := b.eng.Do(bg, call("raced"), op.fn); err != nil || !res.Replayed || string(res.Value) != "again#1" {
+		t.Fatalf("after both: %+v %v; want the new call's outcome", res, err)
+	}
+}
+
+// holdKey starts a call of key that runs until the returned function is
+// called, which lets it finish and returns its answer.
+func holdKey(t *testing.T, b *bundle, key string) func() (idem.Result, error) {
+	t.Helper()
+	started, finish := make(chan struct{}), make(chan struct{})
+	type answer struct {
+		res idem.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := b.eng.Do(bg, call(key), func(context.Context) ([]byte, error) {
+			close(started)
+			<-finish
+			return []byte("late"), nil
+		})
+		done <- answer{res, err}
+	}()
+	<-started
+	return func() (idem.Result, error) {
+		close(finish)
+		a := <-done
+		return a.res, a.err
 	}
 }
 
