@@ -317,8 +317,9 @@ func (e *Engine) Now() time.Time { return e.now() }
 // When fn ran but its outcome could not be stored, Do returns fn's value
 // with Result.NotRecorded set and an error matching ErrLeaseLost (another
 // call took the key over while this one was paused past its lease, and the
-// record holds that call's outcome) or ErrStoreUnavailable (the store kept
-// failing). That value is not the key's outcome: retries will not get it,
+// record holds that call's outcome; or the store lost the key's record and
+// another call reserved it before this one wrote its outcome back: see
+// WithOnRecordLost) or ErrStoreUnavailable (the store kept failing). That value is not the key's outcome: retries will not get it,
 // so it must not be shown to a client as the answer to its key. Read what
 // retries get with Lookup instead (the HTTP middleware does).
 //

@@ -18,7 +18,9 @@ import (
 // key in this process from what it holds. Only a holder that dies falls
 // back on the lease rule (OnStale). The caller of Do still gets
 // ErrStoreUnavailable with Result.NotRecorded: the outcome is not durable
-// until it is written, so it must not be shown as the key's yet.
+// until it is written, so it must not be shown as the key's yet. An
+// outcome whose record the store lost is kept the same way while its
+// write-back waits for the store (see writeBack).
 
 // maxKept and maxKeptBytes bound what the engine family holds: past them an
 // outcome that could not be written is not kept (the lease rule applies).

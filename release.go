@@ -23,6 +23,13 @@ var ErrNotReleasable = errors.New("idem: the key's record cannot be released")
 // is never released), ErrLeaseLost when the record changed while it was
 // being released (read it again), ErrInvalidKey and ErrStoreUnavailable as
 // Do does. Waiters for the key are woken.
+//
+// A stale holder is not always dead. If it is alive and finishes before
+// any new call reserves the released key, it finds its record gone and
+// writes its outcome back (see WithOnRecordLost): the next call replays
+// that outcome and the key does not run twice, which is what idem exists
+// to prevent. A call that reserved the key first runs it again, and the
+// holder's outcome is dropped.
 func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	key, err := ValidateKey(key, e.policy.MaxKeyBytes)
 	if err != nil {

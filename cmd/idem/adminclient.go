@@ -217,7 +217,9 @@ func (c *ReleaseCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.flagSet("release", "release --admin URL [--scope S | --path P [--method M] [--tenant T | --header 'Name: value'...]] --key K\n\n"+
 		"Frees a key whose outcome is unknown (the call was started and nothing says whether it\n"+
 		"took effect) or whose holder's lease is over: its next request runs the operation again.\n"+
-		"Check the upstream first. The gateway's admin_token is required. Name the key by its\n"+
+		"A holder whose lease was over but that is still alive and finishes before the next request\n"+
+		"reserves the key writes its outcome back: that request then replays it (the key does not\n"+
+		"run twice). Check the upstream first. The gateway's admin_token is required. Name the key by its\n"+
 		"scope, or by the request as the client sent it: --path and --method, and the headers its\n"+
 		"caller is known by (--header 'X-User-ID: alice', --header 'Authorization: Bearer ...'),\n"+
 		"and the gateway's routes find the scope.")
