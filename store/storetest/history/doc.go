@@ -44,7 +44,10 @@
 //
 // Check records and checks one history of a store (the conformance
 // suite's "Linearizable" case runs it on every store); RunCrash does it
-// across kill -9 and restart of an embedded store. On a failure, the
+// across kill -9 and restart of an embedded store, and RunCrashOneSync for
+// one that returns a reservation that may be taken over before its sync:
+// the kill is then an operation of every key, which may undo such a
+// reservation that no later synced write of its key covered. On a failure, the
 // history is drawn with porcupine's visualizer and the operations of the
 // key that cannot be ordered are listed.
 package history
