@@ -21,24 +21,24 @@ import (
 // content; then a key bound to another action or request is a conflict
 // whatever the record's state, so that a client reusing a key by mistake
 // learns it at once, not after the first call ends.
-func decide(c Call, ex store.Record) (res Result, err error, ended bool) {
+func (s *shared) decide(c Call, ex store.Record) (res Result, err error, ended bool) {
 	switch {
 	case !owns(c, ex):
 		// Without the key: this error is logged (a raw key must not be).
 		return Result{}, &StoreError{Op: "get", Err: store.ErrForeignRecord}, true
 	case ex.Binding != c.Binding:
-		return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
+		return Result{}, &ConflictError{Type: ConflictKeyReused, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex), redact: s.redact}, true
 	case ex.Fingerprint != c.Fingerprint:
-		return Result{}, &ConflictError{Type: ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
+		return Result{}, &ConflictError{Type: ConflictPayloadMismatch, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex), redact: s.redact}, true
 	case ex.State == store.Succeeded:
 		return replay(ex, false), nil, true
 	case ex.State == store.Failed:
 		if failure, ok := outcomeUnknown(ex); ok {
 			view := RecordOf(ex)
 			ex.Value = failure
-			return replay(ex, false), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: view}, true
+			return replay(ex, false), &ConflictError{Type: ConflictOutcomeUnknown, Scope: c.Scope, Key: c.Key, Record: view, redact: s.redact}, true
 		}
-		return replay(ex, false), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex)}, true
+		return replay(ex, false), &ConflictError{Type: ConflictPreviousFailure, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex), redact: s.redact}, true
 	}
 	return Result{}, nil, false
 }
@@ -51,8 +51,8 @@ func owns(c Call, ex store.Record) bool { return ex.Scope == c.Scope && ex.Key =
 
 // inProgress is the conflict of a call whose key is held by a running
 // call (or, when ex.Stale(), by one whose lease is over).
-func inProgress(c Call, ex store.Record) *ConflictError {
-	return &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex), Stale: ex.Stale()}
+func (s *shared) inProgress(c Call, ex store.Record) *ConflictError {
+	return &ConflictError{Type: ConflictInProgress, Scope: c.Scope, Key: c.Key, Record: RecordOf(ex), Stale: ex.Stale(), redact: s.redact}
 }
 
 // Peek returns what a retry of c would get now, without running anything
@@ -78,10 +78,10 @@ func (e *Engine) Peek(ctx context.Context, c Call) (Result, error) {
 		}
 		c.Scope = id.scope
 	}
-	if res, err, ended := decide(c, ex); ended {
+	if res, err, ended := e.decide(c, ex); ended {
 		return res, err
 	}
-	return Result{}, inProgress(c, ex)
+	return Result{}, e.inProgress(c, ex)
 }
 
 // find returns the live record of c's key (valid and trimmed): under its
@@ -112,5 +112,5 @@ func (s *shared) find(ctx context.Context, st store.Store, c Call) (store.Record
 			return rec, id, nil
 		}
 	}
-	return store.Record{}, own, fmt.Errorf("key %q: %w", c.Key, store.ErrNotFound)
+	return store.Record{}, own, fmt.Errorf("key_hash %s: %w", s.redact.Key(c.Scope, c.Key), store.ErrNotFound)
 }

@@ -360,7 +360,7 @@ func (e *Engine) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 			}
 			return e.run(ctx, req.Record, sent, res.TookOver, fn)
 		}
-		if res, err, ended := decide(c, ex); ended {
+		if res, err, ended := e.decide(c, ex); ended {
 			res.Waited = w.waited
 			return res, err
 		}
@@ -433,9 +433,9 @@ func (e *Engine) former(ctx context.Context, c Call, req store.ReserveRequest, s
 			return res, err, true
 		}
 		e.giveBack(ctx, req.Record)
-		res, err, ended := decide(as, ex)
+		res, err, ended := e.decide(as, ex)
 		if !ended {
-			return Result{}, inProgress(as, ex), true
+			return Result{}, e.inProgress(as, ex), true
 		}
 		return res, err, true
 	}

@@ -97,6 +97,10 @@ type ConflictError struct {
 	// Stale is set for ConflictInProgress when the holder's lease is over
 	// and the policy is OnStaleConflict.
 	Stale bool
+	// redact prints the key in Error: the engine's Redactor, or the zero
+	// one for an error built elsewhere. Error texts are logged, and a raw
+	// key must not be (docs/ISOLATION.md).
+	redact Redactor
 }
 
 func (e *ConflictError) Error() string {
@@ -121,7 +125,7 @@ func (e *ConflictError) Error() string {
 	default:
 		what = "idem: conflict " + string(e.Type)
 	}
-	return fmt.Sprintf("%s: key %q", what, e.Key)
+	return fmt.Sprintf("%s: key_hash %s", what, e.redact.Key(e.Scope, e.Key))
 }
 
 // Is matches the sentinel of e.Type.

@@ -43,7 +43,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	case err != nil:
 		return err
 	case !owns(Call{Scope: id.scope, Key: key}, rec):
-		return &StoreError{Op: "get", Err: fmt.Errorf("key %q: %w", key, store.ErrForeignRecord)}
+		return &StoreError{Op: "get", Err: fmt.Errorf("key_hash %s: %w", e.redact.Key(id.scope, key), store.ErrForeignRecord)}
 	}
 	scope, keyHash := id.scope, id.keyHash
 	view := RecordOf(rec)
@@ -55,7 +55,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 		case rec.State == store.Failed:
 			what = "failed with a known outcome"
 		}
-		return fmt.Errorf("%w: key %q is %s", ErrNotReleasable, key, what)
+		return fmt.Errorf("%w: key_hash %s is %s", ErrNotReleasable, e.redact.Key(scope, key), what)
 	}
 	// The token fences the release: if the stale holder completes, or the
 	// key is taken over, in between, the token no longer holds the record
@@ -63,7 +63,7 @@ func (e *Engine) Release(ctx context.Context, scope, key string) error {
 	err = e.store.Release(ctx, store.Fence{KeyHash: keyHash, Scope: scope, Token: rec.Token})
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
-		return fmt.Errorf("idem: release: key %q changed while releasing: %w", key, ErrLeaseLost)
+		return fmt.Errorf("idem: release: key_hash %s changed while releasing: %w", e.redact.Key(scope, key), ErrLeaseLost)
 	case err != nil:
 		return &StoreError{Op: "release", Err: err}
 	}

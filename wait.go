@@ -41,7 +41,7 @@ func (e *Engine) newWait(keyHash string) waiting {
 func (w *waiting) wait(ctx context.Context, c Call, ex store.Record) (res Result, err error, again bool) {
 	left := time.Until(w.until)
 	if w.until.IsZero() || ex.Stale() || left <= 0 {
-		return Result{Waited: w.waited}, inProgress(c, ex), false
+		return Result{Waited: w.waited}, w.e.inProgress(c, ex), false
 	}
 	if !w.subscribed() {
 		// Subscribe, then read the record again: a holder that ended
