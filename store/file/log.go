@@ -465,56 +465,63 @@ func (l *log) fillAhead(seg *segment) {
 	end := min(f.from+zeroAhead, seg.limit)
 	l.fill = f
 	l.fills.Add(1)
-	go func() {
-		defer l.fills.Done()
-		pause := false
-		defer func() {
-			l.zmu.Lock()
-			l.fill = nil
-			if pause {
-				l.noFillUntil = l.since() + int64(fillPause)
-			}
-			l.zcond.Broadcast()
-			l.zmu.Unlock()
-		}()
-		// A file of its own: Linux reports a failed writeback once to
-		// each open file, so an fdatasync of the fill on the log's own
-		// file could take the error of the frames' pages, and the sync
-		// that follows would then succeed over lost frames. A failed
-		// fill just stops: the sync then grows the file as it would
-		// without one, and reports its own errors.
-		zf, err := os.OpenFile(seg.path, os.O_WRONLY, 0)
+	go l.runFill(f, end)
+}
+
+// runFill writes f's zeros up to end, then ends f; a fill stopped by the
+// want of room or an error pauses the next for fillPause.
+func (l *log) runFill(f *fill, end int64) {
+	defer l.fills.Done()
+	pause := l.writeZeros(f.seg, f.from, end)
+	l.zmu.Lock()
+	l.fill = nil
+	if pause {
+		l.noFillUntil = l.since() + int64(fillPause)
+	}
+	l.zcond.Broadcast()
+	l.zmu.Unlock()
+}
+
+// writeZeros writes and syncs zeros over seg from from to end, a piece at
+// a time, moving seg's ready past each piece; it returns whether it
+// stopped for the want of room or an error on writing.
+func (l *log) writeZeros(seg *segment, from, end int64) (pause bool) {
+	// A file of its own: Linux reports a failed writeback once to
+	// each open file, so an fdatasync of the fill on the log's own
+	// file could take the error of the frames' pages, and the sync
+	// that follows would then succeed over lost frames. A failed
+	// fill just stops: the sync then grows the file as it would
+	// without one, and reports its own errors.
+	zf, err := os.OpenFile(seg.path, os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer zf.Close()
+	for off := from; off < end; off += zeroPiece {
+		n := min(zeroPiece, end-off)
+		if free, err := l.freeBytes(); err != nil || free < n+fillReserve {
+			return true
+		}
+		if l.slowFill != nil {
+			l.slowFill()
+		}
+		_, err := zf.WriteAt(zeros()[:n], off)
+		if err == nil {
+			err = fdatasync(zf)
+		}
 		if err != nil {
-			return
+			// Give back what the piece took: no frame lies at or
+			// past off while this fill runs (see room), and the
+			// room may be what the next frame needs.
+			_ = zf.Truncate(off)
+			return true
 		}
-		defer zf.Close()
-		for off := f.from; off < end; off += zeroPiece {
-			n := min(zeroPiece, end-off)
-			if free, err := l.freeBytes(); err != nil || free < n+fillReserve {
-				pause = true
-				return
-			}
-			if l.slowFill != nil {
-				l.slowFill()
-			}
-			_, err := zf.WriteAt(zeros()[:n], off)
-			if err == nil {
-				err = fdatasync(zf)
-			}
-			if err != nil {
-				// Give back what the piece took: no frame lies at or
-				// past off while this fill runs (see room), and the
-				// room may be what the next frame needs.
-				_ = zf.Truncate(off)
-				pause = true
-				return
-			}
-			l.zmu.Lock()
-			seg.ready.Store(max(seg.ready.Load(), off+n))
-			l.zcond.Broadcast()
-			l.zmu.Unlock()
-		}
-	}()
+		l.zmu.Lock()
+		seg.ready.Store(max(seg.ready.Load(), off+n))
+		l.zcond.Broadcast()
+		l.zmu.Unlock()
+	}
+	return false
 }
 
 // newSegment makes the next segment, in memory only: the sync that first
