@@ -179,77 +179,100 @@ func (s *Store) compact(old *segment, f *os.File, size int64) error {
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return err
 	}
-	var held [stripes]bool
-	unlock := func() {
-		for i, h := range held {
-			if h {
-				s.stripes[i].mu.Unlock()
-				held[i] = false
-			}
-		}
-	}
-	defer unlock()
-	type move struct {
-		stripe   int
-		slot     int
-		from, to entry
-	}
-	var moves []move
-	var batches []*batch
-	flush := func() error {
-		var err error
-		for _, b := range batches {
-			if werr := s.log.wait(b); werr != nil && err == nil {
-				err = werr
-			}
-		}
-		if err != nil {
-			// Some copy is not durable (a failed sync drops every frame
-			// appended after it, so it may not be the last): keep the
-			// originals, which are. A copy that did reach the disk holds
-			// the original's seq and content: replay keeps either.
-			for _, m := range moves {
-				s.index(&s.stripes[m.stripe], m.slot, &m.from)
-			}
-		}
-		unlock()
-		moves, batches = moves[:0], batches[:0]
-		return err
-	}
+	c := &compaction{s: s, old: old}
+	defer c.unlock()
 	for off := len(segmentMagic); off+frameHeader <= len(data); {
 		n := int(binary.BigEndian.Uint32(data[off:]))
 		if off+frameHeader+n > len(data) {
 			break
 		}
-		frame := data[off : off+frameHeader+n]
-		var id keyID
-		copy(id[:], frame[frameHeader+9:frameHeader+41])
-		i := stripeOf(id)
-		if !held[i] {
-			s.stripes[i].mu.Lock()
-			held[i] = true
-			// A frame moved must be one that stands.
-			s.settlePending(&s.stripes[i], nil)
-		}
-		st := &s.stripes[i]
-		if slot, e := lookup(st, &id); slot >= 0 && e.seg == uint32(old.id) && e.off == uint32(off) {
-			seg, at, b := s.log.append(frame)
-			moved := e
-			moved.seg, moved.off = uint32(seg.id), uint32(at)
-			s.index(st, slot, &moved)
-			moves = append(moves, move{i, slot, e, moved})
-			if len(batches) == 0 || batches[len(batches)-1] != b {
-				batches = append(batches, b)
-			}
-		}
+		c.copyFrame(data[off:off+frameHeader+n], off)
 		off += frameHeader + n
-		if len(moves) >= compactBatch {
-			if err := flush(); err != nil {
+		if len(c.moves) >= compactBatch {
+			if err := c.flush(); err != nil {
 				return err
 			}
 		}
 	}
-	return flush()
+	return c.flush()
+}
+
+// A compaction is what compact holds between syncs: the stripes it has
+// locked, the copies made since the last sync and the batches that carry
+// them.
+type compaction struct {
+	s       *Store
+	old     *segment
+	held    [stripes]bool
+	moves   []compactMove
+	batches []*batch
+}
+
+// A compactMove is a copy of a key's frame: the entries before and after.
+type compactMove struct {
+	stripe   int
+	slot     int
+	from, to entry
+}
+
+// copyFrame appends a copy of frame, found at off in old, to the log and
+// points the index at it if the index points at the frame, locking the
+// key's stripe until the next flush.
+func (c *compaction) copyFrame(frame []byte, off int) {
+	s := c.s
+	var id keyID
+	copy(id[:], frame[frameHeader+9:frameHeader+41])
+	i := stripeOf(id)
+	if !c.held[i] {
+		s.stripes[i].mu.Lock()
+		c.held[i] = true
+		// A frame moved must be one that stands.
+		s.settlePending(&s.stripes[i], nil)
+	}
+	st := &s.stripes[i]
+	if slot, e := lookup(st, &id); slot >= 0 && e.seg == uint32(c.old.id) && e.off == uint32(off) {
+		seg, at, b := s.log.append(frame)
+		moved := e
+		moved.seg, moved.off = uint32(seg.id), uint32(at)
+		s.index(st, slot, &moved)
+		c.moves = append(c.moves, compactMove{i, slot, e, moved})
+		if len(c.batches) == 0 || c.batches[len(c.batches)-1] != b {
+			c.batches = append(c.batches, b)
+		}
+	}
+}
+
+// flush waits for the copies' batches to be durable, then unlocks the
+// stripes held; if one is not, the index points at the originals again.
+func (c *compaction) flush() error {
+	var err error
+	for _, b := range c.batches {
+		if werr := c.s.log.wait(b); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		// Some copy is not durable (a failed sync drops every frame
+		// appended after it, so it may not be the last): keep the
+		// originals, which are. A copy that did reach the disk holds
+		// the original's seq and content: replay keeps either.
+		for _, m := range c.moves {
+			c.s.index(&c.s.stripes[m.stripe], m.slot, &m.from)
+		}
+	}
+	c.unlock()
+	c.moves, c.batches = c.moves[:0], c.batches[:0]
+	return err
+}
+
+// unlock unlocks the stripes held.
+func (c *compaction) unlock() {
+	for i, h := range c.held {
+		if h {
+			c.s.stripes[i].mu.Unlock()
+			c.held[i] = false
+		}
+	}
 }
 
 // CountExpired counts the records that have expired from the expiry index,
