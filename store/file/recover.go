@@ -64,7 +64,29 @@ func (s *Store) recover() error {
 	if len(ids) > 0 {
 		s.log.nextID = max(s.log.nextID, ids[len(ids)-1]+1)
 	}
-	err = s.applyAll(segs)
+	last, err := s.addDecoded(segs, s.applyAll(segs))
+	if err != nil {
+		return err
+	}
+	s.settle()
+	if last != nil {
+		last.limit = s.log.rollSize()
+	}
+	if last == nil || last.size >= last.limit {
+		last = s.log.newSegment() // its file comes with its first write
+	}
+	s.log.active = last
+	if n := s.count(); n > 0 {
+		s.logger.Info("file: recovered the log", "records", n, "segments", len(segs))
+	}
+	return nil
+}
+
+// addDecoded waits for the replayed segments to be decoded and adds them
+// to the log, the seq to the highest they hold, and returns the last one
+// added. With an error, err (applyAll's) or a segment's, it closes the
+// files of those it did not add and returns the first error.
+func (s *Store) addDecoded(segs []*decoded, err error) (*segment, error) {
 	var last *segment
 	for _, d := range segs {
 		<-d.done
@@ -89,20 +111,9 @@ func (s *Store) recover() error {
 				d.seg.f.Close()
 			}
 		}
-		return err
+		return nil, err
 	}
-	s.settle()
-	if last != nil {
-		last.limit = s.log.rollSize()
-	}
-	if last == nil || last.size >= last.limit {
-		last = s.log.newSegment() // its file comes with its first write
-	}
-	s.log.active = last
-	if n := s.count(); n > 0 {
-		s.logger.Info("file: recovered the log", "records", n, "segments", len(segs))
-	}
-	return nil
+	return last, nil
 }
 
 // firstAtLeast returns the index of the first of ids (sorted) that is at
@@ -397,54 +408,39 @@ func (s *Store) decode(d *decoded, last bool, before func() error, buf *[]byte) 
 		return nil, err
 	}
 	seg := &segment{id: id, path: path, f: f, named: true}
-	torn := func(off int, why string) (*segment, error) {
-		if !last {
-			f.Close()
-			return nil, fmt.Errorf("%w: segment %s at byte %d: %s", ErrCorrupt, segmentName(id), off, why)
-		}
-		if err := before(); err != nil {
-			f.Close()
-			return nil, err
-		}
-		s.logger.Info("file: dropping the unacknowledged tail of the log", "segment", segmentName(id), "at", off, "why", why)
-		if off < len(segmentMagic) {
-			// Cut while being created: it holds nothing. Removed rather
-			// than written again, which could need room the disk lacks.
-			f.Close()
-			if err := os.Remove(path); err != nil {
-				return nil, err
-			}
-			return nil, syncDir(s.log.dir)
-		}
-		// Truncated, not overwritten: the bytes after the cut may hold
-		// whole frames of the unacknowledged write (pages reach the disk
-		// in any order), which must never be read as data later.
-		if err := f.Truncate(int64(off)); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if err := fdatasync(f); err != nil {
-			f.Close()
-			return nil, err
-		}
-		seg.size, seg.synced, seg.written = int64(off), int64(off), int64(off)
-		seg.ready.Store(int64(off))
-		return seg, nil
-	}
 	if len(data) < len(segmentMagic) {
-		return torn(0, "short header")
+		return s.torn(seg, last, before, 0, "short header")
 	}
 	if allZero(data[:len(segmentMagic)]) {
 		// Allocated, then cut before its header was written.
-		return torn(0, "no header")
+		return s.torn(seg, last, before, 0, "no header")
 	}
 	if !bytes.Equal(data[:len(segmentMagic)], segmentMagic) {
 		f.Close()
 		return nil, fmt.Errorf("%w: %s is not an idem log segment", ErrCorrupt, segmentName(id))
 	}
+	off, why, err := s.decodeFrames(d, data)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("segment %s at byte %d: %w", segmentName(id), off, err)
+	}
+	if why != "" {
+		return s.torn(seg, last, before, off, why)
+	}
+	// The zeros after off may be fallocated space, not written zeros: the
+	// next fill writes them again.
+	seg.setLength(int64(off))
+	return seg, nil
+}
+
+// decodeFrames decodes the frames of a segment's data after its header
+// into d.recs and d.seq. It returns where they end, with why if a frame
+// there is torn (cut short, or failing its checksum), or the error of a
+// frame that checks but does not decode.
+func (s *Store) decodeFrames(d *decoded, data []byte) (off int, why string, err error) {
 	// About 300 bytes a frame, as the gateway's records go.
 	d.recs = make([]frameRec, 0, len(data)/256)
-	off := len(segmentMagic)
+	off = len(segmentMagic)
 	for off < len(data) {
 		if allZero(data[off:min(off+frameHeader, len(data))]) {
 			// Allocated space never written: the segment ends here, if
@@ -452,47 +448,93 @@ func (s *Store) decode(d *decoded, last bool, before func() error, buf *[]byte) 
 			if allZero(data[off:]) {
 				break
 			}
-			return torn(off, "frames after a gap")
+			return off, "frames after a gap", nil
 		}
 		if len(data)-off < frameHeader {
-			return torn(off, "short frame header")
+			return off, "short frame header", nil
 		}
 		n := int(binary.BigEndian.Uint32(data[off:]))
 		if n > maxBody || len(data)-off-frameHeader < n {
-			return torn(off, "short frame")
+			return off, "short frame", nil
 		}
 		body := data[off+frameHeader : off+frameHeader+n]
 		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[off+4:]) {
-			return torn(off, "checksum mismatch")
+			return off, "checksum mismatch", nil
 		}
 		m, err := decodeMeta(body)
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("segment %s at byte %d: %w", segmentName(id), off, err)
+			return off, "", err
 		}
 		d.seq = max(d.seq, m.seq)
 		if m.kind == kindDel && m.id == (keyID{}) {
 			// Store.Writable's no-op frame.
 		} else {
-			r := frameRec{state: m.state, seq: m.seq, exp: m.exp, lease: m.lease, off: uint32(off), size: uint32(frameHeader + n)}
-			copy(r.key[:], m.id[:12])
-			if m.kind == kindDel {
-				r.state = stateDeleted
-			} else if m.state == 1 {
-				// The holder died with the process that wrote it.
-				if bound := nanos(s.opened.Add(max(m.dur, 0))); r.lease > bound {
-					r.lease = bound
-				}
-			}
-			d.recs = append(d.recs, r)
+			d.recs = append(d.recs, s.replayRec(&m, off, frameHeader+n))
 		}
 		off += frameHeader + n
 	}
-	// The zeros after off may be fallocated space, not written zeros: the
-	// next fill writes them again.
-	seg.size, seg.synced, seg.written = int64(off), int64(off), int64(off)
-	seg.ready.Store(int64(off))
+	return off, "", nil
+}
+
+// replayRec returns what replay keeps of frame m, size bytes at off.
+func (s *Store) replayRec(m *meta, off, size int) frameRec {
+	r := frameRec{state: m.state, seq: m.seq, exp: m.exp, lease: m.lease, off: uint32(off), size: uint32(size)}
+	copy(r.key[:], m.id[:12])
+	if m.kind == kindDel {
+		r.state = stateDeleted
+	} else if m.state == 1 {
+		// The holder died with the process that wrote it.
+		if bound := nanos(s.opened.Add(max(m.dur, 0))); r.lease > bound {
+			r.lease = bound
+		}
+	}
+	return r
+}
+
+// torn handles seg's frames torn at off (why says how): in the last
+// segment (last) they are the unacknowledged tail of the log, cut there
+// once before reports that the segments before decoded; anywhere else
+// they are ErrCorrupt. seg's file is closed unless seg is returned.
+func (s *Store) torn(seg *segment, last bool, before func() error, off int, why string) (*segment, error) {
+	f := seg.f
+	if !last {
+		f.Close()
+		return nil, fmt.Errorf("%w: segment %s at byte %d: %s", ErrCorrupt, segmentName(seg.id), off, why)
+	}
+	if err := before(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.logger.Info("file: dropping the unacknowledged tail of the log", "segment", segmentName(seg.id), "at", off, "why", why)
+	if off < len(segmentMagic) {
+		// Cut while being created: it holds nothing. Removed rather
+		// than written again, which could need room the disk lacks.
+		f.Close()
+		if err := os.Remove(seg.path); err != nil {
+			return nil, err
+		}
+		return nil, syncDir(s.log.dir)
+	}
+	// Truncated, not overwritten: the bytes after the cut may hold
+	// whole frames of the unacknowledged write (pages reach the disk
+	// in any order), which must never be read as data later.
+	if err := f.Truncate(int64(off)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := fdatasync(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	seg.setLength(int64(off))
 	return seg, nil
+}
+
+// setLength sets the length of a segment read from disk, all of it
+// written, synced and free of zero-fill.
+func (seg *segment) setLength(n int64) {
+	seg.size, seg.synced, seg.written = n, n, n
+	seg.ready.Store(n)
 }
 
 // readAll reads f whole into *buf, growing it if need be, and returns

@@ -149,21 +149,55 @@ func (s *Store) snapshot() error {
 	if segs == nil {
 		return nil // a sync of a sealed segment still runs: next time
 	}
+	head := snapshotHeader(first, s.seq.Load(), segs)
+	if _, err := f.Write(head); err != nil {
+		return err
+	}
+	n, err := s.writeSnapEntries(w, first)
+	if err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := finishSnapshot(f, head, n, crc.Sum32()); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	ok = true
+	if err := os.Rename(tmp, filepath.Join(s.log.dir, snapshotFile)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := syncDir(s.log.dir); err != nil {
+		return err
+	}
+	s.snapFirst.Store(first)
+	return nil
+}
+
+// snapshotHeader returns a snapshot's header for the sealed segments segs,
+// its entry count (its last 8 bytes) zero: the count is known at the end,
+// and finishSnapshot writes it over then.
+func snapshotHeader(first, seq uint64, segs []*segment) []byte {
 	var b []byte
 	b = append(b, snapshotMagic...)
 	b = binary.BigEndian.AppendUint64(b, first)
-	b = binary.BigEndian.AppendUint64(b, s.seq.Load())
+	b = binary.BigEndian.AppendUint64(b, seq)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(segs)))
 	for _, sg := range segs {
 		b = binary.BigEndian.AppendUint64(b, sg.id)
 		b = binary.BigEndian.AppendUint64(b, uint64(sg.size))
 	}
-	// The entry count is known at the end: it is written over then.
-	countAt := len(b)
-	b = binary.BigEndian.AppendUint64(b, 0)
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
+	return binary.BigEndian.AppendUint64(b, 0)
+}
+
+// writeSnapEntries writes to w the entries whose frames lie before first,
+// a stripe at a time under its lock, and returns how many it wrote. The
+// lock is let go while a full buffer is written.
+func (s *Store) writeSnapEntries(w io.Writer, first uint64) (uint64, error) {
 	var n uint64
 	buf := make([]byte, 0, 64<<10)
 	for i := range s.stripes {
@@ -188,7 +222,7 @@ func (s *Store) snapshot() error {
 			if len(buf) >= 60<<10 {
 				st.mu.Unlock()
 				if _, err := w.Write(buf); err != nil {
-					return err
+					return n, err
 				}
 				buf = buf[:0]
 				st.mu.Lock()
@@ -196,40 +230,26 @@ func (s *Store) snapshot() error {
 		}
 		st.mu.Unlock()
 	}
-	if _, err := w.Write(buf); err != nil {
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	// Two checksums: the header's, taken once its count is in, and the
-	// entries', taken as they were written.
-	binary.BigEndian.PutUint64(b[countAt:], n)
-	if _, err := f.WriteAt(b, 0); err != nil {
+	_, err := w.Write(buf)
+	return n, err
+}
+
+// finishSnapshot writes the entry count n into head, head over the start of
+// f, and the two checksums at f's end, then syncs f. The checksums are the
+// header's, taken once its count is in, and the entries' (entriesCRC),
+// taken as they were written.
+func finishSnapshot(f *os.File, head []byte, n uint64, entriesCRC uint32) error {
+	binary.BigEndian.PutUint64(head[len(head)-8:], n)
+	if _, err := f.WriteAt(head, 0); err != nil {
 		return err
 	}
 	var tail []byte
-	tail = binary.BigEndian.AppendUint32(tail, crc32.Checksum(b, castagnoli))
-	tail = binary.BigEndian.AppendUint32(tail, crc.Sum32())
+	tail = binary.BigEndian.AppendUint32(tail, crc32.Checksum(head, castagnoli))
+	tail = binary.BigEndian.AppendUint32(tail, entriesCRC)
 	if _, err := f.Write(tail); err != nil {
 		return err
 	}
-	if err := fdatasync(f); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	ok = true
-	if err := os.Rename(tmp, filepath.Join(s.log.dir, snapshotFile)); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := syncDir(s.log.dir); err != nil {
-		return err
-	}
-	s.snapFirst.Store(first)
-	return nil
+	return fdatasync(f)
 }
 
 // sealed returns the segments before first, none of which a sync still
@@ -304,6 +324,8 @@ type snapReader struct {
 	err error
 }
 
+// read returns the next n bytes; after a failed read, which r.err keeps,
+// it returns zeros.
 func (r *snapReader) read(n int) []byte {
 	if r.err != nil {
 		return make([]byte, n)
@@ -317,6 +339,11 @@ func (r *snapReader) read(n int) []byte {
 	return b
 }
 
+// readSnapshot loads the directory's snapshot into the index and the
+// log's sealed segments (ids are the directory's segments), and returns
+// the first segment to replay. An error that is not os.ErrNotExist says
+// why the snapshot does not check; what it loaded is then left for
+// loadSnapshot to undo.
 func (s *Store) readSnapshot(ids []uint64) (uint64, error) {
 	f, err := os.Open(filepath.Join(s.log.dir, snapshotFile))
 	if err != nil {
@@ -325,127 +352,22 @@ func (s *Store) readSnapshot(ids []uint64) (uint64, error) {
 	defer f.Close()
 	start := time.Now()
 	r := &snapReader{r: bufio.NewReaderSize(f, 1<<20), crc: crc32.New(castagnoli)}
-	if string(r.read(len(snapshotMagic))) != string(snapshotMagic) {
-		return 0, fmt.Errorf("%w: not a snapshot", errBadSnapshot)
+	h, err := readSnapHeader(r)
+	if err != nil {
+		return 0, err
 	}
-	head := r.read(20)
-	first := binary.BigEndian.Uint64(head)
-	seq := binary.BigEndian.Uint64(head[8:])
-	nsegs := int(binary.BigEndian.Uint32(head[16:]))
-	if r.err != nil || nsegs > 1<<24 {
-		return 0, fmt.Errorf("%w: bad header", errBadSnapshot)
+	if err := s.openSealed(ids, h.first, h.sizes); err != nil {
+		return 0, err
 	}
-	sizes := make(map[uint64]int64, nsegs)
-	for range nsegs {
-		b := r.read(16)
-		sizes[binary.BigEndian.Uint64(b)] = int64(binary.BigEndian.Uint64(b[8:]))
-	}
-	nb := r.read(8)
-	n := binary.BigEndian.Uint64(nb)
-	if r.err != nil {
-		return 0, r.err
-	}
-	headCRC := r.crc.Sum32()
-	r.crc.Reset()
-	// Every segment before first must be one the snapshot lists (one it
-	// lists may be gone: dropped since), at least as long as it says.
-	for _, id := range ids {
-		if id >= first {
-			continue
-		}
-		size, ok := sizes[id]
-		if !ok {
-			return 0, fmt.Errorf("%w: segment %s is not in it", errBadSnapshot, segmentName(id))
-		}
-		path := filepath.Join(s.log.dir, segmentName(id))
-		sf, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			return 0, err
-		}
-		seg := &segment{id: id, path: path, f: sf, named: true, size: size, synced: size, written: size}
-		seg.ready.Store(size)
-		s.log.addSeg(seg)
-		if fi, err := sf.Stat(); err != nil || fi.Size() < size {
-			return 0, fmt.Errorf("%w: segment %s is shorter than it says", errBadSnapshot, segmentName(id))
-		}
-	}
-	if n > 1<<40 {
+	if h.n > 1<<40 {
 		return 0, fmt.Errorf("%w: bad entry count", errBadSnapshot)
 	}
-	per := int(n/stripes) + 1
-	// Blocks of entries are read, and checksummed, here, one copy and
-	// one checksum call per block; each worker inserts the entries of its
-	// own stripes (recoverWorkers), so that no stripe is shared.
-	type snapBlock struct {
-		b    []byte
-		left atomic.Int32 // workers yet to read it
+	held, err := s.readSnapEntries(r, h.n, h.first)
+	if err != nil {
+		return 0, err
 	}
-	work := make([]chan *snapBlock, recoverWorkers)
-	for w := range work {
-		work[w] = make(chan *snapBlock, 4)
-	}
-	free := make(chan []byte, recoverWorkers*4+2)
-	for range cap(free) {
-		free <- make([]byte, 0, (256<<10)/snapEntry*snapEntry)
-	}
-	errs := make([]error, recoverWorkers)
-	held := make([][]uint32, recoverWorkers) // records left in progress
-	var wg sync.WaitGroup
-	for w := range recoverWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < stripes; i += recoverWorkers {
-				s.stripes[i].reserve(per + per/8)
-			}
-			for blk := range work[w] {
-				if errs[w] == nil {
-					held[w], errs[w] = s.loadEntries(blk.b, w, first, held[w])
-				}
-				if blk.left.Add(-1) == 0 {
-					free <- blk.b
-				}
-			}
-		}()
-	}
-	var readErr error
-	for left := n; left > 0; {
-		k := min(left, uint64(snapBlockLen))
-		block := (<-free)[:k*snapEntry]
-		if _, err := io.ReadFull(r.r, block); err != nil {
-			readErr = fmt.Errorf("%w: %v", errBadSnapshot, err)
-			break
-		}
-		r.crc.Write(block)
-		left -= k
-		blk := &snapBlock{b: block}
-		blk.left.Store(int32(recoverWorkers))
-		for _, c := range work {
-			c <- blk
-		}
-	}
-	for _, c := range work {
-		close(c)
-	}
-	wg.Wait()
-	if readErr != nil {
-		return 0, readErr
-	}
-	for _, err := range errs {
-		if err != nil {
-			return 0, err
-		}
-	}
-	entriesCRC := r.crc.Sum32()
-	var tail [8]byte
-	if _, err := io.ReadFull(r.r, tail[:]); err != nil {
-		return 0, fmt.Errorf("%w: %v", errBadSnapshot, err)
-	}
-	if binary.BigEndian.Uint32(tail[:]) != headCRC || binary.BigEndian.Uint32(tail[4:]) != entriesCRC {
-		return 0, fmt.Errorf("%w: checksum mismatch", errBadSnapshot)
-	}
-	if _, err := r.r.ReadByte(); err != io.EOF {
-		return 0, fmt.Errorf("%w: trailing bytes", errBadSnapshot)
+	if err := checkSnapTail(r, h.crc); err != nil {
+		return 0, err
 	}
 	// A record left in progress: its holder died; its lease is held to
 	// its length from this Open, read from its frame.
@@ -457,10 +379,179 @@ func (s *Store) readSnapshot(ids []uint64) (uint64, error) {
 			}
 		}
 	}
-	s.seq.Store(seq)
-	s.snapFirst.Store(first)
-	s.logger.Info("file: loaded the index snapshot", "records", n, "took", time.Since(start))
-	return first, nil
+	s.seq.Store(h.seq)
+	s.snapFirst.Store(h.first)
+	s.logger.Info("file: loaded the index snapshot", "records", h.n, "took", time.Since(start))
+	return h.first, nil
+}
+
+// A snapHeader is what a snapshot's header says: the first segment to
+// replay, the seq, the sealed segments' sizes by id and the entry count,
+// with the header's checksum as read.
+type snapHeader struct {
+	first, seq, n uint64
+	sizes         map[uint64]int64
+	crc           uint32
+}
+
+// readSnapHeader reads a snapshot's header, leaving r's checksum reset for
+// the entries.
+func readSnapHeader(r *snapReader) (snapHeader, error) {
+	if string(r.read(len(snapshotMagic))) != string(snapshotMagic) {
+		return snapHeader{}, fmt.Errorf("%w: not a snapshot", errBadSnapshot)
+	}
+	head := r.read(20)
+	h := snapHeader{first: binary.BigEndian.Uint64(head), seq: binary.BigEndian.Uint64(head[8:])}
+	nsegs := int(binary.BigEndian.Uint32(head[16:]))
+	if r.err != nil || nsegs > 1<<24 {
+		return snapHeader{}, fmt.Errorf("%w: bad header", errBadSnapshot)
+	}
+	h.sizes = make(map[uint64]int64, nsegs)
+	for range nsegs {
+		b := r.read(16)
+		h.sizes[binary.BigEndian.Uint64(b)] = int64(binary.BigEndian.Uint64(b[8:]))
+	}
+	h.n = binary.BigEndian.Uint64(r.read(8))
+	if r.err != nil {
+		return snapHeader{}, r.err
+	}
+	h.crc = r.crc.Sum32()
+	r.crc.Reset()
+	return h, nil
+}
+
+// openSealed opens the directory's segments before first as the log's
+// sealed segments, of the sizes the snapshot lists. Every one must be one
+// it lists (one it lists may be gone: dropped since), at least as long as
+// it says.
+func (s *Store) openSealed(ids []uint64, first uint64, sizes map[uint64]int64) error {
+	for _, id := range ids {
+		if id >= first {
+			continue
+		}
+		size, ok := sizes[id]
+		if !ok {
+			return fmt.Errorf("%w: segment %s is not in it", errBadSnapshot, segmentName(id))
+		}
+		path := filepath.Join(s.log.dir, segmentName(id))
+		sf, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		seg := &segment{id: id, path: path, f: sf, named: true}
+		seg.setLength(size)
+		s.log.addSeg(seg)
+		if fi, err := sf.Stat(); err != nil || fi.Size() < size {
+			return fmt.Errorf("%w: segment %s is shorter than it says", errBadSnapshot, segmentName(id))
+		}
+	}
+	return nil
+}
+
+// A snapBlock is a block of a snapshot's entries, handed to every worker.
+type snapBlock struct {
+	b    []byte
+	left atomic.Int32 // workers yet to read it
+}
+
+// A snapLoad is the worker pool that inserts a snapshot's entries: each
+// worker inserts the entries of its own stripes (recoverWorkers), so that
+// no stripe is shared.
+type snapLoad struct {
+	work []chan *snapBlock
+	free chan []byte // the blocks' buffers, back from the workers
+	errs []error
+	held [][]uint32 // each worker's records left in progress
+	wg   sync.WaitGroup
+}
+
+// readSnapEntries reads the snapshot's n entries, whose frames lie before
+// first, into the index, and returns each worker's records left in
+// progress. Blocks of entries are read, and checksummed, here, one copy
+// and one checksum call per block.
+func (s *Store) readSnapEntries(r *snapReader, n, first uint64) ([][]uint32, error) {
+	l := s.startSnapLoad(int(n/stripes)+1, first)
+	var readErr error
+	for left := n; left > 0; {
+		k := min(left, uint64(snapBlockLen))
+		block := (<-l.free)[:k*snapEntry]
+		if _, err := io.ReadFull(r.r, block); err != nil {
+			readErr = fmt.Errorf("%w: %v", errBadSnapshot, err)
+			break
+		}
+		r.crc.Write(block)
+		left -= k
+		blk := &snapBlock{b: block}
+		blk.left.Store(int32(recoverWorkers))
+		for _, c := range l.work {
+			c <- blk
+		}
+	}
+	for _, c := range l.work {
+		close(c)
+	}
+	l.wg.Wait()
+	if readErr != nil {
+		return nil, readErr
+	}
+	for _, err := range l.errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return l.held, nil
+}
+
+// startSnapLoad starts the workers that insert a snapshot's entries, each
+// stripe sized for per entries first.
+func (s *Store) startSnapLoad(per int, first uint64) *snapLoad {
+	l := &snapLoad{
+		work: make([]chan *snapBlock, recoverWorkers),
+		free: make(chan []byte, recoverWorkers*4+2),
+		errs: make([]error, recoverWorkers),
+		held: make([][]uint32, recoverWorkers),
+	}
+	for w := range l.work {
+		l.work[w] = make(chan *snapBlock, 4)
+	}
+	for range cap(l.free) {
+		l.free <- make([]byte, 0, (256<<10)/snapEntry*snapEntry)
+	}
+	for w := range recoverWorkers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := w; i < stripes; i += recoverWorkers {
+				s.stripes[i].reserve(per + per/8)
+			}
+			for blk := range l.work[w] {
+				if l.errs[w] == nil {
+					l.held[w], l.errs[w] = s.loadEntries(blk.b, w, first, l.held[w])
+				}
+				if blk.left.Add(-1) == 0 {
+					l.free <- blk.b
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// checkSnapTail checks the snapshot's two checksums, the header's (headCRC
+// as read) and the entries', and that nothing follows them.
+func checkSnapTail(r *snapReader, headCRC uint32) error {
+	entriesCRC := r.crc.Sum32()
+	var tail [8]byte
+	if _, err := io.ReadFull(r.r, tail[:]); err != nil {
+		return fmt.Errorf("%w: %v", errBadSnapshot, err)
+	}
+	if binary.BigEndian.Uint32(tail[:]) != headCRC || binary.BigEndian.Uint32(tail[4:]) != entriesCRC {
+		return fmt.Errorf("%w: checksum mismatch", errBadSnapshot)
+	}
+	if _, err := r.r.ReadByte(); err != io.EOF {
+		return fmt.Errorf("%w: trailing bytes", errBadSnapshot)
+	}
+	return nil
 }
 
 // snapBlockLen is how many entries a block of a snapshot's holds.
