@@ -338,28 +338,40 @@ func Drop(ctx context.Context, pool *pgxpool.Pool, opts Options, force bool) (Dr
 		}
 		rep.Tables = append(rep.Tables, t)
 	}
-	mt := pgx.Identifier{opts.Schema, MigrationsTable}.Sanitize()
-	var mtExists bool
-	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, mt).Scan(&mtExists); err != nil {
-		return rep, wrapErr(ctx, "drop: look up "+MigrationsTable, err)
-	}
-	if mtExists {
-		if _, err := tx.Exec(ctx, `DELETE FROM `+mt+` WHERE table_name = $1`, opts.Table); err != nil {
-			return rep, wrapErr(ctx, "drop: forget the table's migrations", err)
-		}
-		var others bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+mt+`)`).Scan(&others); err != nil {
-			return rep, wrapErr(ctx, "drop: read "+MigrationsTable, err)
-		}
-		if !others {
-			if _, err := tx.Exec(ctx, `DROP TABLE `+mt); err != nil {
-				return rep, wrapErr(ctx, "drop: "+MigrationsTable, err)
-			}
-			rep.Tables = append(rep.Tables, mt)
-		}
+	if err := forgetMigrations(ctx, tx, opts, &rep); err != nil {
+		return rep, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return rep, wrapErr(ctx, "drop: commit", err)
 	}
 	return rep, nil
+}
+
+// forgetMigrations deletes the dropped table's rows from the migrations
+// table, and drops that table too (adding it to rep) once no other records
+// table is recorded in it.
+func forgetMigrations(ctx context.Context, tx pgx.Tx, opts Options, rep *DropReport) error {
+	mt := pgx.Identifier{opts.Schema, MigrationsTable}.Sanitize()
+	var mtExists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, mt).Scan(&mtExists); err != nil {
+		return wrapErr(ctx, "drop: look up "+MigrationsTable, err)
+	}
+	if !mtExists {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM `+mt+` WHERE table_name = $1`, opts.Table); err != nil {
+		return wrapErr(ctx, "drop: forget the table's migrations", err)
+	}
+	var others bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+mt+`)`).Scan(&others); err != nil {
+		return wrapErr(ctx, "drop: read "+MigrationsTable, err)
+	}
+	if others {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `DROP TABLE `+mt); err != nil {
+		return wrapErr(ctx, "drop: "+MigrationsTable, err)
+	}
+	rep.Tables = append(rep.Tables, mt)
+	return nil
 }

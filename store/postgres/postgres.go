@@ -220,39 +220,40 @@ type statements struct {
 	reserve, get, renew, complete, release, cleanup, countExpired string
 }
 
-func newStatements(table string) statements {
-	return statements{
-		// One statement, one round trip. The INSERT writes when the key is
-		// absent, or replaces the row when it is expired or, with $10, a
-		// stale in_progress row of the same request. When it writes
-		// nothing, the second branch returns the row read by "old".
-		//
-		// When "old" already shows a live row that the request may not
-		// replace (a replay, a conflict, a running holder), the INSERT is
-		// not even attempted: ON CONFLICT DO UPDATE locks the conflicting
-		// row even when its WHERE is false, which made every replay a
-		// write (a row lock, about 100 bytes of WAL and a commit). The
-		// answer is then the row as of the statement's snapshot, which is
-		// a moment inside the call.
-		//
-		// "old" reads the statement's snapshot, while ON CONFLICT judges the
-		// newest committed row version. They differ when another
-		// transaction committed this key after the snapshot was taken: then
-		// "old" finds no row, or a row the INSERT would have replaced, and
-		// Reserve runs the statement again with a new snapshot.
-		//
-		// xmax is 0 on a freshly inserted row and not 0 on a replaced one;
-		// a replaced row that "old" saw unexpired was a stale lease. (A
-		// replaced row that "old" did not see was committed meanwhile and
-		// is already stale or expired: it is reported as a takeover, the
-		// cautious answer.)
-		//
-		//	$1 key hash, $2 scope, $3 key, $4 fingerprint, $5 binding,
-		//	$6 token, $7 request ID, $8 lease and $9 lifetime in
-		//	microseconds, $10 take over a stale lease, $11 and $12 the
-		//	token and lease_until of an earlier version's row watched for
-		//	a whole lease (NULL when none)
-		reserve: `WITH old AS (
+// reserveStatement is the reserve statement on table.
+//
+// One statement, one round trip. The INSERT writes when the key is
+// absent, or replaces the row when it is expired or, with $10, a
+// stale in_progress row of the same request. When it writes
+// nothing, the second branch returns the row read by "old".
+//
+// When "old" already shows a live row that the request may not
+// replace (a replay, a conflict, a running holder), the INSERT is
+// not even attempted: ON CONFLICT DO UPDATE locks the conflicting
+// row even when its WHERE is false, which made every replay a
+// write (a row lock, about 100 bytes of WAL and a commit). The
+// answer is then the row as of the statement's snapshot, which is
+// a moment inside the call.
+//
+// "old" reads the statement's snapshot, while ON CONFLICT judges the
+// newest committed row version. They differ when another
+// transaction committed this key after the snapshot was taken: then
+// "old" finds no row, or a row the INSERT would have replaced, and
+// Reserve runs the statement again with a new snapshot.
+//
+// xmax is 0 on a freshly inserted row and not 0 on a replaced one;
+// a replaced row that "old" saw unexpired was a stale lease. (A
+// replaced row that "old" did not see was committed meanwhile and
+// is already stale or expired: it is reported as a takeover, the
+// cautious answer.)
+//
+//	$1 key hash, $2 scope, $3 key, $4 fingerprint, $5 binding,
+//	$6 token, $7 request ID, $8 lease and $9 lifetime in
+//	microseconds, $10 take over a stale lease, $11 and $12 the
+//	token and lease_until of an earlier version's row watched for
+//	a whole lease (NULL when none)
+func reserveStatement(table string) string {
+	return `WITH old AS (
 	SELECT ` + columns + ` FROM ` + table + ` WHERE key_hash = $1
 ), ins AS (
 	INSERT INTO ` + table + ` AS r (key_hash, scope, key, fingerprint, binding, state, token, value,
@@ -278,7 +279,14 @@ SELECT true, ins.xmax <> 0 AND COALESCE((SELECT o.expires_at > ` + serverNow + `
 	NULL::bigint, ` + serverNow + `
 FROM ins
 UNION ALL
-SELECT false, false, ` + columns + `, ` + serverNow + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)`,
+SELECT false, false, ` + columns + `, ` + serverNow + ` FROM old WHERE NOT EXISTS (SELECT FROM ins)`
+}
+
+// newStatements returns the store's statements on table, its qualified
+// name.
+func newStatements(table string) statements {
+	return statements{
+		reserve: reserveStatement(table),
 
 		get: `SELECT ` + columns + `, ` + serverNow + ` FROM ` + table + ` WHERE key_hash = $1 AND expires_at > ` + serverNow,
 
@@ -334,32 +342,14 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	// take over: its token and lease_until, as read.
 	var watched *row
 	if s.readFirst() {
-		got, found, err := s.read(ctx, "reserve", kh)
-		if err != nil {
-			return store.Reservation{}, err
+		res, answered, w, err := s.reserveRead(ctx, kh, req)
+		if err != nil || answered {
+			return res, err
 		}
-		if found {
-			cur := s.judge(&got, kh, req.Lease)
-			if answers(&cur, req) {
-				s.reads.Add(1)
-				s.saw(true)
-				return store.Reservation{Existing: cur}, nil
-			}
-			if got.legacy() {
-				watched = &got
-			}
-		}
+		watched = w
 	}
 	for range maxReserveAttempts {
-		var (
-			acquired, tookOver bool
-			got                row
-		)
-		wctx, done := s.bound(ctx)
-		err := s.pool.QueryRow(wctx, s.sql.reserve, reserveArgs(kh, req, watched)...).
-			Scan(append([]any{&acquired, &tookOver}, got.dest()...)...)
-		err = s.unconfirmed(ctx, wctx, "reserve", err)
-		done()
+		acquired, tookOver, got, err := s.reserveOnce(ctx, kh, req, watched)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			s.retries.Add(1) // the conflicting row is newer than the snapshot
@@ -390,6 +380,36 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		s.retries.Add(1)
 	}
 	return store.Reservation{}, fmt.Errorf("postgres store: reserve: key %s changed under %d attempts in a row", r.KeyHash, maxReserveAttempts)
+}
+
+// reserveRead is Reserve's look before it writes (see readFirst): a row
+// that answers req is the answer (answered), with no write; an earlier
+// version's row that does not is returned as watched.
+func (s *Store) reserveRead(ctx context.Context, kh []byte, req store.ReserveRequest) (res store.Reservation, answered bool, watched *row, err error) {
+	got, found, err := s.read(ctx, "reserve", kh)
+	if err != nil || !found {
+		return store.Reservation{}, false, nil, err
+	}
+	cur := s.judge(&got, kh, req.Lease)
+	if answers(&cur, req) {
+		s.reads.Add(1)
+		s.saw(true)
+		return store.Reservation{Existing: cur}, true, nil, nil
+	}
+	if got.legacy() {
+		return store.Reservation{}, false, &got, nil
+	}
+	return store.Reservation{}, false, nil, nil
+}
+
+// reserveOnce runs the reserve statement once, within the store's bound
+// on a write.
+func (s *Store) reserveOnce(ctx context.Context, kh []byte, req store.ReserveRequest, watched *row) (acquired, tookOver bool, got row, err error) {
+	wctx, done := s.bound(ctx)
+	defer done()
+	err = s.pool.QueryRow(wctx, s.sql.reserve, reserveArgs(kh, req, watched)...).
+		Scan(append([]any{&acquired, &tookOver}, got.dest()...)...)
+	return acquired, tookOver, got, s.unconfirmed(ctx, wctx, "reserve", err)
 }
 
 // reserveArgs are the reserve statement's parameters for req; watched is
