@@ -21,6 +21,7 @@ const maxFuncLines = 60
 // should have a name and fit on a screen.
 var funcLenScope = []string{
 	"store/file",
+	"store/postgres",
 	"internal/gateway/dsn",
 	"store/storetest/skew.go",
 	"store/storetest/skewscenario.go",
