@@ -224,7 +224,7 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	tracker := &gateway.Tracker{}
 	redact := printed(cfg, ring, log)
 	s.eng = idem.New(tracker.Wrap(met.WrapStore(engStore)), built.Policy, idem.WithLogger(log), idem.WithOnFreed(met.ReservationFreed),
-		idem.WithOnRecordLost(met.RecordLost), idem.WithRedactor(redact), idem.WithLegacyReads(cfg.LegacyReadsEnabled()))
+		idem.WithOnRecordLost(met.RecordLost), idem.WithRedactor(redact), idem.WithLegacyReads(cfg.LegacyReadsEnabled(s.opened.FramedOnly)))
 	built.Options.Logger = log
 	built.Options.Observe = met.Observe
 	s.proxy, err = gateway.New(gateway.Options{
@@ -273,8 +273,10 @@ func startServer(ctx context.Context, cfg *config.Config, log *slog.Logger, gete
 	} else {
 		log.Info("idem: tenants", "source", built.TenantSource)
 	}
-	if cfg.LegacyReadsEnabled() {
+	if cfg.LegacyReadsEnabled(s.opened.FramedOnly) {
 		log.Info("idem: legacy reads on: a first call whose scope holds ':' or '%' also looks for its record under the identity earlier versions gave it; set legacy_reads: false once one TTL has passed since the last earlier gateway stopped")
+	} else if cfg.LegacyReads == nil {
+		log.Info("idem: legacy reads off: this version created the store, which holds no record named as earlier versions named them")
 	}
 	return s, nil
 }

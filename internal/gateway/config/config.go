@@ -115,8 +115,10 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// LegacyReads: a first call whose scope holds ':' or '%' also looks
 	// for its record where versions before framed identities kept it
-	// (idem.WithLegacyReads). Defaults to true; set it false once one TTL
-	// has passed since the last earlier gateway stopped.
+	// (idem.WithLegacyReads). Defaults to true, but for a store that can
+	// hold no record of those versions (dsn.Opened.FramedOnly: a memory
+	// store, a file or pebble directory this version created); set it
+	// false once one TTL has passed since the last earlier gateway stopped.
 	LegacyReads *bool `yaml:"legacy_reads"`
 
 	Operations `yaml:",inline"`
@@ -279,8 +281,15 @@ func (c *Config) AdminEnabled() bool {
 func (c *Config) MigrateEnabled() bool { return c.Migrate == nil || *c.Migrate }
 
 // LegacyReadsEnabled reports whether records written before identities
-// framed the scope are still looked for (legacy_reads, default true).
-func (c *Config) LegacyReadsEnabled() bool { return c.LegacyReads == nil || *c.LegacyReads }
+// framed the scope are still looked for (legacy_reads) in a store;
+// framedOnly says the store can hold none (dsn.Opened.FramedOnly), and
+// turns them off unless legacy_reads says otherwise.
+func (c *Config) LegacyReadsEnabled(framedOnly bool) bool {
+	if c.LegacyReads != nil {
+		return *c.LegacyReads
+	}
+	return !framedOnly
+}
 
 // UpstreamURL returns the parsed upstream.
 func (c *Config) UpstreamURL() (*url.URL, error) {

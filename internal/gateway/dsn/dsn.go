@@ -297,6 +297,12 @@ type Opened struct {
 	// Replication is how the store's server replicates, read at Open, for
 	// the stores that tell (PostgreSQL, Redis); nil for the others.
 	Replication *replication.Status
+	// FramedOnly: the store holds no record named by an identity of the
+	// versions before identities framed the scope (store.LegacyHashKey),
+	// so that legacy reads (idem.WithLegacyReads) would find nothing: a
+	// memory store, or a file: or pebble: directory this version created
+	// (see framedOnly). False for the shared stores, which cannot tell.
+	FramedOnly bool
 	// closers run after the store's Close, in order (pools, clients).
 	closers []func()
 }

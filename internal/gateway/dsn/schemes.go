@@ -270,10 +270,13 @@ func localHost(u *url.URL) string {
 }
 
 func openMemory(_ context.Context, d DSN, _ Options) (*Opened, error) {
-	return &Opened{Store: memory.New(), DSN: d}, nil
+	// A memory store is new at every start, and this process alone writes
+	// it: it holds no record of an earlier version.
+	return &Opened{Store: memory.New(), DSN: d, FramedOnly: true}, nil
 }
 
-func openFile(_ context.Context, d DSN, opts Options) (*Opened, error) {
+func openFile(ctx context.Context, d DSN, opts Options) (*Opened, error) {
+	fresh := dirFresh(d.Path)
 	s, err := file.Open(d.Path, file.Options{Logger: opts.Logger, Headroom: opts.Headroom, OneSync: true})
 	if err != nil {
 		if errors.Is(err, file.ErrLocked) {
@@ -281,10 +284,11 @@ func openFile(_ context.Context, d DSN, opts Options) (*Opened, error) {
 		}
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
-	return &Opened{Store: s, DSN: d}, nil
+	return &Opened{Store: s, DSN: d, FramedOnly: framedOnly(ctx, s, fresh)}, nil
 }
 
-func openPebble(_ context.Context, d DSN, opts Options) (*Opened, error) {
+func openPebble(ctx context.Context, d DSN, opts Options) (*Opened, error) {
+	fresh := dirFresh(d.Path)
 	s, err := pebblestore.Open(d.Path, pebblestore.Options{Logger: opts.Logger, Headroom: opts.Headroom, OneSync: true})
 	if err != nil {
 		if errors.Is(err, pebblestore.ErrLocked) {
@@ -292,5 +296,5 @@ func openPebble(_ context.Context, d DSN, opts Options) (*Opened, error) {
 		}
 		return nil, fmt.Errorf("store %s: %w", d, err)
 	}
-	return &Opened{Store: s, DSN: d}, nil
+	return &Opened{Store: s, DSN: d, FramedOnly: framedOnly(ctx, s, fresh)}, nil
 }
