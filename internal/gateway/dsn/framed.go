@@ -30,18 +30,18 @@ func dirFresh(dir string) bool {
 }
 
 // framedOnly reports whether the embedded store s, opened in a directory
-// that was fresh (dirFresh) or not, can hold a record named by
-// store.LegacyHashKey, and marks it when it was fresh. Only versions that
-// frame identities write the embedded stores' format 2, which earlier
-// versions cannot open (no downgrade): a directory this version created
-// holds no record of an earlier version, ever. The marker, written before
-// any call's record, is itself in format 2, so that an earlier gateway
-// refuses the directory even when no call was served in it yet; a
-// directory written by an earlier version has no marker, and its legacy
-// records are looked for as before. The marker is a record rather than a
-// file beside the store's own so that it lives in the store's format and
-// is copied with it. A failure to read or write it only keeps legacy reads
-// on.
+// that was fresh (dirFresh) or not, can hold no record named by
+// store.LegacyHashKey, and marks it so when it was fresh. The embedded
+// stores' format 2 and framed identities arrive in one release, and
+// earlier releases cannot open format 2 (no downgrade, CHANGELOG): a
+// directory this version created never holds a record of an earlier one.
+// The mark is a record, written before any call's, so that it is in the
+// store's own format (an earlier gateway refuses the directory even before
+// a call was served in it) and is copied with it. A directory an earlier
+// version wrote has no mark, and its records are looked for as before; so
+// are those of a store that cannot be shown fresh (the shared stores,
+// which a gateway of an earlier version may write beside this one). A
+// mark that cannot be read or written only keeps legacy reads on.
 func framedOnly(ctx context.Context, s store.Store, fresh bool) bool {
 	h := store.HashKey(framedScope, framedKey)
 	if !fresh {
