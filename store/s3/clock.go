@@ -26,7 +26,7 @@ import (
 func serverTime(md middleware.Metadata, op, key string) (time.Time, error) {
 	t, ok := awsmiddleware.GetServerTime(md)
 	if !ok || t.IsZero() {
-		return time.Time{}, fmt.Errorf("s3store: %s %s: the server sent no Date header; the store judges expiry on the server's clock and cannot without it", op, key)
+		return time.Time{}, fmt.Errorf("s3store: %s %s: the server sent no Date header; the store judges expiry on the server's clock and cannot without it", op, printedKey(key))
 	}
 	return t, nil
 }

@@ -61,5 +61,5 @@ func (s *Store) CreateOnce(ctx context.Context, key string, body []byte, replace
 		}
 		return got, false, nil
 	}
-	return nil, false, fmt.Errorf("s3store: create %s: changed under 8 attempts in a row", key)
+	return nil, false, fmt.Errorf("s3store: create %s: changed under 8 attempts in a row", printedKey(key))
 }

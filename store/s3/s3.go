@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,7 +234,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			return store.Reservation{}, s.wrap(ctx, op, key, err)
 		}
 	}
-	return store.Reservation{}, fmt.Errorf("s3store: %s %s: the object changed %d times while reserving; try again", op, key, maxRounds)
+	return store.Reservation{}, fmt.Errorf("s3store: %s %s: the object changed %d times while reserving; try again", op, printedKey(key), maxRounds)
 }
 
 // record returns the record st of the version v of the object key, as
@@ -350,7 +352,7 @@ func (s *Store) update(ctx context.Context, op string, f store.Fence, change fun
 			switch {
 			case errors.Is(err, errAbsent):
 				s.forget(key)
-				return fmt.Errorf("s3store: %s %s: %w (no record)", op, key, store.ErrLeaseLost)
+				return fmt.Errorf("s3store: %s %s: %w (no record)", op, printedKey(key), store.ErrLeaseLost)
 			case err != nil:
 				return s.wrap(ctx, op, key, err)
 			case sent != nil && bytes.Equal(curBody, sent):
@@ -360,7 +362,7 @@ func (s *Store) update(ctx context.Context, op string, f store.Fence, change fun
 				return nil
 			case cur.rec.Token != f.Token || cur.rec.State != store.InProgress:
 				s.forget(key)
-				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or finished)", op, key, store.ErrLeaseLost, cur.rec.State)
+				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or finished)", op, printedKey(key), store.ErrLeaseLost, cur.rec.State)
 			}
 			h = heldObject{st: cur, etag: v.etag, base: cur.base(v.modified)}
 		}
@@ -382,7 +384,7 @@ func (s *Store) update(ctx context.Context, op string, f store.Fence, change fun
 		}
 		ok = false // changed since: read it and decide again
 	}
-	return fmt.Errorf("s3store: %s %s: the object changed %d times while writing; try again", op, key, maxRounds)
+	return fmt.Errorf("s3store: %s %s: the object changed %d times while writing; try again", op, printedKey(key), maxRounds)
 }
 
 // Release implements store.Store: DeleteObject with If-Match on the
@@ -413,14 +415,14 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 				return nil
 			case errors.Is(err, errAbsent):
 				s.forget(key)
-				return fmt.Errorf("s3store: %s %s: %w (no record)", op, key, store.ErrLeaseLost)
+				return fmt.Errorf("s3store: %s %s: %w (no record)", op, printedKey(key), store.ErrLeaseLost)
 			case err != nil:
 				return s.wrap(ctx, op, key, err)
 			case cur.rec.Token != f.Token || cur.rec.State == store.Succeeded:
 				// A failed record is released too: an operator frees a key
 				// whose outcome is unknown. A succeeded one never is.
 				s.forget(key)
-				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or succeeded)", op, key, store.ErrLeaseLost, cur.rec.State)
+				return fmt.Errorf("s3store: %s %s: %w (record is %s with another holder or succeeded)", op, printedKey(key), store.ErrLeaseLost, cur.rec.State)
 			}
 			etag = v.etag
 		}
@@ -438,7 +440,7 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 		}
 		tried, ok = true, false
 	}
-	return fmt.Errorf("s3store: %s %s: the object changed %d times while releasing; try again", op, key, maxRounds)
+	return fmt.Errorf("s3store: %s %s: the object changed %d times while releasing; try again", op, printedKey(key), maxRounds)
 }
 
 // Close implements store.Store: later calls return store.ErrClosed. It
@@ -487,9 +489,9 @@ func (s *Store) read(ctx context.Context, op, key, keyHash string) (stored, []by
 	v := version{etag: aws.ToString(out.ETag), modified: aws.ToTime(out.LastModified)}
 	switch {
 	case v.etag == "":
-		return stored{}, nil, version{}, fmt.Errorf("s3store: %s: the server sent no ETag; conditional writes are impossible", key)
+		return stored{}, nil, version{}, fmt.Errorf("s3store: %s: the server sent no ETag; conditional writes are impossible", printedKey(key))
 	case v.modified.IsZero():
-		return stored{}, nil, version{}, fmt.Errorf("s3store: %s %s: the server sent no Last-Modified; the store judges expiry on the server's clock and cannot without it", op, key)
+		return stored{}, nil, version{}, fmt.Errorf("s3store: %s %s: the server sent no Last-Modified; the store judges expiry on the server's clock and cannot without it", op, printedKey(key))
 	}
 	if v.date, err = serverTime(out.ResultMetadata, op, key); err != nil {
 		return stored{}, nil, version{}, err
@@ -532,7 +534,7 @@ func (s *Store) readJudged(ctx context.Context, op, key, keyHash string) (stored
 		}
 		st, body, v = again, againBody, w
 	}
-	return stored{}, nil, version{}, false, fmt.Errorf("s3store: %s %s: the object changed %d times while judging its expiry; try again", op, key, maxRounds)
+	return stored{}, nil, version{}, false, fmt.Errorf("s3store: %s %s: the object changed %d times while judging its expiry; try again", op, printedKey(key), maxRounds)
 }
 
 // put writes body, the encoding of st, under key: with If-None-Match: *
@@ -648,13 +650,40 @@ func (s *Store) check(ctx context.Context, op string) error {
 	return nil
 }
 
+// printedKey is how errors name the object of key: by its record's key
+// hash alone. The object key holds the scope, the caller's tenant as it
+// is in a store without a secret, and the store's errors are logged
+// (docs/ISOLATION.md).
+func printedKey(key string) string {
+	return "record " + strings.TrimSuffix(path.Base(key), ".json")
+}
+
+// scrubbed is err with the object key, which the SDK's errors quote in
+// the request's URL, printed as printedKey; errors.Is and As see err.
+type scrubbed struct {
+	err error
+	key string
+}
+
+func (e scrubbed) Error() string {
+	msg, name := e.err.Error(), printedKey(e.key)
+	// The URL's path escapes the scope segment's '%'.
+	for _, k := range []string{e.key, (&url.URL{Path: e.key}).EscapedPath()} {
+		msg = strings.ReplaceAll(msg, k, name)
+	}
+	return msg
+}
+
+func (e scrubbed) Unwrap() error { return e.err }
+
 // wrap names the operation and makes sure that errors.Is finds the
 // context's error when the context ended the call.
 func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
+	err = scrubbed{err, key}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("s3store: %s %s: %w: %w", op, key, cerr, err)
+		return fmt.Errorf("s3store: %s %s: %w: %w", op, printedKey(key), cerr, err)
 	}
-	return fmt.Errorf("s3store: %s %s: %w", op, key, err)
+	return fmt.Errorf("s3store: %s %s: %w", op, printedKey(key), err)
 }
 
 // status returns the HTTP status of a failed call, or 0.
