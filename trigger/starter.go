@@ -33,13 +33,19 @@ type AlreadyStartedError struct {
 	// display: the store's clock need not be this machine's, so waits are
 	// counted from LeaseLeft.
 	LeaseUntil time.Time
+	// scope and redact print ID in Error as the engine prints keys (its
+	// Redactor): an event ID is what the event's publisher put in it, and
+	// error texts are logged (docs/ISOLATION.md).
+	scope  string
+	redact idem.Redactor
 }
 
 func (e *AlreadyStartedError) Error() string {
+	printed := "key_hash " + e.redact.Key(e.scope, e.ID)
 	if e.Running {
-		return "trigger: already started (still running): " + e.ID
+		return "trigger: already started (still running): " + printed
 	}
-	return "trigger: already started: " + e.ID
+	return "trigger: already started: " + printed
 }
 
 // Is reports whether target is ErrAlreadyStarted.
@@ -76,6 +82,11 @@ type outcome struct {
 	leaseLeft time.Duration // the holder's, when running
 }
 
+// already is the error of an id whose first start finished.
+func (s *Starter) already(id string) *AlreadyStartedError {
+	return &AlreadyStartedError{ID: id, scope: s.Scope, redact: s.Engine.Redactor()}
+}
+
 func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Context) error) (outcome, error) {
 	res, err := s.Engine.Do(ctx, idem.Call{Scope: s.Scope, Key: id}, func(ctx context.Context) ([]byte, error) {
 		return nil, fn(ctx)
@@ -84,9 +95,9 @@ func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Cont
 	switch {
 	case errors.As(err, &conflict) && errors.Is(err, idem.ErrInProgress):
 		r := conflict.Record
-		return outcome{running: true, leaseLeft: r.LeaseLeft}, &AlreadyStartedError{ID: id, Running: true, LeaseLeft: r.LeaseLeft, LeaseUntil: r.LeaseUntil}
+		return outcome{running: true, leaseLeft: r.LeaseLeft}, &AlreadyStartedError{ID: id, Running: true, LeaseLeft: r.LeaseLeft, LeaseUntil: r.LeaseUntil, scope: s.Scope, redact: s.Engine.Redactor()}
 	case errors.Is(err, idem.ErrPreviousFailure):
-		return outcome{settled: true}, &AlreadyStartedError{ID: id}
+		return outcome{settled: true}, s.already(id)
 	case errors.Is(err, idem.ErrLeaseLost):
 		// fn ran, but another holder took the ID over and will record it.
 		return outcome{running: true}, err
@@ -99,7 +110,7 @@ func (s *Starter) start(ctx context.Context, id string, fn func(ctx context.Cont
 		}
 		return outcome{}, err
 	case res.Replayed:
-		return outcome{settled: true}, &AlreadyStartedError{ID: id}
+		return outcome{settled: true}, s.already(id)
 	}
 	return outcome{settled: true}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/trigger"
 )
 
@@ -85,6 +86,9 @@ type Router struct {
 	Workflow any
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Redactor prints the workflow ID (the event's key) in log lines and
+	// errors as idem prints keys; the zero value prints unkeyed hashes.
+	Redactor idem.Redactor
 }
 
 // Route starts the event's workflow once. It reports whether this call
@@ -101,10 +105,10 @@ func (r *Router) Route(ctx context.Context, activityID, eventID string, args ...
 		if log == nil {
 			log = slog.Default()
 		}
-		log.Info("trigger/temporal: event already processed", "workflow_id", id)
+		log.Info("trigger/temporal: event already processed", r.Redactor.LogAttrs(slog.LevelInfo, "", id)...)
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("trigger/temporal: start %s: %w", id, err)
+		return false, fmt.Errorf("trigger/temporal: start key_hash %s: %w", r.Redactor.Key("", id), err)
 	}
 	return true, nil
 }

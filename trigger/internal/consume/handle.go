@@ -71,7 +71,7 @@ func (c *Consumer) Handle(ctx context.Context, id string, handler func(ctx conte
 	switch v.Action {
 	case Ack:
 		if v.Err != nil {
-			c.Log().Debug(c.Name+": event handled before; acking", "event", id, "err", v.Err)
+			c.Log().Debug(c.Name+": event handled before; acking", c.printed(slog.LevelDebug, id, "err", v.Err)...)
 		}
 		if c.AfterRecord != nil {
 			c.AfterRecord(id)
@@ -87,7 +87,16 @@ func (c *Consumer) Handle(ctx context.Context, id string, handler func(ctx conte
 		if delay <= 0 {
 			delay = DefaultRetryDelay
 		}
-		c.Log().Warn(c.Name+": event failed; "+c.Again, "event", id, "delay", delay, "err", v.Err)
+		c.Log().Warn(c.Name+": event failed; "+c.Again, c.printed(slog.LevelWarn, id, "delay", delay, "err", v.Err)...)
 		return errors.Join(v.Err, s.Retry(delay))
 	}
+}
+
+// printed names event id in a log line at level as the engine names the
+// call it runs (scope_hash, key_hash of trigger.EventKey): an event ID is
+// the key's source, what the event's publisher put in it, so it is never
+// printed as it is (docs/ISOLATION.md).
+func (c *Consumer) printed(level slog.Level, id string, more ...any) []any {
+	attrs := c.Starter.Engine.Redactor().LogAttrs(level, c.Starter.Scope, trigger.EventKey(c.ActivityID, id))
+	return append(attrs, more...)
 }
