@@ -55,7 +55,7 @@ type Call struct {
 // Result is the outcome of Do.
 type Result struct {
 	// Value is the operation's result: fresh, or replayed from the store.
-	// For a failure kept by OnFailureCache or OnFailureConflict it is the
+	// For a failure recorded by OnFailureCache or OnFailureConflict it is the
 	// stored failure.
 	Value []byte
 	// Replayed is true when the operation did not run for this call.

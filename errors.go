@@ -23,7 +23,7 @@ var (
 	// conflict_type key_reused).
 	ErrKeyReused = errors.New("idem: key bound to another action or target")
 	// ErrPreviousFailure: the first call with the key failed and the policy
-	// keeps that failure (OnFailureCache or OnFailureConflict).
+	// records that failure (OnFailureCache or OnFailureConflict).
 	ErrPreviousFailure = errors.New("idem: the first request with this key failed")
 	// ErrLeaseLost: this call's hold on the key was taken over (its lease
 	// expired) or the record was removed; its outcome was not stored.
@@ -191,7 +191,7 @@ func (e *StoreError) Unwrap() error { return e.Err }
 
 // Failure lets an operation choose what is stored when it fails: return
 // &Failure{Value: v, Err: err} (or an error wrapping one) and, under
-// OnFailureCache or OnFailureConflict, v is kept as the record's value
+// OnFailureCache or OnFailureConflict, v is stored as the record's value
 // instead of err's message. HTTP middleware uses it to keep the failed
 // response.
 type Failure struct {

@@ -23,9 +23,9 @@ const (
 	// The default, as in Stripe's API for errors before execution, the IETF
 	// draft, and AWS Powertools.
 	OnFailureRelease OnFailure = iota + 1
-	// OnFailureCache keeps the failure: retries get it back, replayed.
+	// OnFailureCache records the failure: retries get it back, replayed.
 	OnFailureCache
-	// OnFailureConflict keeps the failure: retries get a conflict with the
+	// OnFailureConflict records the failure: retries get a conflict with the
 	// failure attached (an HTTP 409 that reports the previous failure).
 	OnFailureConflict
 )
@@ -66,7 +66,7 @@ const (
 type OnUnknown int
 
 const (
-	// OnUnknownConflict keeps the key failed with conflict type
+	// OnUnknownConflict leaves the key failed with conflict type
 	// outcome_unknown: retries get ErrOutcomeUnknown (HTTP 409, naming the
 	// first request) until the record expires or an operator releases it
 	// with Engine.Release. The default: an operation whose answer was

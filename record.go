@@ -19,7 +19,7 @@ type Record struct {
 	Key   string
 	// State is in_progress, succeeded or failed.
 	State State
-	// Value is the stored outcome when succeeded, or the failure kept when
+	// Value is the stored outcome when succeeded, or the failure stored when
 	// failed, without the engine's own marks.
 	Value []byte
 	// OutcomeUnknown is set on a failed record whose operation started and

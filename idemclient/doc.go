@@ -38,7 +38,7 @@
 //     request would run as new, a second time if the first ran, so the
 //     transport stops and the request leaves the outbox.
 //
-// Servers say until when they keep a key (the Idempotency-Key-Expires
+// Servers say until when they retain a key (the Idempotency-Key-Expires
 // header of first answers, replays and conflicts, or key_expires_at in a
 // problem body):
 // KeyExpires reads it from a response, Error.KeyExpires from the last

@@ -178,7 +178,7 @@ func (a *attempt) run(ctx context.Context) (v []byte, err error) {
 // outcome unknown (never released), or answered (the route's statuses).
 func (a *attempt) outcome(m *middleware, rt *route) ([]byte, error) {
 	c := a.cap
-	enc := c.encode(m.keepHeader)
+	enc := c.encode(m.replayHeader)
 	switch {
 	case c.unknown:
 		return nil, &idem.Failure{Value: enc, Err: fmt.Errorf("idemhttp: handler answered %d without a complete answer from its upstream: %w", c.status, idem.ErrOutcomeUnknown)}

@@ -35,7 +35,7 @@ type capture struct {
 	header      http.Header // the headers of the response, set at WriteHeader
 	body        bytes.Buffer
 	passing     bool // the response is going straight to rw
-	notStored   bool // the body is not (fully) kept
+	notStored   bool // the body is not (fully) stored
 	hijacked    bool
 	notExecuted bool // the handler says nothing ran (ReportNotExecuted)
 	unknown     bool // the handler says the request left but no answer came (ReportOutcomeUnknown)
@@ -48,7 +48,7 @@ var errDetached = errors.New("idemhttp: the client was already answered")
 // execute the operation (a proxy that could not reach its upstream, a
 // dependency that refused the call before anything happened): whatever it
 // answers, the key is released so that a retry runs, even under profiles
-// that keep every status. It does nothing for a writer the middleware does
+// that replay every status. It does nothing for a writer the middleware does
 // not wrap.
 func ReportNotExecuted(w http.ResponseWriter) {
 	if c := findCapture(w); c != nil {
@@ -202,9 +202,9 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (c *capture) Unwrap() http.ResponseWriter { return c.rw }
 
-// encode returns what the handler answered, with the kept headers only,
+// encode returns what the handler answered, with the replayed headers only,
 // encoded for the record: a copy, never aliasing the capture's buffer.
-func (c *capture) encode(keep func(string) bool) []byte {
+func (c *capture) encode(replay func(string) bool) []byte {
 	if !c.wroteHeader {
 		c.WriteHeader(http.StatusOK)
 	}
@@ -212,7 +212,7 @@ func (c *capture) encode(keep func(string) bool) []byte {
 	if !c.notStored {
 		body = c.body.Bytes()
 	}
-	return encodeResponse(c.status, c.notStored, c.header, keep, body)
+	return encodeResponse(c.status, c.notStored, c.header, replay, body)
 }
 
 func copyHeader(dst, src http.Header) {

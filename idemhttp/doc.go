@@ -39,7 +39,7 @@
 //   - answers conflicts (409 in progress, 422 payload mismatch or key
 //     reused) and store failures (503 with Retry-After) with RFC 9457
 //     problem+json bodies carrying idempotency_key and conflict_type;
-//   - says until when a key is kept on every replay and every answer about
+//   - says until when a key is retained on every replay and every answer about
 //     an existing record: the Idempotency-Key-Expires header (an HTTP-date)
 //     and, in problem+json, key_expires_at (RFC 3339, UTC), both the
 //     record's expiry truncated to the second. After it a retry with the
@@ -54,7 +54,7 @@
 // Profiles bundle the choices of four kinds of API: IETF (the draft, the
 // default), Stripe (keys per endpoint, every response an outcome), Mobile
 // (keys per endpoint, errors in a JSON envelope whose texts can be
-// changed) and WorkflowAdmin (keys bound to their action, failures kept).
+// changed) and WorkflowAdmin (keys bound to their action, failures recorded).
 // Safe methods (GET, HEAD, OPTIONS, TRACE) pass through untouched.
 //
 // Responses larger than MaxResponseBytes, event streams and hijacked

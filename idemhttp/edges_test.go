@@ -111,15 +111,15 @@ func TestDefaultTenantIsTheCaller(t *testing.T) {
 	sameResponse(t, p, combo.do("POST", "/charges", `{}`, "Idempotency-Key", "k", "Authorization", "bearer a", "Stripe-Account", "acct_1"))
 }
 
-func TestKeepHeadersRefusesCredentials(t *testing.T) {
+func TestReplayHeadersRefusesCredentials(t *testing.T) {
 	t.Parallel()
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	for _, h := range []string{"Set-Cookie", "authorization", "Proxy-Authorization"} {
-		_, err := idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{"X-Charge-Id", h}})
+		_, err := idemhttp.New(eng, idemhttp.Options{ReplayHeaders: []string{"X-Charge-Id", h}})
 		if !errors.Is(err, idemhttp.ErrCredentialHeader) {
-			t.Errorf("KeepHeaders %s: %v", h, err)
+			t.Errorf("ReplayHeaders %s: %v", h, err)
 		}
-		_, err = idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{h}, AllowCredentialHeaders: true})
+		_, err = idemhttp.New(eng, idemhttp.Options{ReplayHeaders: []string{h}, AllowCredentialHeaders: true})
 		if h == "Proxy-Authorization" {
 			// Hop-by-hop: a replay never repeats it, forced or not.
 			if !errors.Is(err, idemhttp.ErrFramingHeader) {
@@ -130,8 +130,8 @@ func TestKeepHeadersRefusesCredentials(t *testing.T) {
 		}
 	}
 	for _, h := range []string{"Content-Length", "transfer-encoding", "Connection", "Keep-Alive", "Upgrade", "Trailer", "TE", "Proxy-Authenticate"} {
-		if _, err := idemhttp.New(eng, idemhttp.Options{KeepHeaders: []string{h}}); !errors.Is(err, idemhttp.ErrFramingHeader) {
-			t.Errorf("KeepHeaders %s: %v, want ErrFramingHeader", h, err)
+		if _, err := idemhttp.New(eng, idemhttp.Options{ReplayHeaders: []string{h}}); !errors.Is(err, idemhttp.ErrFramingHeader) {
+			t.Errorf("ReplayHeaders %s: %v, want ErrFramingHeader", h, err)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func Middleware(eng *idem.Engine, opts Options) func(http.Handler) http.Handler 
 
 // New returns the middleware, or an error if opts are invalid (a bad
 // pattern, two routes with one pattern, an invalid policy, a credential
-// header in KeepHeaders).
+// header in ReplayHeaders).
 func New(eng *idem.Engine, opts Options) (func(http.Handler) http.Handler, error) {
 	rs, err := Compile(eng, opts)
 	if err != nil {
@@ -48,7 +48,7 @@ type middleware struct {
 	maxReq      int64
 	bodyTimeout time.Duration
 	maxResp     int
-	keep        map[string]bool
+	replay      map[string]bool
 	reqIDHeader string
 	log         *slog.Logger
 	observe     func(*http.Request, Event)
@@ -67,12 +67,12 @@ func Compile(eng *idem.Engine, opts Options) (*Routes, error) {
 	if eng == nil {
 		return nil, errors.New("idemhttp: nil engine")
 	}
-	keep, err := opts.keepSet()
+	replay, err := opts.replaySet()
 	if err != nil {
 		return nil, err
 	}
 	m := &middleware{
-		eng: eng, mux: http.NewServeMux(), tenant: opts.Tenant, keep: keep,
+		eng: eng, mux: http.NewServeMux(), tenant: opts.Tenant, replay: replay,
 		maxReq: opts.MaxRequestBytes, bodyTimeout: opts.BodyReadTimeout, maxResp: opts.MaxResponseBytes,
 		reqIDHeader: opts.RequestIDHeader, log: opts.Logger, observe: opts.Observe,
 		routePath: opts.RoutePath,
@@ -169,7 +169,7 @@ func (rs *Routes) Scope(method, target, tenant string) (string, bool) {
 	return rt.Scope(r, tenant), true
 }
 
-func (m *middleware) keepHeader(name string) bool { return m.keep[name] }
+func (m *middleware) replayHeader(name string) bool { return m.replay[name] }
 
 // logAttrs names c in a log line at level as the engine's Redactor prints
 // it (hashes; the raw scope and key only at Debug, when it allows them),

@@ -445,7 +445,7 @@ func TestInvalidOptions(t *testing.T) {
 	for _, o := range []idemhttp.Options{
 		{Routes: []idemhttp.Route{{Pattern: "POST /a"}, {Pattern: "POST /a"}}},
 		{Routes: []idemhttp.Route{{Pattern: "POST /{"}}},
-		{KeepHeaders: []string{"set-cookie"}},
+		{ReplayHeaders: []string{"set-cookie"}},
 		{Routes: []idemhttp.Route{{Pattern: "POST /a", Policy: &idem.Policy{TTL: -1}}}},
 	} {
 		if _, err := idemhttp.New(eng, o); err == nil {

@@ -101,7 +101,7 @@ type Options struct {
 	// bound.
 	MaxKeysAnonymous int
 	// MaxBytesPerTenant bounds the bytes one tenant's live records hold
-	// (the responses kept, plus 1 KiB a record for the rest), counted as
+	// (the responses stored, plus 1 KiB a record for the rest), counted as
 	// MaxKeysPerTenant is, and answered the same way. A tenant may pass it
 	// by one response per call running at once. 0 means no bound.
 	MaxBytesPerTenant int64
@@ -113,11 +113,12 @@ type Options struct {
 	// and stalls gets 408 and its connection is closed, holding nothing.
 	// 0 means 30 s; negative means no bound.
 	BodyReadTimeout time.Duration
-	// MaxResponseBytes bounds the body kept for replay; larger responses
+	// MaxResponseBytes bounds the body stored for replay; larger responses
 	// pass through and a replay answers 409 response_not_stored. 0 means
 	// 4 MiB.
 	MaxResponseBytes int
-	// KeepHeaders are kept for replay besides the defaults:
+	// ReplayHeaders are the response headers a replay repeats besides the
+	// defaults:
 	// Cache-Control, Content-Disposition, Content-Encoding,
 	// Content-Language, Content-Location, Content-Type, ETag, Expires,
 	// Last-Modified, Link, Location and Vary. Set-Cookie, Date and
@@ -125,8 +126,8 @@ type Options struct {
 	// session or stale limits. The credential headers (CredentialHeaders()) are refused, since a replay
 	// would hand them to anyone holding the key, unless
 	// AllowCredentialHeaders is set.
-	KeepHeaders []string
-	// AllowCredentialHeaders lets KeepHeaders name Set-Cookie,
+	ReplayHeaders []string
+	// AllowCredentialHeaders lets ReplayHeaders name Set-Cookie,
 	// Authorization or Proxy-Authorization: every retry with the key then
 	// receives the first caller's session or credentials.
 	AllowCredentialHeaders bool
@@ -153,13 +154,13 @@ type Options struct {
 	Propagators propagation.TextMapPropagator
 }
 
-// CredentialHeaders returns the headers Options.KeepHeaders refuses unless
+// CredentialHeaders returns the headers Options.ReplayHeaders refuses unless
 // Options.AllowCredentialHeaders is set, in a new slice.
 func CredentialHeaders() []string { return slices.Clone(credentialHeaders) }
 
-// defaultKeepHeaders are the response headers a replay repeats besides
-// Options.KeepHeaders (listed in its comment).
-var defaultKeepHeaders = []string{
+// defaultReplayHeaders are the response headers a replay repeats besides
+// Options.ReplayHeaders (listed in its comment).
+var defaultReplayHeaders = []string{
 	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
 	"Content-Location", "Content-Type", "ETag", "Expires", "Last-Modified", "Link",
 	"Location", "Vary",
@@ -171,21 +172,21 @@ var credentialHeaders = []string{"Set-Cookie", "Authorization", "Proxy-Authoriza
 // Tenant of its own, which decides itself who is anonymous.
 var ErrSharedAnonymousScope = errors.New("idemhttp: SharedAnonymousScope applies to the default tenant only; a TenantFunc puts a caller in the anonymous scope by returning \"\", true")
 
-// ErrCredentialHeader: Options.KeepHeaders names a credential header.
-var ErrCredentialHeader = errors.New("idemhttp: keep_headers names a credential header; a replay would hand it to anyone holding the key (set AllowCredentialHeaders to force it)")
+// ErrCredentialHeader: Options.ReplayHeaders names a credential header.
+var ErrCredentialHeader = errors.New("idemhttp: replay_headers names a credential header; a replay would hand it to anyone holding the key (set AllowCredentialHeaders to force it)")
 
-// ErrFramingHeader: Options.KeepHeaders names a header that frames the
+// ErrFramingHeader: Options.ReplayHeaders names a header that frames the
 // message or belongs to one connection (Content-Length, Transfer-Encoding,
 // Connection, ...): a replay sets its own framing and never repeats them.
-var ErrFramingHeader = errors.New("idemhttp: keep_headers names a header that frames the message or belongs to one connection; a replay sets its own (remove it)")
+var ErrFramingHeader = errors.New("idemhttp: replay_headers names a header that frames the message or belongs to one connection; a replay sets its own (remove it)")
 
-// keepSet returns the set of headers kept for replay.
-func (o *Options) keepSet() (map[string]bool, error) {
-	keep := map[string]bool{}
-	for _, h := range defaultKeepHeaders {
-		keep[http.CanonicalHeaderKey(h)] = true
+// replaySet returns the set of headers a replay repeats.
+func (o *Options) replaySet() (map[string]bool, error) {
+	replay := map[string]bool{}
+	for _, h := range defaultReplayHeaders {
+		replay[http.CanonicalHeaderKey(h)] = true
 	}
-	for _, h := range o.KeepHeaders {
+	for _, h := range o.ReplayHeaders {
 		c := http.CanonicalHeaderKey(h)
 		for _, cred := range credentialHeaders {
 			if c == cred && !o.AllowCredentialHeaders {
@@ -195,7 +196,7 @@ func (o *Options) keepSet() (map[string]bool, error) {
 		if framing(c) {
 			return nil, fmt.Errorf("%w: %s", ErrFramingHeader, c)
 		}
-		keep[c] = true
+		replay[c] = true
 	}
-	return keep, nil
+	return replay, nil
 }

@@ -54,7 +54,7 @@ func TestPooledAttemptsNeverShared(t *testing.T) {
 	})
 	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
 	defer eng.Close()
-	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet, SharedAnonymousScope: true, KeepHeaders: []string{"X-Key", "X-Many"}})(handler)
+	h := idemhttp.Middleware(eng, idemhttp.Options{Logger: quiet, SharedAnonymousScope: true, ReplayHeaders: []string{"X-Key", "X-Many"}})(handler)
 
 	check := func(key string) error {
 		req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"key":"`+key+`"}`))

@@ -161,9 +161,9 @@ func Mobile() *Profile {
 
 // WorkflowAdmin is the profile of an admin API: keys of at most 200 bytes, bound to
 // their action and target (a key reused on another endpoint or workflow is
-// a conflict), every conflict a 409, a failed first call kept and reported
+// a conflict), every conflict a 409, a failed first call recorded and reported
 // with its failure on retries, "idempotency_replayed" in JSON bodies, and
-// records kept 7 days.
+// records retained 7 days.
 func WorkflowAdmin() *Profile {
 	return &Profile{
 		Name: "workflow-admin",

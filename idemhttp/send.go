@@ -52,9 +52,9 @@ func (x *exchange) replay(ctx context.Context, res idem.Result) {
 	}
 	prof := x.rt.profile
 	var extra headerValues
-	// Only the headers kept today, by canonical name, and no framing one:
+	// Only the headers replayed today, by canonical name, and no framing one:
 	// the record may have been written by anyone with access to the store.
-	status, _, body, _ := decodeInto(res.Value, h, &extra, x.m.keepHeader)
+	status, _, body, _ := decodeInto(res.Value, h, &extra, x.m.replayHeader)
 	extra.grow(5) // when the response stored no header
 	if prof.BodyFlag != "" {
 		if b, ok := withFlag(body, prof.BodyFlag, true); ok {

@@ -170,7 +170,7 @@ func (x *exchange) counted(a *attempt) {
 	}
 	created, size := a.detached, int64(0)
 	if a.ran && !a.detached && !a.cap.notExecuted {
-		// The body kept plus a generous allowance for the record's key,
+		// The body stored plus a generous allowance for the record's key,
 		// fingerprint and headers.
 		created, size = true, int64(a.cap.body.Len())+recordOverhead
 	}
@@ -224,7 +224,7 @@ func (x *exchange) finish(a *attempt) {
 		// The outcome is recorded; let http.Server report the panic.
 		panic(a.panicked)
 	default:
-		// The record is kept: the first answer tells until when, as
+		// The record is retained: the first answer tells until when, as
 		// replays do (zero, and no header, when the key was released).
 		setExpires(x.w.Header(), a.res.ExpiresAt)
 		x.commit(cap)
@@ -303,7 +303,7 @@ func (x *exchange) unrecorded(a *attempt) {
 }
 
 // conflict answers an existing record that keeps the call from running,
-// saying until when the record is kept.
+// saying until when the record is retained.
 func (x *exchange) conflict(res idem.Result, ce *idem.ConflictError) {
 	p := &Problem{Key: x.call.Key, KeyExpires: ce.Record.ExpiresAt}
 	switch ce.Type {

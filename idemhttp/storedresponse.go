@@ -8,12 +8,12 @@ import (
 	"strings"
 )
 
-// StoredResponse is what a record keeps of an HTTP response.
+// StoredResponse is what a record holds of an HTTP response.
 type StoredResponse struct {
 	Status int         // the handler's status
-	Header http.Header // only the kept headers
+	Header http.Header // only the replayed headers
 	Body   []byte      // the body as the handler wrote it
-	// NotStored: the body was too large or streamed, so it was not kept;
+	// NotStored: the body was too large or streamed, so it was not stored;
 	// a replay answers 409 response_not_stored instead.
 	NotStored bool
 }
@@ -33,12 +33,12 @@ const (
 // package.
 var ErrBadEncoding = errors.New("idemhttp: not a stored response")
 
-// encodeResponse encodes a response with the headers of h that keep
-// accepts (all of them when keep is nil), in one allocation.
-func encodeResponse(status int, notStored bool, h http.Header, keep func(string) bool, body []byte) []byte {
+// encodeResponse encodes a response with the headers of h that replay
+// accepts (all of them when replay is nil), in one allocation.
+func encodeResponse(status int, notStored bool, h http.Header, replay func(string) bool, body []byte) []byte {
 	n, count := 6+len(body), 0
 	for k, vs := range h {
-		if keep != nil && !keep(k) {
+		if replay != nil && !replay(k) {
 			continue
 		}
 		for _, v := range vs {
@@ -55,7 +55,7 @@ func encodeResponse(status int, notStored bool, h http.Header, keep func(string)
 	b = binary.BigEndian.AppendUint16(b, uint16(status))
 	b = binary.BigEndian.AppendUint16(b, uint16(count))
 	for k, vs := range h {
-		if keep != nil && !keep(k) {
+		if replay != nil && !replay(k) {
 			continue
 		}
 		for _, v := range vs {
@@ -89,12 +89,12 @@ func DecodeResponse(b []byte) (*StoredResponse, error) {
 //
 // A stored record is data, not the middleware's word: a store anyone else
 // can write (an unsealed one) may hold any header. So the headers added
-// to h are only those keep accepts (every one when keep is nil), by their
+// to h are only those replay accepts (every one when replay is nil), by their
 // canonical names, and never one that frames the message or belongs to
 // one connection (framing): the replay sets Content-Length itself, and a
 // stored Transfer-Encoding or Connection would make one response read as
 // two downstream.
-func decodeInto(b []byte, h http.Header, hv *headerValues, keep func(string) bool) (status int, notStored bool, body []byte, err error) {
+func decodeInto(b []byte, h http.Header, hv *headerValues, replay func(string) bool) (status int, notStored bool, body []byte, err error) {
 	if len(b) < 6 || b[0] != encodingVersion {
 		return 0, false, nil, ErrBadEncoding
 	}
@@ -140,7 +140,7 @@ func decodeInto(b []byte, h http.Header, hv *headerValues, keep func(string) boo
 			continue
 		}
 		k = textproto.CanonicalMIMEHeaderKey(k) // no copy when it already is
-		if framing(k) || (keep != nil && !keep(k)) {
+		if framing(k) || (replay != nil && !replay(k)) {
 			continue
 		}
 		hv.add(h, k, fields[vs:ve])

@@ -7,7 +7,7 @@ import "net/http"
 const HeaderName = "Idempotency-Key"
 
 // ExpiresHeader is the response header that tells a client until when the
-// server keeps its key, as an HTTP-date (IMF-fixdate): set on the first
+// server retains its key, as an HTTP-date (IMF-fixdate): set on the first
 // response a record keeps, on replays and on every answer about an
 // existing record (409 in_progress, outcome_unknown, previous_failure,
 // response_not_stored; 422 payload_mismatch, key_reused). Until then a

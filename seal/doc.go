@@ -37,7 +37,7 @@
 //     itself compares them before it takes over a stale record, so they
 //     must be deterministic; tied to the record's key hash, so that two
 //     records of the same request body do not show it.
-//   - Value (the stored response: status, kept headers, body; or the
+//   - Value (the stored response: status, replayed headers, body; or the
 //     failure): encrypted.
 //   - State, Token, CreatedAt, UpdatedAt, ExpiresAt, LeaseUntil: in the
 //     clear. Stores decide reservations, takeovers, fencing and expiry on

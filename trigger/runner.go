@@ -35,7 +35,7 @@ import (
 // A runner sees back only as far as the engine's TTL (older slot records
 // are gone), so keep the TTL longer than the longest outage to be caught
 // up: the default, 24 h, suits hourly schedules. The store needs no other
-// state: a schedule's origin is one record (kept ten years) written by
+// state: a schedule's origin is one record (retained ten years) written by
 // its first runner.
 type Runner struct {
 	Schedule Schedule

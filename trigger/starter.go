@@ -74,7 +74,7 @@ func (s *Starter) Start(ctx context.Context, id string, fn func(ctx context.Cont
 // outcome is what a start left behind, as a Runner needs to know it.
 type outcome struct {
 	// settled: the ID's outcome is recorded (it ran here or elsewhere and
-	// finished, or its failure is kept); it never needs another start.
+	// finished, or its failure is recorded); it never needs another start.
 	settled bool
 	// running: another holder has the ID in progress, with its lease until
 	// leaseUntil; if that holder died, a start after then runs it again.

@@ -92,8 +92,12 @@ func upstreamProbe(u *url.URL, check string) func(context.Context) error {
 }
 
 // logStart says what an operator needs to know at start: which requests
-// are protected, and whether the admin listener is exposed.
+// are protected, whether the admin listener is exposed, and the settings
+// given under a former name.
 func logStart(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Renamed() {
+		log.Warn("idem: config: " + w)
+	}
 	if len(cfg.Routes) == 0 {
 		log.Info("idem: protecting every route: a request with an Idempotency-Key on a method other than GET, HEAD, OPTIONS or TRACE runs once")
 	} else {

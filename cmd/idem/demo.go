@@ -120,8 +120,8 @@ Try these in another terminal.
    for i in 1 2; do curl -s -X POST {{.API}}/charges -H 'Idempotency-Key: order-2' -H 'Content-Type: application/json' -d '{"amount": 700, "currency": "eur"}'; done
    curl -s {{.API}}/stats
 
-5. A failure (the API answers 500) is not kept: each retry runs again
-   (/stats shows order-3 twice). A 409 would be kept and replayed.
+5. A failure (the API answers 500) is not recorded: each retry runs again
+   (/stats shows order-3 twice). A 409 would be recorded and replayed.
 
    for i in 1 2; do curl -s -X POST '{{.GW}}/charges?status=500' -H 'Authorization: Bearer sk_demo' -H 'Idempotency-Key: order-3' -H 'Content-Type: application/json' -d '{"amount": 1}'; done
    curl -s {{.GW}}/stats

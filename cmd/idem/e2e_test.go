@@ -236,7 +236,7 @@ func TestInvalidKeys(t *testing.T) {
 func TestFailures(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t)
-	g := startGateway(t, a.URL, t.TempDir(), "keep_headers: [X-Charge-Count]\n")
+	g := startGateway(t, a.URL, t.TempDir(), "replay_headers: [X-Charge-Count]\n")
 	for i := range 2 {
 		r := post(t, g.URL+"/charges?status=500", chargeBody, "Idempotency-Key", "fail-500")
 		if r.Status != 500 || r.Header.Get("Idempotent-Replayed") == "true" {
@@ -252,7 +252,7 @@ func TestFailures(t *testing.T) {
 		t.Errorf("409: %d %s / %d %s %v", first.Status, first.Body, again.Status, again.Body, again.Header)
 	}
 	if c := again.Header.Get("X-Charge-Count"); c == "" || c != first.Header.Get("X-Charge-Count") {
-		t.Errorf("keep_headers: replayed X-Charge-Count %q, first %q", c, first.Header.Get("X-Charge-Count"))
+		t.Errorf("replay_headers: replayed X-Charge-Count %q, first %q", c, first.Header.Get("X-Charge-Count"))
 	}
 	if n := a.stats(t).Executions["fail-409"]; n != 1 {
 		t.Errorf("409: executions = %d, want 1", n)
@@ -554,6 +554,30 @@ func TestUpstreamDown(t *testing.T) {
 	}
 }
 
+// TestKeepHeadersFormerName: a config file giving keep_headers, the
+// former name of replay_headers, still starts the gateway, whose replays
+// repeat those headers, with a warning at start naming the new key.
+func TestKeepHeadersFormerName(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t)
+	g := startGateway(t, a.URL, t.TempDir(), "keep_headers: [X-Charge-Count]\n")
+	first := post(t, g.URL+"/charges?status=409", chargeBody, "Idempotency-Key", "former-409")
+	again := post(t, g.URL+"/charges?status=409", chargeBody, "Idempotency-Key", "former-409")
+	if c := again.Header.Get("X-Charge-Count"); again.Header.Get("Idempotent-Replayed") != "true" || c == "" || c != first.Header.Get("X-Charge-Count") {
+		t.Errorf("keep_headers: replayed %v X-Charge-Count %q, first %q", again.Header.Get("Idempotent-Replayed"), c, first.Header.Get("X-Charge-Count"))
+	}
+	var warned bool
+	for _, line := range strings.Split(g.output(), "\n") {
+		var m struct{ Level, Msg string }
+		if json.Unmarshal([]byte(line), &m) == nil && m.Level == "WARN" && strings.Contains(m.Msg, "keep_headers is now replay_headers") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no warning naming replay_headers at start:\n%s", g.output())
+	}
+}
+
 // TestConfigErrors: a bad file stops `idem serve` with a message naming the
 // mistake, before anything listens.
 func TestConfigErrors(t *testing.T) {
@@ -562,6 +586,7 @@ func TestConfigErrors(t *testing.T) {
 		{"upstream: http://127.0.0.1:1\nlisen: :8080\n", `line 2: unknown field "lisen"`},
 		{"upstream: http://127.0.0.1:1\ndefaults: {on_failure: maybe}\n", `on_failure "maybe"`},
 		{"upstream: http://127.0.0.1:1\nstore: mysql://x\n", "unknown store DSN"},
+		{"upstream: http://127.0.0.1:1\nkeep_headers: [X-A]\nreplay_headers: [X-B]\n", "keep_headers and replay_headers are both set"},
 	} {
 		f := t.TempDir() + "/idem.yaml"
 		if err := writeFile(f, tc.yaml); err != nil {

@@ -405,7 +405,7 @@ func startTracing(ctx context.Context, getenv func(string) string, log *slog.Log
 // before it takes a new key, so that no key runs upstream without room
 // for its outcome: a response of max_response_bytes (0 means the
 // middleware's default, idemhttp.Options.MaxResponseBytes) and what a
-// record holds besides (kept headers, the request's fields, the frame).
+// record holds besides (replayed headers, the request's fields, the frame).
 func storeHeadroom(maxResponseBytes int) int64 {
 	if maxResponseBytes <= 0 {
 		maxResponseBytes = 4 << 20
@@ -420,7 +420,7 @@ func sealStore(cfg *config.Config, opened *dsn.Opened, log *slog.Logger) (store.
 	}
 	if ring == nil {
 		if opened.DSN.Kind != dsn.Memory {
-			log.Warn("idem: records are stored in plaintext: keys, responses and kept headers are readable in a dump or backup of the "+opened.DSN.Kind+
+			log.Warn("idem: records are stored in plaintext: keys, responses and replayed headers are readable in a dump or backup of the "+opened.DSN.Kind+
 				" store; set IDEM_SECRET (or secret: / secret_file: in the config) to a random secret, e.g. from `openssl rand -base64 32`, to seal them",
 				"store", opened.DSN.String())
 		}

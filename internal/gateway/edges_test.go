@@ -284,11 +284,11 @@ func TestSlowBodyClients(t *testing.T) {
 	}
 }
 
-func TestKeepHeadersRefused(t *testing.T) {
+func TestReplayHeadersRefused(t *testing.T) {
 	t.Parallel()
 	u, _ := url.Parse("http://127.0.0.1:1")
 	_, err := New(Options{Upstream: u, Engine: idem.New(memory.New(), idem.Policy{}), Logger: quiet,
-		Middleware: idemhttp.Options{KeepHeaders: []string{"Set-Cookie"}}})
+		Middleware: idemhttp.Options{ReplayHeaders: []string{"Set-Cookie"}}})
 	if !errors.Is(err, idemhttp.ErrCredentialHeader) {
 		t.Fatalf("keep Set-Cookie: %v", err)
 	}

@@ -40,7 +40,7 @@
 // An item is at most 400 KB. A value that does not fit is recorded as not
 // stored, so that the key never runs again: a stored HTTP response keeps
 // its status and headers and a retry gets 409 response_not_stored; any
-// other value is recorded empty. Values up to MaxValueBytes are always kept
+// other value is recorded empty. Values up to MaxValueBytes are always stored
 // whole.
 //
 // The design in full (the attributes, each request's conditions, the bounds

@@ -278,7 +278,7 @@ func itemSize(m map[string]types.AttributeValue) int {
 	return n
 }
 
-// The value of an idemhttp response whose body was not kept, which the
+// The value of an idemhttp response whose body was not stored, which the
 // middleware (and the gateway) answers with 409 response_not_stored:
 //
 //	version(1) flags(1) status(2) nheaders(2) {name value}* body
@@ -289,14 +289,14 @@ func itemSize(m map[string]types.AttributeValue) int {
 const (
 	responseVersion = 1
 	flagNotStored   = 1
-	// maxKeptHeaders bounds the headers kept in a marker: past it only
+	// maxMarkerHeaders bounds the replayed headers in a marker: past it only
 	// the status is.
-	maxKeptHeaders = 16 << 10
+	maxMarkerHeaders = 16 << 10
 )
 
 // notStoredValue returns what a record keeps instead of v when v does not
 // fit an item. A stored idemhttp response becomes the same response
-// marked not stored, its headers kept and its body dropped, so that a
+// marked not stored, its headers stored and its body dropped, so that a
 // replay answers 409 response_not_stored. Anything else (a library
 // caller's own bytes, a response sealed by package seal) becomes empty:
 // the store cannot mark what it cannot read, and an empty value is not a
@@ -307,7 +307,7 @@ func notStoredValue(v []byte) []byte {
 	if !ok {
 		return nil
 	}
-	if end > maxKeptHeaders {
+	if end > maxMarkerHeaders {
 		return []byte{responseVersion, v[1] | flagNotStored, v[2], v[3], 0, 0}
 	}
 	m := make([]byte, end)

@@ -155,7 +155,7 @@ func (st *stored) base(modified time.Time) time.Time {
 // datePrecision is the resolution of the HTTP dates the expiry is judged
 // by: Date and Last-Modified carry whole seconds. Both cut the fraction
 // off (or round it), so a version written at 12:00:00.9 says 12:00:00 and
-// a Date of 12:00:30 may be read at 12:00:30.9: a record is kept until
+// a Date of 12:00:30 may be read at 12:00:30.9: a record is retained until
 // the Date is a full second past its expiry, so that it is never treated
 // as expired before it, and at most about a second after.
 const datePrecision = time.Second

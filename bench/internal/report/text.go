@@ -12,7 +12,7 @@ fingerprint, one execution per key across concurrent calls) as it allows:
   ` + "`X-Idempotency-Key`" + `; keys must be exactly 36 characters by default (a short key
   is a 500). No request fingerprint: a retry with another body gets the first
   response. It keeps whatever status the handler answered, 5xx included
-  (only an error the handler returns is not kept). A concurrent duplicate
+  (only an error the handler returns is not recorded). A concurrent duplicate
   waits on the key's lock and then replays (idem answers 409 by default, or
   waits with ` + "`wait`" + `). Lifetime set to 24 h (its default is 30 min).
 - **express-idempotency** 1.0.6 with **express-idempotency-redis-adapter** 1.0.8
@@ -21,7 +21,7 @@ fingerprint, one execution per key across concurrent calls) as it allows:
   whether they did. Its "intent" check compares URL, method, query and the
   parsed body (a change is 417, not 422). It stores the response after sending
   it, without waiting: a retry that arrives right after the first response can
-  still find the key in progress (409). Only ` + "`Content-Type`" + ` is kept among the
+  still find the key in progress (409). Only ` + "`Content-Type`" + ` is replayed among the
   headers. Keys are global to the Redis database (no scope or tenant).
 - **@node-idempotency/nestjs** 1.0.4 with **storage-adapter-redis** (NestJS 10):
   reserves with ` + "`SET NX`" + `, so one execution per key; a concurrent duplicate gets

@@ -82,7 +82,7 @@ const (
 // The policies a route may have for an outcome that is unknown (the call was
 // sent but no complete answer came back).
 const (
-	OnUnknownConflict = "conflict" // the key is kept: at most once (the default)
+	OnUnknownConflict = "conflict" // the key stays taken: at most once (the default)
 	OnUnknownRelease  = "release"  // the key is released: at least once
 )
 
@@ -101,7 +101,7 @@ type History struct {
 	OnUnknown string
 	// Released reports whether the routes release a key whose call was
 	// answered with status (on_failure: release). Nil means the default
-	// policy: 2xx and 409 are kept, anything else releases the key.
+	// policy: 2xx and 409 are recorded, anything else releases the key.
 	Released func(status int) bool `json:"-"`
 
 	Attempts   []Attempt

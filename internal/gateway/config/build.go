@@ -64,7 +64,7 @@ func (c *Config) Build() (*Built, error) {
 		MaxRequestBytes:        int64(c.MaxRequestBytes),
 		BodyReadTimeout:        time.Duration(c.BodyReadTimeout),
 		MaxResponseBytes:       int(c.MaxResponseBytes),
-		KeepHeaders:            c.KeepHeaders,
+		ReplayHeaders:          c.replayHeaders(),
 		AllowCredentialHeaders: c.AllowCredentialHeaders,
 		RequestIDHeader:        c.RequestIDHeader,
 		MaxKeysPerTenant:       int(c.maxKeys(c.MaxKeysPerTenant)),

@@ -101,10 +101,15 @@ type Config struct {
 	// BodyReadTimeout bounds the read of a keyed request's body, which is
 	// read before anything is reserved; a client that stalls gets 408 and
 	// its connection is closed. Default 30s; off disables it.
-	BodyReadTimeout  Duration   `yaml:"body_read_timeout"`
-	MaxResponseBytes ByteSize   `yaml:"max_response_bytes"`
-	KeepHeaders      StringList `yaml:"keep_headers"`
-	// AllowCredentialHeaders lets keep_headers name Set-Cookie,
+	BodyReadTimeout  Duration `yaml:"body_read_timeout"`
+	MaxResponseBytes ByteSize `yaml:"max_response_bytes"`
+	// ReplayHeaders are the response headers a replay repeats besides
+	// idemhttp's defaults (idemhttp.Options.ReplayHeaders).
+	ReplayHeaders StringList `yaml:"replay_headers"`
+	// KeepHeaders is replay_headers' former name, still read: Renamed
+	// reports it, for a warning at start; a file giving both is refused.
+	KeepHeaders StringList `yaml:"keep_headers"`
+	// AllowCredentialHeaders lets replay_headers name Set-Cookie,
 	// Authorization or Proxy-Authorization, which replays then hand to
 	// anyone holding the key. Refused without it.
 	AllowCredentialHeaders bool   `yaml:"allow_credential_headers"`
@@ -268,6 +273,23 @@ func (c *Config) WithDefaults() {
 	}
 }
 
+// replayHeaders returns replay_headers, or keep_headers, its former name.
+func (c *Config) replayHeaders() StringList {
+	if c.ReplayHeaders != nil {
+		return c.ReplayHeaders
+	}
+	return c.KeepHeaders
+}
+
+// Renamed returns a warning for each setting given under a former name
+// that is still read.
+func (c *Config) Renamed() []string {
+	if c.KeepHeaders != nil {
+		return []string{"keep_headers is now replay_headers; rename it in the config file"}
+	}
+	return nil
+}
+
 // AdminEnabled reports whether the admin listener runs.
 func (c *Config) AdminEnabled() bool {
 	switch strings.ToLower(c.AdminListen) {
@@ -348,13 +370,20 @@ func (c *Config) Validate() error {
 	case c.Anonymous == AnonymousShared && c.Tenant != nil:
 		add("anonymous: shared applies to the default tenant only: with tenant: none every caller shares already, and a request without a tenant source gets 401; remove one of them")
 	}
-	for _, h := range c.KeepHeaders {
+	replayKey := "replay_headers"
+	if c.KeepHeaders != nil {
+		replayKey = "keep_headers"
+		if c.ReplayHeaders != nil {
+			add("keep_headers and replay_headers are both set: keep_headers is replay_headers' former name; remove keep_headers")
+		}
+	}
+	for _, h := range c.replayHeaders() {
 		if !validHeaderName(h) {
-			add("keep_headers: %q is not a valid header name", h)
+			add("%s: %q is not a valid header name", replayKey, h)
 		}
 		for _, cred := range idemhttp.CredentialHeaders() {
 			if http.CanonicalHeaderKey(h) == cred && !c.AllowCredentialHeaders {
-				add("keep_headers: %s is a credential header: every retry with the key would receive the first caller's; set allow_credential_headers: true to force it", cred)
+				add("%s: %s is a credential header: every retry with the key would receive the first caller's; set allow_credential_headers: true to force it", replayKey, cred)
 			}
 		}
 	}

@@ -187,6 +187,19 @@ routes:
 	}
 }
 
+// TestKeepHeadersFormerName: keep_headers, replay_headers' former name,
+// is still read, and Renamed reports it for the warning at start.
+func TestKeepHeadersFormerName(t *testing.T) {
+	t.Parallel()
+	c, b := mustValid(t, "upstream: http://u:1\nkeep_headers: [X-Charge-Id]\n")
+	if got := strings.Join(b.Options.ReplayHeaders, "|"); got != "X-Charge-Id" {
+		t.Errorf("keep_headers: the middleware replays %q", got)
+	}
+	if w := c.Renamed(); len(w) != 1 || !strings.Contains(w[0], "replay_headers") {
+		t.Errorf("Renamed = %q, want one warning naming replay_headers", w)
+	}
+}
+
 func TestTypes(t *testing.T) {
 	t.Parallel()
 	_, _ = mustValid(t, "upstream: http://u:1\n")
@@ -194,7 +207,7 @@ func TestTypes(t *testing.T) {
 upstream: https://api.example.com/base
 max_request_bytes: 1MiB
 max_response_bytes: 512kb
-keep_headers: X-Charge-Id, X-Other
+replay_headers: X-Charge-Id, X-Other
 cleanup_interval: off
 shutdown_timeout: 1m30s
 admin_listen: off
@@ -206,8 +219,8 @@ tenant: { authorization: hash }
 	if c.MaxRequestBytes != 1<<20 || c.MaxResponseBytes != 512000 {
 		t.Errorf("sizes = %d, %d", c.MaxRequestBytes, c.MaxResponseBytes)
 	}
-	if got := strings.Join(c.KeepHeaders, "|"); got != "X-Charge-Id|X-Other" {
-		t.Errorf("keep_headers = %q", got)
+	if got := strings.Join(c.ReplayHeaders, "|"); got != "X-Charge-Id|X-Other" || c.Renamed() != nil {
+		t.Errorf("replay_headers = %q, renamed %q", got, c.Renamed())
 	}
 	if c.AdminEnabled() || c.MigrateEnabled() {
 		t.Error("admin_listen: off or migrate: false ignored")
@@ -294,7 +307,9 @@ func TestErrors(t *testing.T) {
 		{"wrong type", "upstream: [a, b]\n", "line 1"},
 		{"bad error_texts", "upstream: http://u:1\ndefaults: {error_texts: {in_progres: {code: X}}}\n", `unknown kind "in_progres"`},
 		{"bad on_unknown", "upstream: http://u:1\ndefaults: {on_unknown: retry}\n", "on_unknown"},
-		{"keep set-cookie", "upstream: http://u:1\nkeep_headers: [X-A, set-cookie]\n", "Set-Cookie is a credential header"},
+		{"replay set-cookie", "upstream: http://u:1\nreplay_headers: [X-A, set-cookie]\n", "replay_headers: Set-Cookie is a credential header"},
+		{"former name, set-cookie", "upstream: http://u:1\nkeep_headers: [X-A, set-cookie]\n", "keep_headers: Set-Cookie is a credential header"},
+		{"both names", "upstream: http://u:1\nkeep_headers: [X-A]\nreplay_headers: [X-B]\n", "keep_headers and replay_headers are both set"},
 		{"tenant word", "upstream: http://u:1\ntenant: all\n", "want none"},
 		{"tenant list bad", "upstream: http://u:1\ntenant: [{header: X-A}, {authorization: raw}]\n", "only supported value is hash"},
 		{"deadline under timeout", "upstream: http://u:1\nupstream_timeout: 10m\nupstream_deadline: 1m\n", "upstream_deadline"},
@@ -397,7 +412,7 @@ func TestEdgeSettings(t *testing.T) {
 upstream: http://127.0.0.1:3000
 upstream_timeout: 2s
 body_read_timeout: 5s
-keep_headers: [Set-Cookie]
+replay_headers: [Set-Cookie]
 allow_credential_headers: true
 tenant: [{authorization: hash}, {header: Stripe-Account}]
 defaults: {on_unknown: release}

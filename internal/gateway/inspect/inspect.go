@@ -44,7 +44,7 @@ type Record struct {
 type Response struct {
 	Status int         `json:"status"`
 	Header http.Header `json:"headers,omitempty"`
-	// NotStored: the body was too large or streamed and was not kept.
+	// NotStored: the body was too large or streamed and was not stored.
 	NotStored bool `json:"not_stored,omitempty"`
 	// The body: JSON as it is, other UTF-8 as text, the rest as base64.
 	Body       json.RawMessage `json:"body,omitempty"`

@@ -289,7 +289,7 @@ type Answer struct {
 	Ran        bool
 	Replay     *Outcome
 	Problem    *Problem
-	KeyExpires time.Time // the record's expiry, zero when none is kept
+	KeyExpires time.Time // the record's expiry, zero when none is set
 	Err        error     // the context's error: the caller went away
 }
 

@@ -137,7 +137,7 @@ func (s *Store) take(token uint64) *pending {
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	p := s.take(c.Token)
 	if p != nil && c.State != store.Succeeded {
-		// A failed operation's writes never commit; its failure is kept
+		// A failed operation's writes never commit; its failure is recorded
 		// on its own, as the policy asked.
 		_ = p.tx.Rollback(context.WithoutCancel(ctx))
 		p = nil
