@@ -1,6 +1,8 @@
 // Command durableproxy is the durable anchor of the gateway's first calls:
-// httputil.ReverseProxy with two synced Pebble WAL appends per request
-// (internal/anchor), on a Pebble DB in a directory of its own.
+// httputil.ReverseProxy with synced Pebble WAL appends per request
+// (internal/anchor), two (-appends 2: before forwarding and after the
+// answer) or one (-appends 1: the request's and the answer's bytes after
+// the answer), on a Pebble DB in a directory of its own.
 package main
 
 import (
@@ -21,7 +23,11 @@ func main() {
 	upstream := flag.String("upstream", "http://127.0.0.1:18080", "upstream URL")
 	dir := flag.String("dir", "", "the Pebble DB's directory (default: a new temporary one, removed at exit)")
 	idle := flag.Int("max-idle-per-host", 256, "idle upstream connections kept per host")
+	appends := flag.Int("appends", 2, "synced appends a request: 2 (before forwarding and after the answer) or 1 (request and answer together, after the answer)")
 	flag.Parse()
+	if *appends != 1 && *appends != 2 {
+		log.Fatalf("-appends %d: want 1 or 2", *appends)
+	}
 	u, err := url.Parse(*upstream)
 	if err != nil {
 		log.Fatal(err)
@@ -44,5 +50,5 @@ func main() {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = *idle
 	tr.MaxIdleConnsPerHost = *idle
-	app.Serve(app.Server(*listen, anchor.New(u, tr, db)))
+	app.Serve(app.Server(*listen, anchor.New(u, tr, db, anchor.Appends(*appends))))
 }

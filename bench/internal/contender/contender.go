@@ -121,18 +121,11 @@ func All() []Contender {
 				return []string{filepath.Join(s.Bin, "plainproxy"), "-listen", s.Listen, "-upstream", "http://" + s.Upstream}
 			},
 		},
-		{
-			Contender: results.Contender{ID: "durable-proxy", Name: "durable proxy (Pebble WAL)", Kind: Baseline, Store: "pebble WAL",
-				Notes: "httputil.ReverseProxy (as the plain proxy) with two synced Pebble WAL appends a request (LogData with pebble.Sync), one before forwarding and one after the answer: the least a durable gateway does, the anchor of the file store's first calls"},
-			KeyHeader:     "Idempotency-Key",
-			NeedsUpstream: true,
-			Argv: func(s Setup, dir string) []string {
-				return []string{filepath.Join(s.Bin, "durableproxy"), "-listen", s.Listen, "-upstream", "http://" + s.Upstream,
-					"-dir", filepath.Join(dir, "idem-data")}
-			},
-		},
+		durableProxy(2, "durable-proxy", "two synced Pebble WAL appends a request (LogData with pebble.Sync), one before forwarding and one after the answer: the least a gateway does that persists its reservation before the upstream runs (on_stale: conflict); for comparison"),
+		durableProxy(1, "durable-proxy-1", "one synced Pebble WAL append a request (LogData with pebble.Sync) of the request's and the answer's bytes, after the answer: the floor of a first call that syncs once (the file and Pebble stores with OneSync, the gateway's setting), the anchor of the durable stores' first calls"),
 		gateway("gw-memory", "memory", "", func(Setup, string) string { return "memory:" }),
 		gateway("gw-file", "file", "the embedded store, idem's default", func(_ Setup, dir string) string { return "file:" + filepath.Join(dir, "idem-data") }),
+		gateway("gw-pebble", "pebble", "the embedded store on Pebble", func(_ Setup, dir string) string { return "pebble:" + filepath.Join(dir, "idem-data") }),
 		gwPostgres,
 		gwRedis,
 		gwRedisFsync,
@@ -176,6 +169,20 @@ func All() []Contender {
 			"NestJS 10 + @node-idempotency/nestjs 1.0.4 + storage-adapter-redis; SET NX reservation; body hash checked (422)", 11),
 		node("powertools", "AWS Powertools idempotency (redis)", "powertools-server.js",
 			"@aws-lambda-powertools/idempotency 2.35.0, makeIdempotent + CachePersistenceLayer on @redis/client, in node:http; no payload check (see below)", 12),
+	}
+}
+
+// durableProxy is cmd/durableproxy with appends synced appends a request.
+func durableProxy(appends int, id, notes string) Contender {
+	return Contender{
+		Contender: results.Contender{ID: id, Name: "durable proxy (Pebble WAL, " + []string{1: "one synced append", 2: "two synced appends"}[appends] + ")",
+			Kind: Baseline, Store: "pebble WAL", Notes: "httputil.ReverseProxy (as the plain proxy) with " + notes},
+		KeyHeader:     "Idempotency-Key",
+		NeedsUpstream: true,
+		Argv: func(s Setup, dir string) []string {
+			return []string{filepath.Join(s.Bin, "durableproxy"), "-listen", s.Listen, "-upstream", "http://" + s.Upstream,
+				"-dir", filepath.Join(dir, "idem-data"), "-appends", fmt.Sprint(appends)}
+		},
 	}
 }
 
