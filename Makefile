@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 2s
 # The goal run's arguments (make bench-goals); BENCHMARKS.md prints the
 # command it was written by.
-BENCH_GOALS_ARGS ?= -rounds 1 -duration 2s -scale quick -duel-pairs 16 -call-pairs 16 -churn -footprint file=10000000,pebble=1000000,redis=1000000,postgres=1000000
+BENCH_GOALS_ARGS ?= -rounds 1 -duration 2s -scale quick -duel-pairs 16 -call-pairs 16 -append-pairs 16 -churn -footprint file=10000000,pebble=1000000,redis=1000000,postgres=1000000
 
 .DEFAULT_GOAL := help
 .PHONY: help test test-race test-short test-deps vet fmt-check lint bench bench-stores bench-builds bench-load bench-goals bench-scale fuzz long services demo build clean static bench-wake scale-file temporal crash bench-pgtx bench-seal

@@ -24,6 +24,8 @@ mkdir -p bin
 # last tidied; let the build record them rather than fail.
 go build -mod=mod -o bin/ ./cmd/bench ./cmd/upstream ./cmd/plainproxy ./cmd/durableproxy ./cmd/idemmw ./cmd/refmw ./cmd/fiberidem ./cmd/storescale
 go test -mod=mod -c -o bin/inproc.test ./internal/inproc
+# The file store's BenchmarkAnchor (log1 against wal1, -append-pairs).
+(cd "$root" && go test -c -o "$here/bin/fileanchor.test" ./store/file)
 if ! $report_only; then
   # Without idem the gateway contenders are reported as not run, rather
   # than losing the whole run.

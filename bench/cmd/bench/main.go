@@ -57,6 +57,8 @@ func main() {
 		callPairs   = flag.Int("call-pairs", 16, "pairs of in-process benchmark runs, idem's middleware against the reference, per scenario (0: none)")
 		calls       = flag.Int("calls", 20000, "calls per in-process benchmark run")
 		footKeys    = flag.String("footprint", "", "live keys per store of the footprint stage (memory per key, restart), e.g. file=10000000,pebble=1000000,redis=1000000,postgres=1000000 (default: none)")
+		appendPairs = flag.Int("append-pairs", 16, "pairs of store-level runs, the file store's log with OneSync (log1) against one synced append of the same bytes (wal1), at 16 and at 64 writers (0: none)")
+		appendTime  = flag.String("append-benchtime", "2s", "-test.benchtime of each store-level run")
 		churn       = flag.Bool("churn", false, "run the file store's churn measurement (log size over live data, about 90 s)")
 	)
 	flag.Parse()
@@ -168,6 +170,15 @@ func main() {
 			doc.Notes = append(doc.Notes, fmt.Sprintf("in-process middleware benchmark stopped: %v", err))
 		}
 		checkpoint("calls")
+	}
+	if *appendPairs > 0 && !*duelsOnly && !*skipLoadRun && len(opts.Only) == 0 {
+		aopts := runner.AppendOptions{Test: filepath.Join(abs(*bin), "fileanchor.test"), Dir: filepath.Join(abs(*root), "store", "file"),
+			Pairs: *appendPairs, Benchtime: *appendTime}
+		if err := runner.AppendDuels(ctx, aopts, doc); err != nil {
+			log.Printf("appends: %v", err)
+			doc.Notes = append(doc.Notes, fmt.Sprintf("store-level append benchmark stopped: %v", err))
+		}
+		checkpoint("appends")
 	}
 	if *churn && !*duelsOnly {
 		if err := footprint.Churn(ctx, *root, doc); err != nil {

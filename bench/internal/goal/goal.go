@@ -44,6 +44,24 @@ var CallGoals = []Calls{
 	{"replay", 2, 10},
 }
 
+// Append is a goal of the file store's log at the store level against
+// its floor, in store/file's BenchmarkAnchor: the sub-benchmark
+// Contender's pairs per second over Baseline's, from Writers writers, at
+// least Min.
+type Append struct {
+	Contender, Baseline string
+	Writers             int
+	Min                 float64
+}
+
+// AppendGoals: the store with OneSync (log1: one synced append a
+// reserve+complete pair, the gateway's setting) against one synced
+// append of the same bytes to Pebble's WAL (wal1), at 16 and 64 writers.
+var AppendGoals = []Append{
+	{"log1", "wal1", 16, 0.95},
+	{"log1", "wal1", 64, 0.95},
+}
+
 // Footprint goals: the file store at FootprintKeys live keys.
 const (
 	FootprintKeys = 10_000_000

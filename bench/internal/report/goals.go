@@ -20,6 +20,9 @@ func writeGoals(w func(string, ...any), doc *results.Doc) {
 	for _, g := range goal.Ratios {
 		writeRatioGoal(w, doc, g)
 	}
+	for _, g := range goal.AppendGoals {
+		writeAppendGoal(w, doc, g)
+	}
 	for _, g := range goal.CallGoals {
 		writeCallGoal(w, doc, g)
 	}
@@ -142,6 +145,53 @@ func writeCallGoal(w func(string, ...any), doc *results.Doc, g goal.Calls) {
 	goalRow(w, what, measured, cpu.Median <= g.MaxCPUMicros*1000 && allocs.Median <= g.MaxAllocs, "calls "+g.Scenario)
 }
 
+func findAppends(doc *results.Doc, g goal.Append) *results.CallDuel {
+	for i, d := range doc.Appends {
+		if d.Contender == g.Contender && d.Baseline == g.Baseline && d.Writers == g.Writers && len(d.Ratios(perSec)) > 0 {
+			return &doc.Appends[i]
+		}
+	}
+	return nil
+}
+
+// appendKey is the key of why for an append goal.
+func appendKey(g goal.Append) string { return fmt.Sprintf("append %d", g.Writers) }
+
+func writeAppendGoal(w func(string, ...any), doc *results.Doc, g goal.Append) {
+	what := fmt.Sprintf("file store's log with one synced append a first call (BenchmarkAnchor %s) over one synced append of the same bytes to Pebble's WAL (%s), store level, %d writers: >= %.2fx",
+		g.Contender, g.Baseline, g.Writers, g.Min)
+	d := findAppends(doc, g)
+	if d == nil {
+		w("| %s | not measured | - | |\n", what)
+		return
+	}
+	r := results.Summarize(d.Ratios(perSec))
+	measured := fmt.Sprintf("%.2fx (median of %d pairs of %s runs, IQR %.2f-%.2f; %s vs %s pairs/s, %.1f vs %.1f CPU µs a pair)",
+		r.Median, r.N, d.Benchtime, r.Q1, r.Q3, num(results.Summarize(d.Side(true, perSec)).Median), num(results.Summarize(d.Side(false, perSec)).Median),
+		results.Summarize(d.Side(true, cpuNs)).Median/1000, results.Summarize(d.Side(false, cpuNs)).Median/1000)
+	goalRow(w, what, measured, r.Median >= g.Min, appendKey(g))
+}
+
+// writeAppends lists the store-level pairs of the append goals.
+func writeAppends(w func(string, ...any), doc *results.Doc) {
+	if len(doc.Appends) == 0 {
+		return
+	}
+	w("## The file store's log against one synced append, store level\n\n")
+	w("`BenchmarkAnchor` in `store/file` (docs/bench/FILE-LOG.md): durable reserve+complete pairs from N writers through the file store with `OneSync` (log1: the reservation buffered, the completion synced, one sync a pair shared by the group commit), against `pebble.LogData` of the pair's bytes with `pebble.Sync` (wal1: one synced append of the same bytes from as many writers, with nothing else). Each run of a side is its own process, the sides in turn A B B A ...; the ratio is log1's pairs per second over wal1's in each pair. CPU is the process's user+system time a pair.\n\n")
+	w("| writers | pairs x benchtime | log1 / wal1 (IQR) | log1 pairs/s | wal1 pairs/s | log1 CPU µs | wal1 CPU µs |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, d := range doc.Appends {
+		r := results.Summarize(d.Ratios(perSec))
+		med := func(c bool, f func(results.CallFigure) float64) float64 {
+			return results.Summarize(d.Side(c, f)).Median
+		}
+		w("| %d | %d x %s | %.2fx (%.2f-%.2f) | %s | %s | %.1f | %.1f |\n", d.Writers, r.N, d.Benchtime, r.Median, r.Q1, r.Q3,
+			num(med(true, perSec)), num(med(false, perSec)), med(true, cpuNs)/1000, med(false, cpuNs)/1000)
+	}
+	w("\n")
+}
+
+func perSec(f results.CallFigure) float64   { return f.PerSec }
 func cpuNs(f results.CallFigure) float64    { return f.CPUNsPerOp }
 func allocsOp(f results.CallFigure) float64 { return f.AllocsOp }
 

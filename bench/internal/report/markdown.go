@@ -77,6 +77,7 @@ func Write(doc *results.Doc, mdPath, chartDir string) error {
 	}
 	writeRace(w, doc)
 	writeCalls(w, doc)
+	writeAppends(w, doc)
 	writeFootprint(w, doc)
 	writeScale(w, doc, img)
 	w("%s", peersText)

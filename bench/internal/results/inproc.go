@@ -1,13 +1,18 @@
 package results
 
-// CallDuel is two in-process handlers (idem's middleware and the
-// reference) benchmarked in turn, each run its own process, in the order
-// A B B A ...: per call CPU, allocations and bytes, pair by pair.
+// CallDuel is two sides of a Go benchmark run in turn, each run its own
+// process, in the order A B B A ...: idem's middleware and the reference
+// (per call CPU, allocations and bytes), or the file store's log and one
+// synced append of the same bytes (pairs per second), pair by pair.
 type CallDuel struct {
-	Contender string     `json:"contender"`
-	Baseline  string     `json:"baseline"`
-	Scenario  string     `json:"scenario"`
-	Calls     int        `json:"calls"` // per run
+	Contender string `json:"contender"`
+	Baseline  string `json:"baseline"`
+	Scenario  string `json:"scenario"`
+	Calls     int    `json:"calls"` // per run
+	// Writers and Benchtime: a store-level duel's concurrency and each
+	// run's -test.benchtime.
+	Writers   int        `json:"writers,omitempty"`
+	Benchtime string     `json:"benchtime,omitempty"`
 	Pairs     []CallPair `json:"pairs"`
 }
 
@@ -24,6 +29,9 @@ type CallFigure struct {
 	CPUNsPerOp float64 `json:"cpu_ns_per_op"`
 	AllocsOp   float64 `json:"allocs_per_op"`
 	BytesOp    float64 `json:"bytes_per_op"`
+	// PerSec is the benchmark's own rate (pairs/s of store/file's
+	// BenchmarkAnchor), 0 when it reports none.
+	PerSec float64 `json:"per_sec,omitempty"`
 }
 
 // Diffs returns f(contender) - f(baseline) for each pair.
@@ -31,6 +39,18 @@ func (d CallDuel) Diffs(f func(CallFigure) float64) []float64 {
 	out := make([]float64, 0, len(d.Pairs))
 	for _, p := range d.Pairs {
 		out = append(out, f(p.Contender)-f(p.Baseline))
+	}
+	return out
+}
+
+// Ratios returns f(contender) / f(baseline) for each pair whose baseline
+// is not 0.
+func (d CallDuel) Ratios(f func(CallFigure) float64) []float64 {
+	out := make([]float64, 0, len(d.Pairs))
+	for _, p := range d.Pairs {
+		if b := f(p.Baseline); b != 0 {
+			out = append(out, f(p.Contender)/b)
+		}
 	}
 	return out
 }

@@ -21,10 +21,13 @@ type Doc struct {
 	Races      []Race      `json:"races"`
 	Duels      []Duel      `json:"duels,omitempty"`
 	Calls      []CallDuel  `json:"calls,omitempty"`
-	Footprint  []Footprint `json:"footprint,omitempty"`
-	Churn      []Churn     `json:"churn,omitempty"`
-	Scale      []Latency   `json:"scale"`
-	Cleanup    []Cleanup   `json:"cleanup"`
+	// Appends are the file store's log against one synced append of the
+	// same bytes, store level (BenchmarkAnchor), one per writer count.
+	Appends   []CallDuel  `json:"appends,omitempty"`
+	Footprint []Footprint `json:"footprint,omitempty"`
+	Churn     []Churn     `json:"churn,omitempty"`
+	Scale     []Latency   `json:"scale"`
+	Cleanup   []Cleanup   `json:"cleanup"`
 	// Notes are things the run noticed (a contender that failed to
 	// start, a busy machine), printed in the report.
 	Notes []string `json:"notes"`
