@@ -50,7 +50,7 @@ bench-builds: ## duel the gateway built from BASE (default HEAD) against the wor
 bench-load: ## the load harness: idem next to a plain proxy and the peers; writes BENCHMARKS.md and its charts
 	./bench/run.sh
 
-bench-goals: ## the run behind BENCHMARKS.md's goal table: rounds, duels, the middleware against its reference, churn, and the stores at scale (file at 10^7 keys), about 50 min
+bench-goals: ## the run behind BENCHMARKS.md's goal table: rounds, duels, the middleware against its reference, the file store's log against one synced append, churn, and the stores at scale (file at 10^7 keys), about 60 min
 	./bench/run.sh $(BENCH_GOALS_ARGS)
 
 bench-scale: ## the stores at SCALE_KEYS live keys (default 10^7): memory per key, restart after Close and after kill -9, for file, pebble, redis (appendfsync always) and postgres; writes BENCHMARKS.md with that section only
