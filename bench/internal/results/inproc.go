@@ -32,6 +32,9 @@ type CallFigure struct {
 	// PerSec is the benchmark's own rate (pairs/s of store/file's
 	// BenchmarkAnchor), 0 when it reports none.
 	PerSec float64 `json:"per_sec,omitempty"`
+	// PerSync is how many pairs an fdatasync covered (BenchmarkAnchor's
+	// pairs/sync), 0 when not reported.
+	PerSync float64 `json:"per_sync,omitempty"`
 }
 
 // Diffs returns f(contender) - f(baseline) for each pair.

@@ -155,6 +155,8 @@ func parseBench(out []byte, prefix string) (results.CallFigure, error) {
 				f.CPUNsPerOp = val * 1000
 			case "allocs/op":
 				f.AllocsOp = val
+			case "pairs/sync":
+				f.PerSync = val
 			case "B/op":
 				f.BytesOp = val
 			default:

@@ -23,14 +23,14 @@ PASS
 		t.Error("a result of another benchmark parsed")
 	}
 	anchor := `pkg: github.com/idem-dev/idem/store/file
-BenchmarkAnchor/c64/log1-2         	  153420	     12904 ns/op	     77494 pairs/s	         7.400 cpu-µs/op	     934 B/op	      11 allocs/op
+BenchmarkAnchor/c64/log1-2         	  153420	     12904 ns/op	     77494 pairs/s	        31.50 pairs/sync	         7.400 cpu-µs/op	     934 B/op	      11 allocs/op
 PASS
 `
 	f, err = parseBench([]byte(anchor), "Anchor/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.PerSec != 77494 || f.CPUNsPerOp != 7400 || f.AllocsOp != 11 {
+	if f.PerSec != 77494 || f.PerSync != 31.5 || f.CPUNsPerOp != 7400 || f.AllocsOp != 11 {
 		t.Errorf("%+v", f)
 	}
 }
