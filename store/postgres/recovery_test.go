@@ -4,14 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,107 +11,8 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/internal/testkit/replicas"
-	"github.com/idem-dev/idem/internal/testkit/testenv"
 	"github.com/idem-dev/idem/store"
 )
-
-// pgServer is a throwaway PostgreSQL server that a test may stop, freeze
-// and restart (ENVIRONMENT.md's recipe).
-type pgServer struct {
-	t      testing.TB
-	bin    string // directory of initdb and pg_ctl
-	dir    string
-	port   int
-	asUser string // run the binaries as this user: initdb refuses root
-}
-
-// startPGServer initialises and starts a server on a free port; it is
-// stopped and removed when t ends.
-func startPGServer(t testing.TB) *pgServer {
-	t.Helper()
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if dir := os.Getenv("IDEM_TEST_PG_BIN"); dir != "" {
-		bins = []string{filepath.Join(dir, "initdb")}
-	}
-	slices.Sort(bins)
-	if len(bins) == 0 {
-		testenv.Unavailable(t, "no PostgreSQL server binaries (initdb) under /usr/lib/postgresql/*/bin or IDEM_TEST_PG_BIN")
-	}
-	srv := &pgServer{t: t, bin: filepath.Dir(bins[len(bins)-1])}
-	dir, err := os.MkdirTemp("", "idem-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.dir = dir
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			testenv.Unavailable(t, "running as root and there is no postgres user for initdb: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-		srv.asUser = "postgres"
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.port = l.Addr().(*net.TCPAddr).Port
-	l.Close()
-
-	srv.run("initdb", "-D", srv.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-	srv.start()
-	t.Cleanup(func() { srv.stop("immediate") })
-	return srv
-}
-
-func (s *pgServer) data() string { return filepath.Join(s.dir, "data") }
-
-func (s *pgServer) dsn() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
-}
-
-func (s *pgServer) run(prog string, args ...string) {
-	s.t.Helper()
-	cmd := exec.Command(filepath.Join(s.bin, prog), args...)
-	if s.asUser != "" {
-		cmd = exec.Command("runuser", append([]string{"-u", s.asUser, "--", cmd.Path}, args...)...)
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
-		s.t.Fatalf("%s %s: %v\n%s\nserver log:\n%s", prog, strings.Join(args, " "), err, out, log)
-	}
-}
-
-func (s *pgServer) start() {
-	s.t.Helper()
-	s.run("pg_ctl", "-D", s.data(), "-l", filepath.Join(s.dir, "log"), "-w", "-o",
-		fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=20 -c shared_buffers=16MB", s.port, s.dir),
-		"start")
-}
-
-// stop stops the server; mode "immediate" is a crash, recovered from the
-// WAL at the next start.
-func (s *pgServer) stop(mode string) {
-	s.t.Helper()
-	if _, err := os.Stat(filepath.Join(s.data(), "postmaster.pid")); err != nil {
-		return // not running
-	}
-	s.run("pg_ctl", "-D", s.data(), "-m", mode, "-w", "stop")
-}
-
-// signal sends sig to the postmaster and every process it started: SIGSTOP
-// freezes the server with its sockets open, as a network partition would.
-func (s *pgServer) signal(sig syscall.Signal) {
-	s.t.Helper()
-	if _, err := replicas.SignalPostmaster(s.data(), sig); err != nil {
-		s.t.Fatal(err)
-	}
-}
 
 // TestRecovery runs a store against a server that freezes, crashes and
 // comes back. While the server is gone, every call returns an error within
@@ -127,8 +20,8 @@ func (s *pgServer) signal(sig syscall.Signal) {
 // Store works again, and everything completed before the crash is there.
 func TestRecovery(t *testing.T) {
 	t.Parallel()
-	srv := startPGServer(t)
-	pool := openPool(t, srv.dsn(), 4)
+	srv := replicas.StartPG(t, replicas.PGOptions{NoReplica: true})
+	pool := openPool(t, srv.PrimaryDSN(), 4)
 	ctx := context.Background()
 	opts := Options{Schema: "idem"}
 	if err := Migrate(ctx, pool, opts); err != nil {
@@ -230,7 +123,7 @@ func TestRecovery(t *testing.T) {
 
 	// Phase 1: the server freezes with its connections open. Calls must
 	// give up at their deadline, reporting it.
-	srv.signal(syscall.SIGSTOP)
+	srv.Signal(syscall.SIGSTOP)
 	frozenCalls := calls.Load()
 	time.Sleep(1500 * time.Millisecond)
 	cctx, cancel := context.WithTimeout(ctx, deadline)
@@ -243,14 +136,14 @@ func TestRecovery(t *testing.T) {
 	if took := time.Since(begin); took > deadline+time.Second {
 		t.Errorf("Get from a frozen server took %v with a %v deadline", took, deadline)
 	}
-	srv.signal(syscall.SIGCONT)
+	srv.Signal(syscall.SIGCONT)
 	t.Logf("frozen: %d pairs attempted during 1.5 s", calls.Load()-frozenCalls)
 	time.Sleep(500 * time.Millisecond)
 
 	// Phase 2: the server crashes (immediate stop: no shutdown checkpoint)
 	// and stays down. Calls fail fast.
 	crashed := time.Now()
-	srv.stop("immediate")
+	srv.Stop("immediate")
 	failsBefore := fails.Load()
 	time.Sleep(time.Second)
 	for name, f := range map[string]func(context.Context) error{
@@ -281,7 +174,7 @@ func TestRecovery(t *testing.T) {
 	}
 
 	// Phase 3: the server comes back. The same Store serves again.
-	srv.start()
+	srv.Start()
 	restarted := time.Now()
 	var failedAfter int
 	for {

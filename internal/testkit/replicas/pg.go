@@ -136,6 +136,33 @@ func (p *PG) Failover() {
 	p.attachReplica()
 }
 
+// Stop stops the primary, mode "immediate" as a crash that the next Start
+// recovers from the WAL; a stopped primary is left as it is.
+func (p *PG) Stop(mode string) {
+	p.t.Helper()
+	if _, err := os.Stat(filepath.Join(p.primary.data(), "postmaster.pid")); err != nil {
+		return
+	}
+	if err := p.run("pg_ctl", "-D", p.primary.data(), "-m", mode, "-w", "-t", "60", "stop"); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// Start starts the primary again after Stop.
+func (p *PG) Start() {
+	p.t.Helper()
+	p.start(p.primary, false)
+}
+
+// Signal sends sig to the primary's postmaster and every process it
+// started (SignalPostmaster): SIGSTOP freezes it, SIGCONT thaws it.
+func (p *PG) Signal(sig syscall.Signal) {
+	p.t.Helper()
+	if _, err := SignalPostmaster(p.primary.data(), sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
 // attachReplica makes a replica of the primary with pg_basebackup, starts
 // it streaming through a new delaying link, and waits until it streams.
 func (p *PG) attachReplica() {
@@ -216,7 +243,8 @@ func (p *PG) start(n *pgNode, replica bool) {
 		o += fmt.Sprintf(` -c "primary_conninfo=host=127.0.0.1 port=%d user=postgres application_name=%s"`, p.link.Port(), StandbyName)
 	}
 	if err := p.run("pg_ctl", "-D", n.data(), "-l", filepath.Join(n.dir, "log"), "-w", "-t", "60", "-o", o, "start"); err != nil {
-		p.t.Fatal(err)
+		log, _ := os.ReadFile(filepath.Join(n.dir, "log"))
+		p.t.Fatalf("%v\nserver log:\n%s", err, log)
 	}
 }
 
