@@ -30,8 +30,8 @@ func newRenewals(every time.Duration) *renewals {
 }
 
 // hold is one reservation while its operation runs: the context the
-// operation runs with (runContext) and the renewal of its lease. One
-// allocation holds it all; the lease is renewed every third of its length
+// operation runs with (runContext) and the renewal of its lease. The
+// lease is renewed every third of its length
 // (by the engine's renewals) until stop is called. If the lease is lost,
 // the operation's context is canceled with cause ErrLeaseLost so it can
 // stop early.
@@ -74,7 +74,7 @@ func leaseMargin(lease time.Duration) time.Duration { return lease / 20 }
 // newHold starts renewing f's lease, whose reservation was sent at sent;
 // the operation runs with h.ctx().
 func (e *Engine) newHold(ctx context.Context, f store.Fence, sent time.Time) *hold {
-	h := &hold{runContext: runContext{parent: ctx, token: f.Token}, e: e, f: f}
+	h := &hold{runContext: newRunContext(ctx, f.Token), e: e, f: f}
 	h.until = e.leaseEnd(sent)
 	e.renewals.Add(&h.link, h)
 	return h
@@ -104,7 +104,7 @@ func (h *hold) renew() {
 	// Not the operation's context: a client that hangs up cancels that,
 	// and an operation that runs on regardless must keep its lease, or a
 	// retry would take the key over and run it a second time.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.parent), e.renewals.Period())
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.Context), e.renewals.Period())
 	sent := time.Now()
 	err := e.store.Renew(ctx, h.f, e.policy.Lease)
 	cancel()

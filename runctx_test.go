@@ -13,8 +13,7 @@ import (
 
 // TestOperationContext: the context an operation runs with behaves as a
 // context.WithCancelCause of the caller's, whether or not the operation
-// ever selects on its Done (the engine makes the cancelable part only when
-// it is needed).
+// ever selects on its Done.
 func TestOperationContext(t *testing.T) {
 	t.Parallel()
 	closed := func(ctx context.Context) bool {
@@ -134,13 +133,12 @@ func TestOperationContext(t *testing.T) {
 	})
 }
 
-// TestOperationContextAfterFunc: the AfterFunc method of the operation's
-// context (called directly by the gateway's upstream call) calls its
-// function when the run loses its lease or ends, not once stopped, and at
-// once when registered after the end.
+// TestOperationContextAfterFunc: context.AfterFunc of the operation's
+// context (the gateway counts a call in flight until its run ends by it)
+// calls its function when the run loses its lease or ends, not once
+// stopped, and at once when registered after the end.
 func TestOperationContextAfterFunc(t *testing.T) {
 	t.Parallel()
-	type afterFuncer interface{ AfterFunc(func()) func() bool }
 	cancelable, cancel := context.WithCancel(bg)
 	t.Cleanup(cancel)
 	for _, parent := range []struct {
@@ -155,11 +153,10 @@ func TestOperationContextAfterFunc(t *testing.T) {
 			var kept context.Context
 			_, err := eng.Do(parent.ctx, call("k"), func(ctx context.Context) ([]byte, error) {
 				kept = ctx
-				a := ctx.(afterFuncer)
-				if !a.AfterFunc(func() { stopped <- struct{}{} })() {
+				if !context.AfterFunc(ctx, func() { stopped <- struct{}{} })() {
 					return nil, errors.New("stop before the end: false")
 				}
-				a.AfterFunc(func() { lost <- context.Cause(ctx) })
+				context.AfterFunc(ctx, func() { lost <- context.Cause(ctx) })
 				select {
 				case cause := <-lost:
 					return nil, cause
@@ -171,7 +168,7 @@ func TestOperationContextAfterFunc(t *testing.T) {
 				t.Fatalf("the function saw %v, want ErrLeaseLost", err)
 			}
 			late := make(chan struct{})
-			if kept.(afterFuncer).AfterFunc(func() { close(late) })() {
+			if context.AfterFunc(kept, func() { close(late) })() {
 				t.Error("stop after the end: true")
 			}
 			select {

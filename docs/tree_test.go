@@ -22,7 +22,7 @@ const module = "github.com/idem-dev/idem"
 
 // TestTreeTable checks ARCHITECTURE.md's tree table against the tree: every
 // Go package of every module is named by a row (by its path, a brace list
-// such as internal/{hooks,periodic}, or a <name> segment standing for any
+// such as store/internal/{expiry,packed}, or a <name> segment standing for any
 // one directory), every row names something that exists, and every path in
 // backticks in the "who imports it" column is a package that imports (in
 // its non-test files) each Go package of the row.

@@ -247,17 +247,17 @@ func (p *Proxy) bounded(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.inflight.Add(1)
 		// A keyed call's outcome is recorded after its handler returns:
-		// it counts in flight until its run ends (the run context's
-		// AfterFunc, called once the engine wrote the record or the
-		// lease was lost), so that Wait lets the store close only after
-		// an aborted call was recorded as outcome unknown.
-		if run, ok := r.Context().(interface{ AfterFunc(func()) func() bool }); ok {
-			run.AfterFunc(p.inflight.Done)
+		// it counts in flight until its run ends (the run context's end,
+		// once the engine wrote the record or the lease was lost), so
+		// that Wait lets the store close only after an aborted call was
+		// recorded as outcome unknown.
+		if _, keyed := idem.TokenFromContext(r.Context()); keyed {
+			context.AfterFunc(r.Context(), p.inflight.Done)
 		} else {
 			defer p.inflight.Done()
 		}
-		c := p.calls.start(r.Context())
-		defer p.calls.end(c)
+		c, end := p.calls.start(r.Context())
+		defer end()
 		next.ServeHTTP(w, r.WithContext(c))
 	})
 }
