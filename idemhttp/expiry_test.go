@@ -193,7 +193,7 @@ func TestExpiryToldOnReplaysAndConflicts(t *testing.T) {
 			t.Fatalf("first: %d %s", first.Status, first.Body)
 		}
 		exp := s.expires("POST", "/fail", "exp-fail")
-		saysExpiry(t, first, exp, "") // workflow-admin keeps the failure
+		saysExpiry(t, first, exp, "") // workflow-admin records the failure
 		later()
 		r := s.do("POST", "/fail", `{}`, "Idempotency-Key", "exp-fail")
 		problem(t, r, 409, idemhttp.KindPreviousFailure)

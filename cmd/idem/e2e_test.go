@@ -105,7 +105,7 @@ func TestConcurrentOneKey(t *testing.T) {
 	}
 }
 
-// TestReplay: the replay is byte-identical (status, body, kept headers),
+// TestReplay: the replay is byte-identical (status, body, replayed headers),
 // marked Idempotent-Replayed: true, with Original-Request-Id.
 func TestReplay(t *testing.T) {
 	t.Parallel()
