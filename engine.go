@@ -617,7 +617,11 @@ func (e *Engine) finish(ctx context.Context, rec store.Record, f store.Fence, v 
 		// lost lease. The record says who really holds it.
 		if wrote, lost := e.wroteIt(ctx, rec, release, res.State, stored); wrote {
 			werr = nil
-		} else if lost {
+		} else if lost && !errors.Is(werr, ErrNotExecuted) {
+			// An end that says nothing ran (pgtx: the transaction that
+			// held the completion rolled back and its key was released)
+			// left no outcome to write back: the record is gone by
+			// design, not lost.
 			e.recordLost(rec.Scope)
 			rec.Token, werr, res.Kept = e.writeBackNow(final, werr)
 		}

@@ -174,13 +174,16 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 // a fenced release frees the key in the first case and is a no-op in the
 // second. The error matches store.ErrLeaseLost, true either way, so that
 // the engine does not retry a completion that has nothing left to commit,
-// and finds out from the record which of the two happened.
+// and finds out from the record which of the two happened. It matches
+// idem.ErrNotExecuted too: should the record be gone, the transaction did
+// not commit and nothing ran, so the engine must not write the outcome
+// back as it does for a record a store failover lost.
 func (s *Store) abandon(ctx context.Context, f store.Fence, op string, err error) error {
 	rerr := s.Store.Release(context.WithoutCancel(ctx), f)
 	if rerr != nil && !errors.Is(rerr, store.ErrLeaseLost) {
-		return fmt.Errorf("pgtx: %s: %w; release: %w (%w)", op, err, rerr, store.ErrLeaseLost)
+		return fmt.Errorf("pgtx: %s: %w; release: %w (%w, %w)", op, err, rerr, store.ErrLeaseLost, idem.ErrNotExecuted)
 	}
-	return fmt.Errorf("pgtx: %s: %w (%w)", op, err, store.ErrLeaseLost)
+	return fmt.Errorf("pgtx: %s: %w (%w, %w)", op, err, store.ErrLeaseLost, idem.ErrNotExecuted)
 }
 
 // Release implements store.Store; it rolls back the holder's transaction,
