@@ -12,6 +12,9 @@
 #
 #   bench/builds.sh [BASE] [PAIRS] [SLICE] [SCENARIO] [STORE]
 #   defaults:        HEAD   16      1s      first      file  (or redis)
+#
+# PORT_BASE (default 18080) moves its ports (PORT_BASE to PORT_BASE+111),
+# so that two duels can run at once without stopping each other's gateways.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -21,6 +24,8 @@ slice=${3:-1s}
 scenario=${4:-first}
 kind=${5:-file}
 work=$(mktemp -d /tmp/idem-builds.XXXXXX)
+pb0=${PORT_BASE:-18080}
+port_up=$pb0 port_a=$((pb0 + 1)) port_b=$((pb0 + 11)) admin_a=$((pb0 + 101)) admin_b=$((pb0 + 111))
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -46,14 +51,14 @@ store() { # the store DSN of side $1 (0 or 1)
 	*) echo "builds.sh: store $kind: file or redis" >&2; exit 2 ;;
 	esac
 }
-bin/upstream -listen 127.0.0.1:18080 >"$work/upstream.log" 2>&1 & pids+=($!)
-"$work/idem-base" serve --listen 127.0.0.1:18081 --upstream http://127.0.0.1:18080 \
-	--store "$(store 0)" --admin-listen 127.0.0.1:18181 >"$work/base.log" 2>&1 & pids+=($!)
+bin/upstream -listen 127.0.0.1:$port_up >"$work/upstream.log" 2>&1 & pids+=($!)
+"$work/idem-base" serve --listen 127.0.0.1:$port_a --upstream http://127.0.0.1:$port_up \
+	--store "$(store 0)" --admin-listen 127.0.0.1:$admin_a >"$work/base.log" 2>&1 & pids+=($!)
 pa=$!
-"$work/idem-tree" serve --listen 127.0.0.1:18091 --upstream http://127.0.0.1:18080 \
-	--store "$(store 1)" --admin-listen 127.0.0.1:18191 >"$work/tree.log" 2>&1 & pids+=($!)
+"$work/idem-tree" serve --listen 127.0.0.1:$port_b --upstream http://127.0.0.1:$port_up \
+	--store "$(store 1)" --admin-listen 127.0.0.1:$admin_b >"$work/tree.log" 2>&1 & pids+=($!)
 pb=$!
-for port in 18081 18091; do
+for port in $port_a $port_b; do
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
 done
 
@@ -69,11 +74,11 @@ run() {
 	awk -v r="$rps" -v d="$((t1 - t0))" -v hz="$hz" -v s="${slice%s}" \
 		'BEGIN { printf "%d %.1f\n", r, d / hz * 1e6 / (r * s) }'
 }
-run "$pa" 18081 >/dev/null # untimed: warm both
-run "$pb" 18091 >/dev/null
+run "$pa" "$port_a" >/dev/null # untimed: warm both
+run "$pb" "$port_b" >/dev/null
 echo "base $base vs the working tree, $scenario calls on $kind, $pairs pairs of $slice"
 for i in $(seq "$pairs"); do
-	if ((i % 2)); then a=$(run "$pa" 18081); b=$(run "$pb" 18091); else b=$(run "$pb" 18091); a=$(run "$pa" 18081); fi
+	if ((i % 2)); then a=$(run "$pa" "$port_a"); b=$(run "$pb" "$port_b"); else b=$(run "$pb" "$port_b"); a=$(run "$pa" "$port_a"); fi
 	echo "$i $a $b"
 done | awk '
 	{ n++; ratio[n] = $4 / $2; dcpu[n] = $5 - $3
