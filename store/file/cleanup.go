@@ -158,11 +158,34 @@ func (s *Store) reclaim(ctx context.Context, sparse bool) error {
 				return nil // its last frames are still being written; next time
 			}
 		}
+		if !s.deadForGood(old) {
+			return nil
+		}
 		if err := s.log.drop(old); err != nil {
 			return err
 		}
 	}
 	return ctx.Err()
+}
+
+// deadForGood reports whether old, which no index entry points to, stays
+// so: a write that replaced its last live frame may still wait for its
+// sync (a reservation that returned before it, or a writer holding its
+// stripe), and if that sync fails the undo points the key back at its
+// frame in old, the key's durable state. It waits for the syncs of the
+// frames appended so far to end, and for the writes among them that
+// failed to be undone.
+func (s *Store) deadForGood(old *segment) bool {
+	if b := s.log.lastBatch(); b != nil {
+		s.log.wait(b) // a failure is the writers' to undo
+	}
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock() // a writer that waited for its sync holds it until it undid
+		s.prune(st)
+		st.mu.Unlock()
+	}
+	return old.live.Load() == 0
 }
 
 // compactBatch is how many frames compact copies per sync.

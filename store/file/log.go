@@ -620,6 +620,17 @@ func (l *log) oldest() (*segment, *os.File, int64) {
 	}
 }
 
+// lastBatch returns the batch of the last frame appended, nil if every
+// frame appended has been synced.
+func (l *log) lastBatch() *batch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		return l.cur
+	}
+	return l.run
+}
+
 // activeID returns the id of the segment being written.
 func (l *log) activeID() uint64 {
 	l.mu.Lock()

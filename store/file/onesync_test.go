@@ -3,7 +3,9 @@ package file
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,4 +141,58 @@ func TestOneSyncFailedSyncUndone(t *testing.T) {
 		t.Fatalf("after a reopen, the key whose reservation's sync failed: %v, want store.ErrNotFound", err)
 	}
 	localtest.CheckReplays(t, ctx, s, done)
+}
+
+// TestOneSyncFailedSyncKeepsSegment: a reservation that took over a stale
+// one and returned before its sync leaves the segment of the stale frame
+// with no live bytes; a reclaim then must not drop that segment before
+// the sync ends, for if the sync fails, the stale reservation is the
+// key's state again, read from that segment, now and after a reopen.
+func TestOneSyncFailedSyncKeepsSegment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	opts := func(o *Options) { o.OneSync = true; o.SegmentBytes = 512; o.cleanupOnly = true; o.now = now }
+	s := openT(t, dir, opts)
+	stale := localtest.Leased("stale", time.Minute, time.Hour)
+	stale.TakeOverStale = false // synced before Reserve returns
+	if res, err := s.Reserve(ctx, stale); err != nil || !res.Acquired {
+		t.Fatalf("reserve: %+v, %v", res, err)
+	}
+	id := mustID(t, stale.Record.KeyHash)
+	_, e := lookup(&s.stripes[stripeOf(id)], &id)
+	for i := 0; e.seg == uint32(s.log.activeID()); i++ {
+		// Filler released: the stale frame is its segment's only live one.
+		req := localtest.ReserveReq(fmt.Sprint("filler", i), time.Hour)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, localtest.FenceOf(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Add(int64(2 * time.Minute))
+	next := localtest.Leased("stale", time.Minute, time.Hour)
+	if res, err := s.Reserve(ctx, next); err != nil || !res.Acquired {
+		t.Fatalf("a take-over of the stale reservation: %+v, %v", res, err)
+	}
+	// Its sync will fail.
+	failed := errors.New("injected: the sync fails")
+	s.log.broken.Store(&failed)
+	if _, err := s.Cleanup(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		r, err := s.Get(ctx, stale.Record.Scope, stale.Record.KeyHash)
+		if err != nil || r.State != store.InProgress || r.Token != stale.Record.Token {
+			t.Fatalf("%s, the key whose take-over's sync failed: %+v, %v; want the stale reservation (token %d)", when, r, err, stale.Record.Token)
+		}
+	}
+	check("at once")
+	s.Close()
+	s = openT(t, dir, opts)
+	check("after a reopen")
 }
