@@ -94,8 +94,9 @@ type Store struct {
 	// record left in progress to at most its lease from then.
 	opened time.Time
 
-	cleanupOnly bool // Options.cleanupOnly
-	oneSync     bool // Options.OneSync
+	cleanupOnly bool         // Options.cleanupOnly
+	oneSync     bool         // Options.OneSync
+	swept       atomic.Int64 // records the sweeps on rotation removed, for tests
 
 	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
 	// first segment the last one written or read needs replayed.

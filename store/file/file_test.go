@@ -64,6 +64,7 @@ func TestConformanceSmallSegments(t *testing.T) {
 			return openT(t, t.TempDir(), func(o *Options) { o.SegmentBytes = 2 << 10 })
 		},
 		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(s.(*Store)) },
+		Swept:     func(s store.Store) int { return int(s.(*Store).swept.Load()) },
 	})
 }
 

@@ -29,6 +29,7 @@ func TestConformanceOneSync(t *testing.T) {
 			return openT(t, t.TempDir(), oneSync, func(o *Options) { o.SegmentBytes = 2 << 10 })
 		},
 		IndexKeys: func(t *testing.T, s store.Store) []string { return indexKeys(s.(*Store)) },
+		Swept:     func(s store.Store) int { return int(s.(*Store).swept.Load()) },
 	})
 }
 

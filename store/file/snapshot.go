@@ -102,7 +102,8 @@ func (s *Store) afterRotation() bool {
 	}
 	if !s.cleanupOnly && s.cleanMu.TryLock() {
 		ctx := context.Background()
-		_, err := s.sweep(ctx, s.clock.Now(), 0)
+		n, err := s.sweep(ctx, s.clock.Now(), 0)
+		s.swept.Add(int64(n))
 		if err == nil {
 			err = s.reclaim(ctx, false)
 		}

@@ -52,6 +52,11 @@ type Harness struct {
 	// count Cleanup reports.
 	NativeExpiry bool
 
+	// Swept, when not nil, returns how many expired records the store s
+	// removed by itself, outside Cleanup (the file store sweeps on its
+	// log's rotation): Cleanup's count is checked with them added.
+	Swept func(s store.Store) int
+
 	// MaxValue, when not 0, is the largest value the store keeps whole
 	// (DynamoDB's items are at most 400 KB): LargeValue round-trips a
 	// value of that size instead of 4 MiB. What the store does with a
