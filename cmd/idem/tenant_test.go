@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idem-dev/idem/store/file"
 )
 
 // echo is an upstream that answers every request with a new number and
@@ -154,11 +156,21 @@ func TestCredentialsComparedExactly(t *testing.T) {
 // more than Authorization, for a caller that sent Authorization and a
 // Cookie, is still replayed to that caller (idem.Call.FormerScopes), and
 // to no other. The record is written by a gateway whose tenant is
-// {authorization: hash}: exactly the scope the earlier default gave.
+// {authorization: hash}: exactly the scope the earlier default gave, in a
+// directory made by the file store itself as an earlier version's gateway
+// made it, without the mark that tells a store this version created (whose
+// gateway reads no former scope, having none to find).
 func TestFormerScopeStillReplays(t *testing.T) {
 	t.Parallel()
 	up := startEcho(t)
 	dir := t.TempDir()
+	earlier, err := file.Open(dir, file.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := earlier.Close(); err != nil {
+		t.Fatal(err)
+	}
 	old := startGateway(t, up.URL, dir, "tenant: {authorization: hash}\n")
 	first := post(t, old.URL+"/charges", chargeBody, "Idempotency-Key", "k-former", "Authorization", "Bearer sk_alice", "Cookie", "session=s1")
 	if first.Status != 201 {
