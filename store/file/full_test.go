@@ -102,6 +102,11 @@ func TestSmallWriteKeepsFull(t *testing.T) {
 	s := openT(t, dir)
 	held := localtest.Reserved(t, s, "held", time.Hour)
 	harness.FillStore(t, ctx, s, "k")
+	// FillStore may stop at the headroom (1 MiB) rather than at a full
+	// disk: with small's 256 KiB freed, the filesystem would then have
+	// the headroom free, and only a cached reading of it kept Writable
+	// refusing until the cache expired (on a loaded machine, it did).
+	tmpdisk.Leave(t, filepath.Join(disk, "rest"), 0)
 	if err := os.Remove(small); err != nil {
 		t.Fatal(err)
 	}
