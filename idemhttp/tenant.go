@@ -190,15 +190,32 @@ func tenantFrom(mac func([]byte) string, sources []TenantSource) (TenantFunc, er
 // makes them.
 func appendHeader(b []byte, h http.Header, name string) []byte {
 	for _, v := range h[name] {
-		v, schemeless := normalizeCredential(name, v)
-		if v == "" {
+		scheme, v, schemeless := normalizeCredential(name, v)
+		if scheme == "" && v == "" {
 			continue
 		}
 		b = append(b, name...)
 		if schemeless {
 			b = append(b, ";no-scheme"...)
 		}
-		b = append(append(append(b, ':'), v...), '\n')
+		b = append(b, ':')
+		if scheme != "" {
+			b = append(appendLower(b, scheme), ' ')
+		}
+		b = append(append(b, v...), '\n')
+	}
+	return b
+}
+
+// appendLower appends s to b with ASCII letters lower-cased (an auth
+// scheme is a token: ASCII only), without a string of its own.
+func appendLower(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
 	}
 	return b
 }
@@ -222,26 +239,34 @@ func appendCookie(b []byte, r *http.Request, name string) []byte {
 // secret is set (the store seals it); where it is printed, the printer
 // keys it.
 func HashCredential(b []byte) string {
-	h := sha256.New()
-	h.Write([]byte("idem tenant credentials v1\x00"))
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	// One buffer on the stack for most requests, and one allocation (the
+	// string) in all: every keyed request hashes its credentials.
+	const domain = "idem tenant credentials v1\x00"
+	var stack [512]byte
+	sum := sha256.Sum256(append(append(stack[:0], domain...), b...))
+	var out [32]byte
+	hex.Encode(out[:], sum[:16])
+	return string(out[:])
 }
 
 // normalizeCredential trims v and, for the authorization headers, lowers the
 // scheme's case and folds the white space after it (RFC 9110 section 11.1:
 // the scheme is case-insensitive). A value without a scheme (a token alone,
 // or one whose first word is not a token) is kept as it is, and reported.
-func normalizeCredential(name, v string) (_ string, schemeless bool) {
+//
+// The scheme is returned apart (scheme, as it is; the caller lowers it), so
+// that no string is built per request: the credential is "scheme rest", or
+// rest alone when scheme is empty.
+func normalizeCredential(name, v string) (scheme, rest string, schemeless bool) {
 	v = strings.TrimSpace(v)
 	if name != "Authorization" && name != "Proxy-Authorization" {
-		return v, false
+		return "", v, false
 	}
 	i := strings.IndexAny(v, " \t")
 	if i <= 0 || !isToken(v[:i]) {
-		return v, true
+		return "", v, true
 	}
-	return strings.ToLower(v[:i]) + " " + strings.TrimSpace(v[i+1:]), false
+	return v[:i], strings.TrimSpace(v[i+1:]), false
 }
 
 // isToken reports whether s is an RFC 9110 token, as an auth scheme is.
