@@ -89,6 +89,19 @@ type output struct {
 
 // record is the model's state of one key. The zero value is an absent key.
 type record struct {
+	keyState
+	// Unsynced: the record is a reservation that a crash may still lose,
+	// and Durable is what the key then holds. A store that returns a
+	// reservation before its sync writes its log in order: a write of
+	// the key synced after it syncs it too, and a crash keeps a prefix
+	// of the log, so the key falls back to the last state that was on
+	// disk, which Durable tracks.
+	Unsynced bool
+	Durable  keyState
+}
+
+// keyState is what a key holds: the part of record that a crash keeps.
+type keyState struct {
 	Present bool
 	State   store.State
 	Token   uint64
@@ -100,39 +113,11 @@ type record struct {
 	// reads no earlier than the call when it sets the lease, and a clock
 	// runs no faster than ours.
 	LeaseFrom int64
-	// Unsynced: the record is a reservation that a crash may still lose,
-	// and Durable is what the key then holds. A store that returns a
-	// reservation before its sync writes its log in order: a write of
-	// the key synced after it syncs it too, and a crash keeps a prefix
-	// of the log, so the key falls back to the last state that was on
-	// disk, which Durable tracks.
-	Unsynced bool
-	Durable  durable
-}
-
-// durable is a record that a crash keeps: the fields of record that
-// describe a state, without the crash's own.
-type durable struct {
-	Present   bool
-	State     store.State
-	Token     uint64
-	Match     string
-	Ident     string
-	Value     string
-	LeaseFrom int64
-}
-
-func (r record) durable() durable {
-	return durable{r.Present, r.State, r.Token, r.Match, r.Ident, r.Value, r.LeaseFrom}
-}
-
-func (d durable) record() record {
-	return record{Present: d.Present, State: d.State, Token: d.Token, Match: d.Match, Ident: d.Ident, Value: d.Value, LeaseFrom: d.LeaseFrom}
 }
 
 // synced is r once a write of its key has been synced: a crash keeps it.
 func (r record) synced() record {
-	r.Unsynced, r.Durable = false, durable{}
+	r.Unsynced, r.Durable = false, keyState{}
 	return r
 }
 
@@ -142,7 +127,7 @@ func (r record) synced() record {
 // depending on whether a sync (of any key) wrote s's frame before mine
 // was appended.
 func unsynced(s, mine record) []record {
-	mine.Unsynced, mine.Durable = true, s.durable()
+	mine.Unsynced, mine.Durable = true, s.keyState
 	if !s.Unsynced {
 		return []record{mine}
 	}
@@ -185,13 +170,13 @@ func step(s record, in input, out output, slack int64) []record {
 
 	case opCrash:
 		if s.Unsynced {
-			return []record{s.synced(), s.Durable.record()}
+			return []record{s.synced(), {keyState: s.Durable}}
 		}
 		return []record{s}
 
 	case opReserve:
-		mine := record{Present: true, State: store.InProgress, Token: in.Token,
-			Match: in.Match, Ident: in.Ident, LeaseFrom: in.Call + in.Lease}
+		mine := record{keyState: keyState{Present: true, State: store.InProgress, Token: in.Token,
+			Match: in.Match, Ident: in.Ident, LeaseFrom: in.Call + in.Lease}}
 		takeover := s.Present && s.State == store.InProgress && in.TakeOver && s.Match == in.Match &&
 			canEnd(s.LeaseFrom, in.Return, slack)
 		acquired := []record{mine}
