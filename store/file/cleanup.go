@@ -250,7 +250,7 @@ func (c *compaction) copyFrame(frame []byte, off int) {
 		s.stripes[i].mu.Lock()
 		c.held[i] = true
 		// A frame moved must be one that stands.
-		s.settlePending(&s.stripes[i], nil)
+		s.settleWritten(&s.stripes[i])
 	}
 	st := &s.stripes[i]
 	if slot, e := lookup(st, &id); slot >= 0 && e.seg == uint32(c.old.id) && e.off == uint32(off) {

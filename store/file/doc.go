@@ -19,9 +19,10 @@
 // throughput grows with concurrency and no writer waits on a timer. With
 // Options.OneSync (the gateway's setting) a reservation that may be taken
 // over once stale (on_stale: retry) returns before its sync, and is
-// durable once its holder's Complete returns: a first call waits for one
-// fsync. A crash before that frees the key, as that policy would a lease
-// later; docs/stores/FILE.md says what a crash does under each policy.
+// durable once its holder's Complete returns, whose frame holds the whole
+// record: a first call writes one frame and waits for one fsync. A crash
+// before that frees the key, as that policy would a lease later;
+// docs/stores/FILE.md says what a crash does under each policy.
 //
 // One process at a time: Open takes an exclusive lock on idem.lock in the
 // directory and fails with ErrLocked while another process (or another Store

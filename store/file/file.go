@@ -63,13 +63,17 @@ type Options struct {
 	Headroom int64
 	// OneSync lets a first call sync once: a reservation that may be
 	// taken over once stale (ReserveRequest.TakeOverStale: the engine's
-	// on_stale: retry) returns without waiting for the disk. Its frame
-	// is durable once any later write's sync returns, the holder's
-	// Complete among them, the log being written in order; a crash
-	// before that loses it, as it loses its holder, and the key is free
-	// again (as on_stale: retry would make it after a lease). A
-	// reservation that may not be taken over (on_stale: conflict) waits
-	// for its sync as before. The gateway sets it.
+	// on_stale: retry) returns without waiting for the disk. Of a key
+	// the index does not hold, it writes no frame: the holder's next
+	// write (Complete, as a rule) carries the whole record, so a first
+	// call appends one frame; another caller that reads the key, or
+	// Close, has the reservation written and synced first. A taken-over
+	// key's reservation is appended, and durable once any later write's
+	// sync returns. A crash before either loses the reservation, as it
+	// loses its holder, and the key is free again (as on_stale: retry
+	// would make it after a lease). A reservation that may not be taken
+	// over (on_stale: conflict) waits for its sync as before. The
+	// gateway sets it.
 	OneSync bool
 
 	// now, in tests, replaces the store's clock: every instant is read
@@ -94,9 +98,10 @@ type Store struct {
 	// record left in progress to at most its lease from then.
 	opened time.Time
 
-	cleanupOnly bool         // Options.cleanupOnly
-	oneSync     bool         // Options.OneSync
-	swept       atomic.Int64 // records the sweeps on rotation removed, for tests
+	cleanupOnly bool          // Options.cleanupOnly
+	oneSync     bool          // Options.OneSync
+	swept       atomic.Int64  // records the sweeps on rotation removed, for tests
+	kept        atomic.Uint32 // numbers the reservations kept in memory (reserveAsync)
 
 	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
 	// first segment the last one written or read needs replayed.
@@ -240,15 +245,27 @@ func (s *Store) put(st *stripe, id keyID, slot int, r *store.Record, lease time.
 	return nil
 }
 
-// pending is a write whose frame is appended and indexed and whose sync
-// may not have ended: what undoes it if the sync fails.
+// pending is a reservation that returned before its sync (Options.OneSync):
+// a write whose frame is appended and indexed and whose sync may not have
+// ended, what undoes it if the sync fails; or, with b nil, one whose
+// frame is not written at all (see inMemory), kept here until its
+// holder's next write, which carries the whole record, or a reader that
+// needs it on disk (settlePending) writes it.
 type pending struct {
 	id     keyID
-	b      *batch
-	e      entry        // the entry the write made
-	before entry        // the key's entry before it (stateFree: none)
-	rec    store.Record // the record written (for a reservation: no value)
+	b      *batch        // nil: the frame is not written (the entry's seg is inMemory)
+	e      entry         // the entry the write made
+	before entry         // the key's entry before it (stateFree: none)
+	rec    store.Record  // the record written (for a reservation: no value)
+	lease  time.Duration // the lease rec.LeaseUntil was set from
 }
+
+// inMemory is the segment of an index entry whose frame is not written:
+// a reservation of a key the index did not hold, under OneSync. No
+// segment has id 0. Such an entry counts no live bytes, and nothing reads
+// its frame: its holder takes the record from its pending, anyone else
+// has it written first (settlePending), and index snapshots leave it out.
+const inMemory uint32 = 0
 
 // undo puts the index back as it was before p, if the key's entry is
 // still p's (a later write of the key replaced it otherwise). The stripe
@@ -266,21 +283,34 @@ func (s *Store) undo(st *stripe, p *pending) {
 }
 
 // settlePending waits for the reservations of st that returned before their
-// sync (Options.OneSync), of key id only when id is not nil, and undoes
-// those whose sync failed: their frames never reached the disk, and
-// nothing may read them or keep an entry that points to them. Reserve
-// settles a key before it reads it, so that every other caller sees a
-// reservation that stands, or its undoing; the index snapshot and the
-// compaction settle the whole stripe. The stripe is held.
-func (s *Store) settlePending(st *stripe, id *keyID) {
+// sync (Options.OneSync), of key id only when id is not nil, writing
+// first the frames of those kept in memory, and undoes those whose sync
+// failed: their frames never reached the disk, and nothing may read them
+// or keep an entry that points to them. Reserve and Get settle a key
+// before they read it, so that every other caller sees a reservation that
+// stands, or its undoing; Close settles every stripe. The stripe is held.
+func (s *Store) settlePending(st *stripe, id *keyID) { s.settleSome(st, id, true) }
+
+// settleWritten is settlePending for every key of st whose frame is
+// written, leaving those kept in memory as they are: the index snapshot
+// leaves them out, and the compaction moves no frame of theirs, nor one
+// that their undoing would point back to (they replaced no entry). The
+// stripe is held.
+func (s *Store) settleWritten(st *stripe) { s.settleSome(st, nil, false) }
+
+// settleSome is settlePending, and settleWritten unless write is set.
+func (s *Store) settleSome(st *stripe, id *keyID, write bool) {
 	if len(st.pend) == 0 {
 		return
 	}
 	keep := st.pend[:0]
 	for i := range st.pend {
 		p := st.pend[i]
-		if id != nil && p.id != *id {
+		if id != nil && p.id != *id || p.b == nil && !write {
 			keep = append(keep, p)
+			continue
+		}
+		if p.b == nil && !s.writeKept(st, &p) {
 			continue
 		}
 		if err := s.log.wait(p.b); err != nil {
@@ -291,13 +321,39 @@ func (s *Store) settlePending(st *stripe, id *keyID) {
 	st.pend = keep
 }
 
+// writeKept appends the frame of p, a reservation kept in memory, and
+// points the index at it, making p the write to wait for; it returns
+// false if there is none to wait for: the key's entry is no longer p's
+// (it expired and was swept), or the frame could not be made (it is
+// undone then). The stripe is held.
+func (s *Store) writeKept(st *stripe, p *pending) bool {
+	slot, cur := lookup(st, &p.id)
+	if slot < 0 || cur.seg != inMemory || cur.off != p.e.off {
+		return false
+	}
+	w, err := s.putAsync(st, p.id, slot, &p.rec, p.lease)
+	if err != nil {
+		s.undo(st, p)
+		return false
+	}
+	w.before, w.rec, w.lease = p.before, p.rec, p.lease
+	*p = w
+	return true
+}
+
 // prune drops the pending reservations of st whose syncs have ended,
-// undoing those that failed, without waiting for the others. The stripe
-// is held.
+// undoing those that failed, and those kept in memory whose entry is gone
+// (swept), without waiting for the others. The stripe is held.
 func (s *Store) prune(st *stripe) {
 	keep := st.pend[:0]
 	for i := range st.pend {
 		p := st.pend[i]
+		if p.b == nil {
+			if slot, cur := lookup(st, &p.id); slot >= 0 && cur.seg == inMemory && cur.off == p.e.off {
+				keep = append(keep, p) // its holder's next write ends it
+			}
+			continue
+		}
 		select {
 		case <-p.b.done:
 			if p.b.err != nil {
@@ -320,6 +376,17 @@ func pendingOf(st *stripe, id *keyID) int {
 		}
 	}
 	return -1
+}
+
+// forget drops id's pending reservation from st, if any. The stripe is
+// held.
+func forget(st *stripe, id *keyID) {
+	if i := pendingOf(st, id); i >= 0 {
+		n := len(st.pend) - 1
+		copy(st.pend[i:], st.pend[i+1:])
+		st.pend[n] = pending{} // keeps no record alive
+		st.pend = st.pend[:n]
+	}
 }
 
 // putAsync appends r as id's latest frame and points the index at it,
@@ -362,13 +429,17 @@ func (s *Store) index(st *stripe, slot int, e *entry) int {
 	var cur *entry
 	if slot >= 0 {
 		cur = st.at(uint32(slot))
-		s.log.segment(cur.seg).live.Add(-int64(cur.size))
+		if cur.seg != inMemory {
+			s.log.segment(cur.seg).live.Add(-int64(cur.size))
+		}
 	}
 	if e == nil {
 		st.remove(uint32(slot)) // its expiry item stays until Cleanup visits it
 		return -1
 	}
-	s.log.segment(e.seg).live.Add(int64(e.size))
+	if e.seg != inMemory {
+		s.log.segment(e.seg).live.Add(int64(e.size))
+	}
 	moved := cur == nil || expSec(cur.exp) != expSec(e.exp)
 	if cur == nil {
 		slot = int(st.insert(*e))
@@ -466,12 +537,9 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			// entry alone; the frame's sync is left to the next write's
 			// (see Options.OneSync and settlePending).
 			s.prune(st)
-			p, err := s.putAsync(st, id, slot, &r, req.Lease)
-			if err != nil {
+			if err := s.reserveAsync(st, id, slot, &r, req.Lease); err != nil {
 				return err
 			}
-			p.rec = r
-			st.pend = append(st.pend, p)
 			res.Acquired = true
 			return nil
 		}
@@ -485,6 +553,34 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		return store.Reservation{}, err
 	}
 	return res, nil
+}
+
+// reserveAsync indexes r, a reservation that may be taken over once
+// stale, without waiting for its sync, and keeps it in st.pend. A key
+// the index does not hold has no frame written at all (inMemory): its
+// holder's next write, Complete as a rule, carries the whole record and
+// stands for it, so that a first call appends one frame and leaves no
+// dead one for reclaim to copy past. A crash before loses it, as it
+// would lose a frame not yet synced. A key the index holds (a stale
+// reservation taken over, an expired record) has its frame appended:
+// should its sync fail, the undoing points the key back at a frame on
+// disk. The stripe is held.
+func (s *Store) reserveAsync(st *stripe, id keyID, slot int, r *store.Record, lease time.Duration) error {
+	if slot >= 0 {
+		p, err := s.putAsync(st, id, slot, r, lease)
+		if err != nil {
+			return err
+		}
+		p.rec, p.lease = *r, lease
+		st.pend = append(st.pend, p)
+		return nil
+	}
+	// off tells this entry from any other kept in memory.
+	e := entry{tag: tagOf(&id), state: stateOf(r.State), exp: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil),
+		seg: inMemory, off: uint32(s.kept.Add(1))}
+	s.index(st, -1, &e)
+	st.pend = append(st.pend, pending{id: id, e: e, rec: *r, lease: lease})
+	return nil
 }
 
 // Get implements store.Store. It reads the index and the record's frame
@@ -518,16 +614,7 @@ func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error
 // be in its segment yet: its record is taken from memory.
 func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *stripe, id keyID, slot int, cur *entry, r *store.Record) error) error {
 	return s.withKeyAs(ctx, op, f.KeyHash, true, func(st *stripe, id keyID) error {
-		var own *pending
-		if i := pendingOf(st, &id); i >= 0 {
-			own = &st.pend[i]
-			select {
-			case <-own.b.done:
-				s.settlePending(st, &id) // done: settles without waiting
-				own = nil
-			default:
-			}
-		}
+		own := s.ownPending(st, &id)
 		slot, cur := lookup(st, &id)
 		// Release also frees a failed record (an operator's way out of an
 		// unknown outcome); every other write needs an in_progress one.
@@ -548,17 +635,43 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *
 			return store.ErrLeaseLost
 		}
 		if err := fn(st, id, slot, &cur, &r); err != nil {
+			if own != nil && own.b == nil && !errors.Is(err, ErrTooLarge) {
+				// The write that was to carry the reservation failed:
+				// the reservation goes with it, as two frames of one
+				// failed sync would.
+				s.undo(st, own)
+				forget(st, &id)
+			}
 			return err
 		}
 		if own != nil {
 			// Written after the reservation, and durable: so is the
 			// reservation, or the key's latest frame stands for it.
-			if i := pendingOf(st, &id); i >= 0 {
-				st.pend = append(st.pend[:i], st.pend[i+1:]...)
-			}
+			forget(st, &id)
 		}
 		return nil
 	})
+}
+
+// ownPending returns the holder's reservation of id that returned before
+// its sync and whose sync has not ended (or whose frame is kept in
+// memory), or nil; a sync that ended is settled. The stripe is held.
+func (s *Store) ownPending(st *stripe, id *keyID) *pending {
+	i := pendingOf(st, id)
+	if i < 0 {
+		return nil
+	}
+	own := &st.pend[i]
+	if own.b == nil {
+		return own
+	}
+	select {
+	case <-own.b.done:
+		s.settlePending(st, id) // done: settles without waiting
+		return nil
+	default:
+		return own
+	}
 }
 
 // Renew implements store.Store.

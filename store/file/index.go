@@ -105,7 +105,8 @@ type stripe struct {
 	seqOld  map[uint32]uint64
 	// pend holds the reservations of this stripe's keys that returned
 	// before their sync (Options.OneSync), until someone learns how it
-	// ended (see Store.settlePending).
+	// ended (see Store.settlePending), and those whose frame is not
+	// written (inMemory), until their holder's next write.
 	pend []pending
 }
 

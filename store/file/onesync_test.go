@@ -197,3 +197,60 @@ func TestOneSyncFailedSyncKeepsSegment(t *testing.T) {
 	s = openT(t, dir, opts)
 	check("after a reopen")
 }
+
+// TestOneSyncWritesOneFrame: with OneSync a first call of a new key
+// (reserve under on_stale: retry, then complete) appends one frame, its
+// outcome, and leaves no dead bytes in the log; a reservation its holder
+// never wrote to and that expired is swept like any other, and its
+// holder's Complete then finds its lease lost.
+func TestOneSyncWritesOneFrame(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	s := openT(t, t.TempDir(), oneSync, func(o *Options) { o.now = func() time.Time { return time.Unix(0, clock.Load()) } })
+	appended := func() int64 {
+		s.log.mu.Lock()
+		defer s.log.mu.Unlock()
+		return s.log.active.size
+	}
+	req := localtest.ReserveReq("first", time.Hour)
+	before := appended()
+	if res, err := s.Reserve(ctx, req); err != nil || !res.Acquired {
+		t.Fatalf("reserve: %+v, %v", res, err)
+	}
+	if n := appended() - before; n != 0 {
+		t.Fatalf("a reservation of a new key under on_stale: retry appended %d bytes, want none", n)
+	}
+	localtest.Complete(t, s, req, "v", time.Hour)
+	id := mustID(t, req.Record.KeyHash)
+	_, e := lookup(&s.stripes[stripeOf(id)], &id)
+	if n := appended() - before; n != int64(e.size) {
+		t.Fatalf("the pair appended %d bytes, want its outcome's frame alone (%d)", n, e.size)
+	}
+	if live := s.log.segment(uint32(s.log.activeID())).live.Load(); live != appended()-int64(len(segmentMagic)) {
+		t.Fatalf("the segment holds %d bytes of frames, %d of them live: a dead frame was written", appended()-int64(len(segmentMagic)), live)
+	}
+
+	lapsed := localtest.Leased("lapsed", time.Minute, time.Minute)
+	if res, err := s.Reserve(ctx, lapsed); err != nil || !res.Acquired {
+		t.Fatalf("reserve: %+v, %v", res, err)
+	}
+	clock.Add(int64(2 * time.Minute))
+	if n, err := s.Cleanup(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("Cleanup of the expired reservation: %d, %v; want 1", n, err)
+	}
+	err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(lapsed), State: store.Succeeded, Value: []byte("late"), TTL: time.Hour})
+	if !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("the Complete of a reservation swept: %v, want store.ErrLeaseLost", err)
+	}
+	if _, err := s.Get(ctx, lapsed.Record.Scope, lapsed.Record.KeyHash); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the key swept: %v, want store.ErrNotFound", err)
+	}
+	for i := range s.stripes {
+		if n := len(s.stripes[i].pend); n != 0 {
+			t.Fatalf("stripe %d keeps %d reservations after their keys ended", i, n)
+		}
+	}
+	checkIndex(t, s)
+}

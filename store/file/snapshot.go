@@ -204,11 +204,12 @@ func (s *Store) writeSnapEntries(w io.Writer, first uint64) (uint64, error) {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		// Only durable entries go in a snapshot.
-		s.settlePending(st, nil)
+		// Only durable entries go in a snapshot: not one whose frame is
+		// kept in memory, which a replay finds if it is written later.
+		s.settleWritten(st)
 		for slot := range st.slots {
 			e := st.at(slot)
-			if e.state == stateFree || uint64(e.seg) >= first {
+			if e.state == stateFree || e.seg == inMemory || uint64(e.seg) >= first {
 				continue
 			}
 			buf = append(buf, byte(i))
