@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -634,5 +635,152 @@ func TestLargestFrame(t *testing.T) {
 	s = openT(t, dir)
 	if r, err := s.Get(ctx, "", b.Record.KeyHash); err != nil || !bytes.Equal(r.Value, big) {
 		t.Fatalf("the largest value after a reopen: %d bytes, %v", len(r.Value), err)
+	}
+}
+
+// TestFailedSyncKeepsSegment: a take-over of a stale reservation (no
+// OneSync: Reserve waits for its sync, holding the key's stripe) leaves
+// the segment of the stale frame with no live bytes while the sync runs;
+// a Cleanup then must not drop that segment before the sync ends, for
+// when it fails, the stale reservation is the key's state again, read
+// from that segment, now and after a reopen. A sync ahead of the
+// take-over's is held back (a zero-fill that waits, which its write must
+// not overtake) until the Cleanup has returned or waits.
+func TestFailedSyncKeepsSegment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	opts := func(o *Options) {
+		o.SegmentBytes, o.MinSegmentBytes = 1<<20, 1<<20
+		o.cleanupOnly = true
+		o.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	}
+	s := openT(t, dir, opts)
+	s.log.freeBytes = func() (int64, error) { return 1 << 40, nil } // zeros are written ahead
+	var staleSeg atomic.Uint32
+	release := make(chan struct{})
+	s.log.slowFill = func() {
+		s.log.zmu.Lock()
+		id := s.log.fill.seg.id
+		s.log.zmu.Unlock()
+		if seg := staleSeg.Load(); seg != 0 && uint32(id) > seg {
+			<-release
+		}
+	}
+	stale := localtest.Leased("stale", time.Minute, time.Hour)
+	stale.TakeOverStale = true
+	if res, err := s.Reserve(ctx, stale); err != nil || !res.Acquired {
+		t.Fatalf("reserve: %+v, %v", res, err)
+	}
+	id := mustID(t, stale.Record.KeyHash)
+	_, e := lookup(&s.stripes[stripeOf(id)], &id)
+	staleSeg.Store(e.seg)
+	big := localtest.ReserveReq("big", time.Hour)
+	fillHeld(t, s, e.seg, big)
+
+	// A sync of 300 KiB, past where the held fill starts: it waits.
+	completed := make(chan error, 1)
+	go func() {
+		completed <- s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(big), State: store.Succeeded,
+			Value: make([]byte, 300<<10), TTL: time.Hour})
+	}()
+	waitLog(s, func() bool { return s.log.run != nil })
+	clock.Add(int64(2 * time.Minute))
+	next := localtest.Leased("stale", time.Minute, time.Hour)
+	next.TakeOverStale = true
+	tookOver := make(chan error, 1)
+	go func() {
+		_, err := s.Reserve(ctx, next)
+		tookOver <- err
+	}()
+	waitLog(s, func() bool { return len(s.log.buf) > 0 }) // the take-over's frame waits behind
+	failed := errors.New("injected: the sync fails")
+	s.log.broken.Store(&failed)
+	cleaned := make(chan error, 1)
+	go func() {
+		_, err := s.Cleanup(ctx, 0)
+		cleaned <- err
+	}()
+	// Cleanup drops the segment at once if it does not wait for the
+	// take-over's sync; if it waits, the held fill keeps it waiting.
+	select {
+	case err := <-cleaned:
+		cleaned <- err
+	case <-time.After(time.Second):
+	}
+	close(release)
+	if err := <-completed; err != nil {
+		t.Fatalf("the Complete ahead of the take-over: %v", err)
+	}
+	if err := <-tookOver; !errors.Is(err, failed) {
+		t.Fatalf("the take-over whose sync failed: %v, want the injected error", err)
+	}
+	if err := <-cleaned; err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		r, err := s.Get(ctx, stale.Record.Scope, stale.Record.KeyHash)
+		if err != nil || r.State != store.InProgress || r.Token != stale.Record.Token {
+			t.Fatalf("%s, the key whose take-over's sync failed: %+v, %v; want the stale reservation (token %d)", when, r, err, stale.Record.Token)
+		}
+	}
+	check("at once")
+	s.Close()
+	s = openT(t, dir, opts)
+	check("after a reopen")
+}
+
+// fillHeld writes to s, reserving big first, released fillers after,
+// until the log has moved past segment seg and a zero-fill of the
+// segment being written has started (one that slowFill holds). The
+// frames written to seg meanwhile are released: seg's only live frame
+// is the one it had.
+func fillHeld(t *testing.T, s *Store, seg uint32, big store.ReserveRequest) {
+	t.Helper()
+	ctx := context.Background()
+	value := make([]byte, 100<<10)
+	reserved := false
+	for i := 0; ; i++ {
+		past := uint32(s.log.activeID()) > seg
+		if past && !reserved {
+			if _, err := s.Reserve(ctx, big); err != nil {
+				t.Fatal(err)
+			}
+			reserved = true
+			continue
+		}
+		s.log.zmu.Lock()
+		held := past && s.log.fill != nil && uint32(s.log.fill.seg.id) > seg
+		s.log.zmu.Unlock()
+		if held {
+			return
+		}
+		req := localtest.ReserveReq(fmt.Sprint("filler", i), time.Hour)
+		if _, err := s.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if !past { // a failed record, which Release frees too
+			if err := s.Complete(ctx, store.Completion{Fence: localtest.FenceOf(req), State: store.Failed, Value: value, TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Release(ctx, localtest.FenceOf(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitLog waits until cond, read under the log's mutex, holds.
+func waitLog(s *Store, cond func() bool) {
+	for {
+		s.log.mu.Lock()
+		ok := cond()
+		s.log.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
