@@ -11,7 +11,7 @@
 # with its baseline, not two builds.
 #
 #   bench/builds.sh [BASE] [PAIRS] [SLICE] [SCENARIO] [STORE]
-#   defaults:        HEAD   16      1s      first      file  (or redis)
+#   defaults:        HEAD   16      1s      first      file  (or pebble, redis)
 #
 # PORT_BASE (default 18080) moves its ports (PORT_BASE to PORT_BASE+111),
 # so that two duels can run at once without stopping each other's gateways.
@@ -44,11 +44,12 @@ git -C "$root" worktree add --detach -q "$work/src" "$base"
 store() { # the store DSN of side $1 (0 or 1)
 	case $kind in
 	file) echo "file:$work/store-$1" ;;
+	pebble) echo "pebble:$work/store-$1" ;;
 	redis)
 		redis-cli -n $((14 + $1)) flushdb >/dev/null
 		echo "redis://127.0.0.1:6379/$((14 + $1))"
 		;;
-	*) echo "builds.sh: store $kind: file or redis" >&2; exit 2 ;;
+	*) echo "builds.sh: store $kind: file, pebble or redis" >&2; exit 2 ;;
 	esac
 }
 bin/upstream -listen 127.0.0.1:$port_up >"$work/upstream.log" 2>&1 & pids+=($!)

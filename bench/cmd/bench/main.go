@@ -60,6 +60,7 @@ func main() {
 		appendPairs = flag.Int("append-pairs", 16, "pairs of store-level runs, the file store's log with OneSync (log1) against one synced append of the same bytes (wal1), at 16 and at 64 writers (0: none)")
 		appendTime  = flag.String("append-benchtime", "2s", "-test.benchtime of each store-level run")
 		churn       = flag.Bool("churn", false, "run the file store's churn measurement (log size over live data, about 90 s)")
+		portBase    = flag.Int("port-base", 18080, "first of the six ports the contenders listen on (PORT_BASE to PORT_BASE+5), so that two runs can share the machine")
 	)
 	flag.Parse()
 	chartDir := filepath.Join(*root, "docs", "bench")
@@ -92,17 +93,18 @@ func main() {
 		}
 		return a
 	}
+	port := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", *portBase+i) }
 	opts := runner.Options{
 		Setup: contender.Setup{
 			Bin: abs(*bin), Peers: abs(*peers),
-			Upstream: "127.0.0.1:18080", Listen: "127.0.0.1:18081", Admin: "127.0.0.1:18082",
+			Upstream: port(0), Listen: port(1), Admin: port(2),
 			Postgres: withParam(*pg, "idem_schema=idem_bench"),
 			Redis:    strings.TrimSuffix(*redisURL, "/"),
 		},
 		Rounds: *rounds, Warmup: *warmup, Duration: *duration, Connections: *conns,
 		KnownKeys: *known, RaceKeys: *raceKeys, RacePerKey: *racePerKey, RaceDelay: *raceDelay,
 		Only: split(*only), Work: *work,
-		DuelSlice: *duelSlice, DuelPairs: *duelPairs, DuelListen: "127.0.0.1:18084", DuelAdmin: "127.0.0.1:18085",
+		DuelSlice: *duelSlice, DuelPairs: *duelPairs, DuelListen: port(4), DuelAdmin: port(5),
 	}
 	for _, s := range split(*scenarios) {
 		opts.Scenarios = append(opts.Scenarios, load.Scenario(s))

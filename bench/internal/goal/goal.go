@@ -18,7 +18,8 @@ type Ratio struct {
 // (the file store against the memory store, at two loads; Pebble at 64
 // clients), the same restated on the anchor that does the same durable
 // work (what idem's own work costs above the least a durable proxy must
-// do: one synced WAL append of the request's and the answer's bytes), and
+// do: one synced WAL append of the request's and the answer's bytes; the
+// file store at both loads, Pebble at 64), and
 // what replays gain over a plain proxy.
 var Ratios = []Ratio{
 	{Duel{"gw-file", "gw-memory", "first", 64}, "durability cost: gateway on the file store over the gateway on the memory store, 64 clients", 0.90},
@@ -26,6 +27,7 @@ var Ratios = []Ratio{
 	{Duel{"gw-pebble", "gw-memory", "first", 64}, "durability cost: gateway on the Pebble store over the gateway on the memory store, 64 clients", 0.85},
 	{Duel{"gw-file", "durable-proxy-1", "first", 64}, "durability cost, restated on the fair anchor: gateway on the file store over the durable proxy with one synced Pebble WAL append a request, 64 clients", 0.95},
 	{Duel{"gw-file", "durable-proxy-1", "first", 16}, "durability cost, restated on the fair anchor: gateway on the file store over the durable proxy with one synced Pebble WAL append a request, 16 clients", 0.95},
+	{Duel{"gw-pebble", "durable-proxy-1", "first", 64}, "durability cost, restated on the fair anchor: gateway on the Pebble store over the durable proxy with one synced Pebble WAL append a request, 64 clients", 0.95},
 	{Duel{"gw-file", "proxy", "replay", 0}, "gateway on the file store over the plain proxy", 2.5},
 }
 
