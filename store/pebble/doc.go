@@ -25,11 +25,12 @@
 // all. Writes of different keys that overlap in time share their fsyncs
 // (group commit), so throughput grows with concurrency. With
 // Options.OneSync (the gateway's setting) a reservation that may be taken
-// over once stale (on_stale: retry) is committed without waiting for the
-// WAL's sync, and is durable once its holder's Complete returns: a first
-// call waits for one sync. A crash before that frees the key, as that
-// policy would a lease later (docs/stores/FILE.md, "One synced append per
-// first call", says the same of the file store). Each key's
+// over once stale (on_stale: retry) is kept in memory until its holder's
+// Complete writes it with the outcome, in one synced commit: a first call
+// makes one pass through Pebble's commit pipeline and waits for one sync.
+// A crash before that frees the key, as that policy would a lease later
+// (docs/stores/FILE.md, "One synced append per first call", says the same
+// of the file store). Each key's
 // check-then-write runs under one of 1024 striped mutexes, and every write
 // updates a record and its expiry-index entry in one batch, so Cleanup reads
 // only the expired records.

@@ -2,7 +2,9 @@ package pebblestore
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/localtest"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // TestOneSyncSyncsOnce: with OneSync a first call (reserve, then
@@ -94,3 +97,109 @@ type countFile struct {
 
 func (f countFile) Sync() error     { f.syncs.Add(1); return f.File.Sync() }
 func (f countFile) SyncData() error { f.syncs.Add(1); return f.File.SyncData() }
+
+// TestConformanceOneSync runs the suite on a store whose reservations
+// that may be taken over are kept in memory until their completion (see
+// pending): every caller in the process sees them at once.
+func TestConformanceOneSync(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store { return openT(t, t.TempDir(), func(o *Options) { o.OneSync = true }) },
+		IndexKeys: func(t *testing.T, s store.Store) []string {
+			return append(allKeys(t, s.(*Store)), pendingKeys(s.(*Store))...)
+		},
+	})
+}
+
+// pendingKeys lists the key hashes of the pending reservations.
+func pendingKeys(s *Store) []string {
+	var keys []string
+	for i := range s.pending {
+		s.stripes[i].Lock()
+		for k := range s.pending[i] {
+			keys = append(keys, k)
+		}
+		s.stripes[i].Unlock()
+	}
+	return keys
+}
+
+// TestOneSyncPending: under OneSync a reservation that may be taken over
+// is written by its completion, in one batch, or by a renewal, and not
+// before; until then Get, Renew, Release and Cleanup see it where it is
+// kept. One that took
+// over a record the engine holds replaces it at its completion, leaves
+// no trace of it on a release, and Cleanup deleting the expired record it
+// replaced neither counts it nor leaves the index wrong.
+func TestOneSyncPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	s := openT(t, t.TempDir(), func(o *Options) { o.OneSync = true; o.now = now })
+	onDisk := func(req store.ReserveRequest) *store.Record { return checkIndex(t, s)[req.Record.KeyHash] }
+
+	a := localtest.Reserved(t, s, "a", time.Hour)
+	if onDisk(a) != nil {
+		t.Fatal("a reservation under OneSync was written before its completion")
+	}
+	if r, err := s.Get(ctx, "s", a.Record.KeyHash); err != nil || r.State != store.InProgress || r.Token != a.Record.Token {
+		t.Fatalf("Get of a pending reservation: %+v, %v", r, err)
+	}
+	if err := s.Renew(ctx, localtest.FenceOf(a), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.Get(ctx, "s", a.Record.KeyHash); r.LeaseLeft != 2*time.Minute {
+		t.Fatalf("renewed pending reservation: lease left %v, want 2m", r.LeaseLeft)
+	}
+	if r := onDisk(a); r == nil || r.State != store.InProgress || s.npending.Load() != 0 {
+		t.Fatalf("a renewed reservation is durable: on disk %+v, %d pending", r, s.npending.Load())
+	}
+	localtest.Complete(t, s, a, "v", time.Hour)
+	if r := onDisk(a); r == nil || r.State != store.Succeeded {
+		t.Fatalf("completed pending reservation on disk: %+v", r)
+	}
+
+	// Taken over once expired; Cleanup deletes the record it replaced.
+	b := localtest.Reserved(t, s, "b", time.Minute)
+	localtest.Complete(t, s, b, "old", time.Minute)
+	advance(2 * time.Minute)
+	b2 := localtest.Reserved(t, s, "b", time.Hour)
+	if n, err := s.Cleanup(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("Cleanup with only a replaced record expired: %d, %v; want 0", n, err)
+	}
+	localtest.Complete(t, s, b2, "new", time.Hour)
+	if r := onDisk(b2); r == nil || string(r.Value) != "new" {
+		t.Fatalf("b after its second completion: %+v", r)
+	}
+
+	// Taken over once stale, then released: the key is free.
+	c := localtest.Leased("c", time.Second, time.Hour)
+	c.TakeOverStale = false // synced, on disk
+	if _, err := s.Reserve(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	advance(2 * time.Second)
+	c2 := localtest.ReserveReq("c", time.Hour)
+	if res, err := s.Reserve(ctx, c2); err != nil || !res.Acquired || !res.TookOver {
+		t.Fatalf("take-over of a stale record: %+v, %v", res, err)
+	}
+	if err := s.Release(ctx, localtest.FenceOf(c2)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Get(ctx, "s", c.Record.KeyHash); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a released take-over: %+v, %v; want ErrNotFound", r, err)
+	}
+
+	// A pending reservation whose lifetime ended is swept and counted.
+	localtest.Reserved(t, s, "d", time.Minute)
+	advance(2 * time.Minute)
+	if n, err := s.CountExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("CountExpired with a pending reservation expired: %d, %v; want 1", n, err)
+	}
+	if n, err := s.Cleanup(ctx, 0); err != nil || n != 1 || s.npending.Load() != 0 {
+		t.Fatalf("Cleanup of an expired pending reservation: %d, %v, %d left; want 1, 0 left", n, err, s.npending.Load())
+	}
+}

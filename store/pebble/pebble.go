@@ -59,13 +59,13 @@ type Options struct {
 	Headroom int64
 	// OneSync lets a first call sync once: a reservation that may be
 	// taken over once stale (ReserveRequest.TakeOverStale: the engine's
-	// on_stale: retry) is committed without waiting for the WAL's sync
-	// (pebble.NoSync). It is durable once any later synced commit
-	// returns, the holder's Complete among them, the WAL being written in
-	// order; a crash before that loses it, as it loses its holder, and
-	// the key is free again (as on_stale: retry would make it after a
-	// lease). A reservation that may not be taken over (on_stale:
-	// conflict) is synced as before. The gateway sets it.
+	// on_stale: retry) is kept in memory, under its key's stripe, where
+	// every call of the process sees it, and written with its holder's
+	// Complete in one synced batch (or by a Renew, or by Close). A crash
+	// before that loses it, as it loses its holder, and the key is free
+	// again (as on_stale: retry would make it after a lease). A
+	// reservation that may not be taken over (on_stale: conflict) is
+	// synced as before. The gateway sets it.
 	OneSync bool
 
 	// now, in tests, replaces the store's clock: every instant is read
@@ -139,6 +139,11 @@ type Store struct {
 
 	// stripes guard each key's read-modify-write; see stripe.
 	stripes [1024]sync.Mutex
+	// pending holds, per stripe and guarded by it, the reservations kept
+	// in memory until their completion (see pending); npending counts
+	// them, so that sweeps skip the stripes while there are none.
+	pending  [1024]map[string]*pending
+	npending atomic.Int64
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
 	cleanMu sync.Mutex
@@ -540,8 +545,8 @@ const unreadPoll = time.Millisecond
 // keys commit together, which is what lets Pebble group their WAL syncs.
 // Holding the stripe through the sync also means that no reader of the key
 // (Get takes it too) sees a write that a crash could still undo, but for
-// a reservation under Options.OneSync, which a crash undoes together with
-// its holder.
+// a reservation under Options.OneSync, kept in memory (see pending), which
+// a crash undoes together with its holder.
 func (s *Store) stripe(keyHash string) *sync.Mutex {
 	return &s.stripes[s.stripeIndex(keyHash)]
 }
@@ -614,32 +619,38 @@ func (s *Store) read(keyHash string) (*store.Record, error) {
 	return r, nil
 }
 
-// write commits r, replacing old (nil when absent), with its expiry index
-// entry, and returns once the commit is on disk (sync pebble.Sync), or
-// in the memtable and the WAL's buffer (pebble.NoSync: a reservation
-// under Options.OneSync). lease is the lease r.LeaseUntil was set from.
-func (s *Store) write(r, old *store.Record, lease time.Duration, sync *pebble.WriteOptions) error {
+// write commits r, replacing old (nil when absent: what the engine holds
+// for the key), with its expiry index entry, and returns once the commit
+// is on disk. lease is the lease r.LeaseUntil was set from.
+func (s *Store) write(r, old *store.Record, lease time.Duration) error {
 	return s.commit(func(db *pebble.DB) error {
 		b := db.NewBatch()
 		defer b.Close()
-		if err := b.Set(recKey(r.KeyHash), encodeRecord(r, meta{lease: lease, run: s.run}), nil); err != nil {
+		if err := s.addRecord(b, r, old, lease); err != nil {
 			return err
-		}
-		if old == nil || !old.ExpiresAt.Equal(r.ExpiresAt) {
-			if old != nil {
-				if err := b.Delete(expKey(old.ExpiresAt, old.KeyHash), nil); err != nil {
-					return err
-				}
-			}
-			if err := b.Set(expKey(r.ExpiresAt, r.KeyHash), nil, nil); err != nil {
-				return err
-			}
 		}
 		// The WAL takes about the batch's size: the gate's reading of the
 		// room left is that much less until its next one.
 		s.gate.Wrote(len(b.Repr()))
-		return b.Commit(sync)
+		return b.Commit(pebble.Sync)
 	})
+}
+
+// addRecord adds to b the writes of r replacing old (nil when absent):
+// the record and its expiry index entry.
+func (s *Store) addRecord(b *pebble.Batch, r, old *store.Record, lease time.Duration) error {
+	if err := b.Set(recKey(r.KeyHash), encodeRecord(r, meta{lease: lease, run: s.run}), nil); err != nil {
+		return err
+	}
+	if old != nil && old.ExpiresAt.Equal(r.ExpiresAt) {
+		return nil
+	}
+	if old != nil {
+		if err := b.Delete(expKey(old.ExpiresAt, old.KeyHash), nil); err != nil {
+			return err
+		}
+	}
+	return b.Set(expKey(r.ExpiresAt, r.KeyHash), nil, nil)
 }
 
 // commit runs fn, which commits to the engine, unless the store refuses
@@ -652,11 +663,8 @@ func (s *Store) write(r, old *store.Record, lease time.Duration, sync *pebble.Wr
 // engine would hold forever (errEngineStuck) fails once the engine is
 // found stuck, and lets the store replace it.
 func (s *Store) commit(fn func(db *pebble.DB) error) error {
-	if p := s.unwritable.Load(); p != nil {
-		return *p
-	}
-	if s.readOnly {
-		return fmt.Errorf("pebble: write: %w", pebble.ErrReadOnly)
+	if err := s.writable(); err != nil {
+		return err
 	}
 	if s.opts.beforeCommit != nil {
 		s.opts.beforeCommit()
@@ -684,6 +692,17 @@ func (s *Store) commit(fn func(db *pebble.DB) error) error {
 		}
 	}
 	return err
+}
+
+// writable returns why the store refuses writes, or nil.
+func (s *Store) writable() error {
+	if p := s.unwritable.Load(); p != nil {
+		return *p
+	}
+	if s.readOnly {
+		return fmt.Errorf("pebble: write: %w", pebble.ErrReadOnly)
+	}
+	return nil
 }
 
 // engineFailed records that a write failed (or that Pebble called Fatalf
@@ -848,7 +867,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 	var res store.Reservation
 	err := s.withKey(ctx, req.Record.KeyHash, true, func() error {
 		now := s.clock.Now()
-		cur, err := s.read(req.Record.KeyHash)
+		cur, disk, p, err := s.current(req.Record.KeyHash)
 		if err != nil {
 			return err
 		}
@@ -869,15 +888,22 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		r.State, r.Value = store.InProgress, nil
 		r.CreatedAt, r.UpdatedAt = now, now
 		r.ExpiresAt, r.LeaseUntil = now.Add(req.TTL), now.Add(req.Lease)
-		// With OneSync, excluding every other caller takes the commit
-		// alone (under the stripe, in the memtable); its WAL record is
-		// synced by the next synced commit (see Options.OneSync).
-		sync := pebble.Sync
+		// With OneSync, excluding every other caller takes the
+		// reservation kept under the stripe; its holder's Complete writes
+		// it (see pending).
 		if s.opts.OneSync && req.TakeOverStale {
-			sync = pebble.NoSync
+			if err := s.writable(); err != nil {
+				return err
+			}
+			s.hold(r.KeyHash, &pending{rec: r, lease: req.Lease, old: disk})
+			res.Acquired = true
+			return nil
 		}
-		if err := s.write(&r, cur, req.Lease, sync); err != nil {
+		if err := s.write(&r, disk, req.Lease); err != nil {
 			return err
+		}
+		if p != nil {
+			s.drop(r.KeyHash)
 		}
 		res.Acquired = true
 		return nil
@@ -894,7 +920,7 @@ func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error
 	var now time.Time
 	err := s.withKey(ctx, keyHash, true, func() (err error) {
 		now = s.clock.Now()
-		r, err = s.read(keyHash)
+		r, _, _, err = s.current(keyHash)
 		return err
 	})
 	if err != nil {
@@ -908,10 +934,11 @@ func (s *Store) Get(ctx context.Context, _, keyHash string) (store.Record, error
 }
 
 // held runs fn on the in_progress record that f's token holds, under its
-// stripe, or returns ErrLeaseLost.
-func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur *store.Record) error) error {
+// stripe, or returns ErrLeaseLost; fn is given the record the engine holds
+// too, and the pending reservation (see current).
+func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur, disk *store.Record, p *pending) error) error {
 	err := s.withKey(ctx, f.KeyHash, false, func() error {
-		cur, err := s.read(f.KeyHash)
+		cur, disk, p, err := s.current(f.KeyHash)
 		if err != nil {
 			return err
 		}
@@ -922,7 +949,7 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur 
 		if !held {
 			return store.ErrLeaseLost
 		}
-		return fn(cur)
+		return fn(cur, disk, p)
 	})
 	if err != nil {
 		return fmt.Errorf("pebble: %s: %w", op, err)
@@ -932,27 +959,49 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(cur 
 
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, f store.Fence, lease time.Duration) error {
-	return s.held(ctx, "renew", f, func(cur *store.Record) error {
+	return s.held(ctx, "renew", f, func(cur, disk *store.Record, p *pending) error {
 		r := *cur
 		r.LeaseUntil = s.clock.Now().Add(lease)
-		return s.write(&r, cur, lease, pebble.Sync)
+		// A renewal is durable, a pending reservation's too: it is
+		// written now, and kept no longer.
+		if err := s.write(&r, disk, lease); err != nil {
+			return err
+		}
+		if p != nil {
+			s.drop(f.KeyHash)
+		}
+		return nil
 	})
 }
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
-	return s.held(ctx, "complete", c.Fence, func(cur *store.Record) error {
+	return s.held(ctx, "complete", c.Fence, func(cur, disk *store.Record, p *pending) error {
 		r := *cur
 		now := s.clock.Now()
 		r.State, r.Value, r.UpdatedAt, r.ExpiresAt = c.State, c.Value, now, now.Add(c.TTL)
-		return s.write(&r, cur, 0, pebble.Sync)
+		if err := s.write(&r, disk, 0); err != nil {
+			return err
+		}
+		if p != nil {
+			s.drop(c.KeyHash)
+		}
+		return nil
 	})
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
-	return s.held(ctx, "release", f, func(cur *store.Record) error {
-		return s.commit(func(db *pebble.DB) error {
+	return s.held(ctx, "release", f, func(cur, disk *store.Record, p *pending) error {
+		if p != nil {
+			if disk == nil {
+				s.drop(f.KeyHash)
+				return nil
+			}
+			// The record it took over would be seen again.
+			cur = disk
+		}
+		err := s.commit(func(db *pebble.DB) error {
 			b := db.NewBatch()
 			defer b.Close()
 			if err := remove(b, cur); err != nil {
@@ -960,6 +1009,10 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 			}
 			return b.Commit(pebble.Sync)
 		})
+		if err == nil && p != nil {
+			s.drop(f.KeyHash)
+		}
+		return err
 	})
 }
 
@@ -976,8 +1029,9 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 	s.cleanMu.Lock()
 	defer s.cleanMu.Unlock()
 	from := expPrefix
+	now := s.clock.Now()
 	// Exclusive bound: every entry whose time is not after now.
-	upTo := appendTime(bytes.Clone(expPrefix), s.clock.Now().Add(time.Nanosecond))
+	upTo := appendTime(bytes.Clone(expPrefix), now.Add(time.Nanosecond))
 	n := 0
 	for limit <= 0 || n < limit {
 		if err := ctx.Err(); err != nil {
@@ -998,6 +1052,9 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int, error) {
 		// Start after what was just deleted, rather than skip its
 		// tombstones again.
 		from = next
+	}
+	if limit <= 0 || n < limit {
+		n += s.sweepPending(now, limit-n)
 	}
 	return n, nil
 }
@@ -1034,12 +1091,15 @@ func (s *Store) cleanup(from, upTo []byte, max int) (deleted int, next []byte, e
 	}()
 	b := s.db.NewBatch()
 	defer b.Close()
+	// The pending reservations that took over a record deleted here.
+	var shadowing []*pending
 	for _, k := range keys {
 		at, keyHash, ok := parseExpKey(k)
 		if !ok {
 			return 0, nil, fmt.Errorf("%w: index key %q", ErrCorrupt, k)
 		}
-		if i := s.stripeIndex(keyHash); !held[i] {
+		i := s.stripeIndex(keyHash)
+		if !held[i] {
 			s.stripes[i].Lock()
 			held[i] = true
 			if s.failed.isSet() {
@@ -1056,7 +1116,12 @@ func (s *Store) cleanup(from, upTo []byte, max int) (deleted int, next []byte, e
 			if err := remove(b, r); err != nil {
 				return 0, nil, err
 			}
-			deleted++
+			if p := s.pending[i][keyHash]; p != nil {
+				// The key is live: its pending reservation replaced r.
+				shadowing = append(shadowing, p)
+			} else {
+				deleted++
+			}
 		} else if err := b.Delete(k, nil); err != nil {
 			// The record was rewritten or removed after the iterator
 			// listed the entry, and that same batch deleted the entry:
@@ -1066,6 +1131,9 @@ func (s *Store) cleanup(from, upTo []byte, max int) (deleted int, next []byte, e
 	}
 	if err := s.commit(func(*pebble.DB) error { return b.Commit(pebble.Sync) }); err != nil {
 		return 0, nil, err
+	}
+	for _, p := range shadowing {
+		p.old = nil
 	}
 	if len(keys) < max {
 		return deleted, nil, nil
@@ -1086,6 +1154,9 @@ func (s *Store) Close() error {
 	s.stopped = true
 	close(s.stop)
 	s.bgMu.Unlock()
+	if err := s.writePending(); err != nil {
+		s.opts.Logger.Warn("pebble: close: the reservations of calls under way were not written; they are lost as in a crash", "err", err)
+	}
 	err := s.closeEngine()
 	s.closeMu.Unlock()
 	s.bg.Wait()
@@ -1190,11 +1261,12 @@ func (s *Store) CountExpired(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("pebble: count expired: %w", err)
 	}
 	defer s.closeMu.RUnlock()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: expPrefix, UpperBound: appendTime(bytes.Clone(expPrefix), s.clock.Now().Add(time.Nanosecond))})
+	now := s.clock.Now()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: expPrefix, UpperBound: appendTime(bytes.Clone(expPrefix), now.Add(time.Nanosecond))})
 	if err != nil {
 		return 0, fmt.Errorf("pebble: count expired: %w", err)
 	}
-	n := 0
+	n := s.countPending(now)
 	for ok := it.First(); ok; ok = it.Next() {
 		if n%4096 == 0 && ctx.Err() != nil {
 			it.Close()

@@ -49,7 +49,8 @@ func main() {
 	}
 	defer st.Close()
 	met := metrics.New()
-	eng := idem.New(met.WrapStore(st.Store), built.Policy, idem.WithLogger(lg))
+	eng := idem.New(met.WrapStore(st.Store), built.Policy, idem.WithLogger(lg),
+		idem.WithLegacyReads(cfg.LegacyReadsEnabled(st.FramedOnly)))
 	built.Options.Logger = lg
 	built.Options.Observe = met.Observe
 	proxy, err := gateway.New(gateway.Options{
