@@ -128,7 +128,8 @@ type shared struct {
 	completeTimeout time.Duration
 	keyHash         func(scope, key string) string // nil: store.HashKey; see WithKeyHash
 	storeHash       store.KeyHasher                // the store's own record names, if it has them
-	noLegacyReads   bool                           // see WithLegacyReads
+	legacyReads     *bool                          // as WithLegacyReads set it; nil: not set
+	legacyReadsOn   bool                           // see WithLegacyReads; decided in New
 	onFreed         func(scope string)             // nil: nothing; see WithOnFreed
 	redact          Redactor                       // how logs print scopes and keys; see WithRedactor
 	onLost          func(scope string)             // nil: nothing; see WithOnRecordLost
@@ -251,6 +252,7 @@ func New(s store.Store, p Policy, opts ...Option) *Engine {
 	}
 	sh.notifier, _ = store.NotifierOf(s)
 	sh.storeHash, _ = store.KeyHasherOf(s)
+	sh.decideLegacyReads(s)
 	sh.closeCtx, sh.signalClose = context.WithCancel(context.Background())
 	return &Engine{store: s, policy: p, renewals: newRenewals(p.Lease / 3), shared: sh}
 }

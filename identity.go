@@ -55,6 +55,7 @@ func FindRecord(ctx context.Context, s store.Store, scope, key string) (store.Re
 	}
 	sh := &shared{}
 	sh.storeHash, _ = store.KeyHasherOf(s)
+	sh.decideLegacyReads(s)
 	rec, id, err := sh.find(ctx, s, Call{Scope: scope, Key: key})
 	switch {
 	case err != nil:

@@ -10,6 +10,7 @@ import (
 	"github.com/idem-dev/idem/seal"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // TestScopeAndKeyFramed: scope "alice" with key "x:y" and scope "alice:x"
@@ -98,7 +99,7 @@ func TestForeignRecordRefused(t *testing.T) {
 // before (Call.FormerScopes), and only while legacy reads are on.
 func TestFormerScopes(t *testing.T) {
 	t.Parallel()
-	st := memory.New()
+	st := storetest.Earlier(memory.New())
 	before := idem.New(st, idem.Policy{CleanupInterval: -1}, idem.WithKeyHash(store.LegacyHashKey))
 	defer before.Close()
 	if _, err := before.Do(bg, idem.Call{Scope: "cred:old|POST /x", Key: "k", Fingerprint: "fp"}, func(context.Context) ([]byte, error) {

@@ -24,15 +24,26 @@ func WithKeyHash(f func(scope, key string) string) Option {
 // WithLegacyReads says whether the engine also looks for a call's record
 // where idem kept it before record identities framed the scope
 // (store.LegacyHashKey, for a scope holding ':' or '%') and under the
-// call's FormerScopes. The default is true: records written before the
-// upgrade are replayed, conflict and block exactly as before. It costs a
-// first call whose scope holds ':' or '%', or that names former scopes,
-// one store read per identity, and nothing otherwise (a replay finds its
-// record at once). Turn it off once every record written before the
+// call's FormerScopes. The default is true, so that records written
+// before the upgrade are replayed, conflict and block exactly as before,
+// except on a store that can hold no such record (store.LegacyFree: the
+// memory store). It costs a first call whose scope holds ':' or '%', or
+// that names former scopes, one store read per identity, and nothing
+// otherwise (a replay finds its record at once). Turn it off once every record written before the
 // upgrade has expired: one TTL (the longest of your policies') after the
 // last process running the earlier version stopped.
 func WithLegacyReads(on bool) Option {
-	return Option{func(s *shared) { s.noLegacyReads = !on }}
+	return Option{func(s *shared) { s.legacyReads = &on }}
+}
+
+// decideLegacyReads settles whether the engine over st reads former
+// identities: as WithLegacyReads said, else unless st can hold no record
+// an earlier version wrote.
+func (s *shared) decideLegacyReads(st store.Store) {
+	s.legacyReadsOn = !store.HoldsNoLegacyRecords(st)
+	if s.legacyReads != nil {
+		s.legacyReadsOn = *s.legacyReads
+	}
 }
 
 // hashKey is the record identity of key in scope.
@@ -58,7 +69,7 @@ type identity struct{ scope, keyHash string }
 // legacy reads are off or the engine names records by a hash of the
 // caller's own (WithKeyHash).
 func (s *shared) formerIdentities(c Call, key, primary string) []identity {
-	if s.noLegacyReads || s.keyHash != nil {
+	if !s.legacyReadsOn || s.keyHash != nil {
 		return nil
 	}
 	var ids []identity

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemhttp"
 	"github.com/idem-dev/idem/store/memory"
+	"github.com/idem-dev/idem/store/storetest"
 )
 
 // echoAPI answers every request with a new number and the credentials it
@@ -226,7 +227,7 @@ func formerDefault(r *http.Request) (string, bool) {
 // callers: such a caller runs anew.
 func TestFormerScopes(t *testing.T) {
 	t.Parallel()
-	eng := idem.New(memory.New(), idem.Policy{CleanupInterval: -1})
+	eng := idem.New(storetest.Earlier(memory.New()), idem.Policy{CleanupInterval: -1})
 	t.Cleanup(func() { eng.Close() })
 	var n atomic.Int32
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

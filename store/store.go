@@ -321,3 +321,32 @@ type Store interface {
 	// open client (a pool) do not close it.
 	Close() error
 }
+
+// LegacyFree is an optional capability of a Store that can hold no record
+// an earlier version of idem wrote: none under LegacyHashKey, none under a
+// scope its callers had before (one that starts empty in every process, as
+// the memory store does, or one whose format earlier versions cannot
+// write). The engine then looks for no record there by default
+// (idem.WithLegacyReads): a first call whose scope holds ':' or '%' makes
+// one store read, not two.
+type LegacyFree interface {
+	HoldsNoLegacyRecords() bool
+}
+
+// HoldsNoLegacyRecords reports whether s, or the store it wraps (found
+// through an Unwrap() Store method, as NotifierOf finds it), is LegacyFree
+// and says so. A wrapper keeps the records of the store it wraps, so the
+// capability passes through it.
+func HoldsNoLegacyRecords(s Store) bool {
+	for s != nil {
+		if l, ok := s.(LegacyFree); ok {
+			return l.HoldsNoLegacyRecords()
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return false
+		}
+		s = u.Unwrap()
+	}
+	return false
+}

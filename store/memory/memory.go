@@ -38,7 +38,10 @@ type Store struct {
 	hub wakeup.Hub
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.LegacyFree = (*Store)(nil)
+)
 
 // New returns an empty store.
 //
@@ -56,6 +59,11 @@ func New(opts ...Option) *Store {
 	}
 	return &Store{records: make(map[id]packed.Record), expiry: expiry.New[id](), clock: c}
 }
+
+// HoldsNoLegacyRecords reports true: a memory store starts empty in every
+// process, so no earlier version of idem wrote any of its records, and the
+// engine looks for none under their former identities.
+func (*Store) HoldsNoLegacyRecords() bool { return true }
 
 // Option configures a Store.
 type Option func(*options)

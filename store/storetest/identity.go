@@ -12,6 +12,18 @@ import (
 	"github.com/idem-dev/idem/store"
 )
 
+// Earlier returns s as a store an earlier version of idem wrote to: the
+// same records and capabilities (through Unwrap), except that it never
+// says it holds no legacy record (store.LegacyFree), so that an engine
+// over it looks for them. Tests that let a memory store stand for an
+// earlier version's data wrap it, or the engine would rightly not look.
+func Earlier(s store.Store) store.Store { return earlier{s} }
+
+type earlier struct{ store.Store }
+
+func (earlier) HoldsNoLegacyRecords() bool { return false }
+func (e earlier) Unwrap() store.Store      { return e.Store }
+
 // testIdentityUpgrade: records written before identities framed the scope
 // (by an engine naming records by store.LegacyHashKey, as every earlier
 // version did) replay, conflict and block exactly as before under an
@@ -19,7 +31,7 @@ import (
 // where scope "t" with key "x:y" and scope "t:x" with key "y" share a
 // name, neither is ever given the other's record.
 func testIdentityUpgrade(t *testing.T, h Harness) {
-	s := newStore(t, h)
+	s := Earlier(newStore(t, h))
 	ctx := context.Background()
 	p := idem.Policy{CleanupInterval: -1, Lease: time.Minute}
 	earlier := idem.New(s, p, idem.WithKeyHash(store.LegacyHashKey))

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/file"
 	"github.com/idem-dev/idem/store/memory"
 	pebblestore "github.com/idem-dev/idem/store/pebble"
@@ -271,8 +272,9 @@ func localHost(u *url.URL) string {
 
 func openMemory(_ context.Context, d DSN, _ Options) (*Opened, error) {
 	// A memory store is new at every start, and this process alone writes
-	// it: it holds no record of an earlier version.
-	return &Opened{Store: memory.New(), DSN: d, FramedOnly: true}, nil
+	// it: it holds no record of an earlier version, and says so.
+	s := memory.New()
+	return &Opened{Store: s, DSN: d, FramedOnly: store.HoldsNoLegacyRecords(s)}, nil
 }
 
 func openFile(ctx context.Context, d DSN, opts Options) (*Opened, error) {
