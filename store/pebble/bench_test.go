@@ -9,18 +9,21 @@ import (
 )
 
 // BenchmarkPairs runs durable reserve+complete pairs through the store
-// ("store") and the same synced commits on the bare engine ("pebble", see
-// pebblePairs), at concurrency 1 and 64, side by side so that both see the
-// same machine.
+// ("store"; "onesync" with Options.OneSync, the gateway's setting) and the
+// same synced commits on the bare engine ("pebble", see pebblePairs), at
+// concurrency 1 and 64, side by side so that all see the same machine.
 func BenchmarkPairs(b *testing.B) {
+	oneSync := quiet
+	oneSync.OneSync = true
 	for _, conc := range []int{1, 64} {
-		b.Run(fmt.Sprintf("c%d/store", conc), func(b *testing.B) { storetest.RunRate(b, conc, "pairs/s", storePairs(b)) })
+		b.Run(fmt.Sprintf("c%d/store", conc), func(b *testing.B) { storetest.RunRate(b, conc, "pairs/s", storePairs(b, quiet)) })
+		b.Run(fmt.Sprintf("c%d/onesync", conc), func(b *testing.B) { storetest.RunRate(b, conc, "pairs/s", storePairs(b, oneSync)) })
 		b.Run(fmt.Sprintf("c%d/pebble", conc), func(b *testing.B) { storetest.RunRate(b, conc, "pairs/s", pebblePairs(b)) })
 	}
 }
 
-func storePairs(b *testing.B) func(i uint64) error {
-	s, err := Open(b.TempDir(), quiet)
+func storePairs(b *testing.B, o Options) func(i uint64) error {
+	s, err := Open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
 	}

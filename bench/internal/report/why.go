@@ -52,24 +52,26 @@ const durability = "This goal compares unlike work: the memory store writes noth
 	"groups (more calls per sync) or a cheaper sync (O_DIRECT|O_DSYNC of whole blocks measured about 8% less CPU a sync and was not taken: it " +
 	"makes a stored response's first replay a disk read)."
 
-const pebbleDurability = "This goal compares unlike work, as the file store's does: the memory store writes nothing to disk; the goal on the fair anchor (the one-append durable proxy) is below. On the Pebble store a first call commits its reservation without a sync (pebble.NoSync; under on_stale: retry, " +
-	"the default) and its outcome with one (Options.OneSync, the gateway's setting): one WAL sync a call, shared among concurrent commits by " +
-	"Pebble's commit pipeline, where the memory store writes nothing. Above the file store's cost, each call makes two passes through that " +
-	"pipeline (its mutex, the batch's encoding, the memtable insert) and Pebble flushes and compacts memtables in the background, on the same " +
-	"two cores. Compare the gateway on the file store in this run's table: the gap between the two is Pebble's own. To close: profile with " +
-	"bench/profile.sh pebble:/tmp/idem-pebble first; a reservation and its completion in one batch is not possible (the upstream runs between them)."
+const pebbleDurability = "This goal compares unlike work, as the file store's does: the memory store writes nothing to disk; the goal on " +
+	"the fair anchor (the one-append durable proxy) is below. On the Pebble store a first call holds its reservation in memory (under " +
+	"on_stale: retry, the default, with Options.OneSync, the gateway's setting) and commits it with its outcome in one synced batch: one WAL " +
+	"sync a call, shared among concurrent commits by Pebble's commit pipeline, where the memory store writes nothing. Above the file store's " +
+	"cost, each call reads an absent key through Pebble's memtables and tables, inserts its record and expiry entry in the memtable, and " +
+	"Pebble flushes and compacts memtables in the background, on the same two cores. Compare the gateway on the file store in this run's " +
+	"table: the gap between the two is Pebble's own. To close: see the goal on the fair anchor below (docs/bench/PEBBLE.md)."
 
 const anchored = "The anchor does one synced append of the request's and the answer's bytes and nothing else (the floor of a first call " +
 	"that syncs once); what the gateway adds is its index, the fingerprint, the lease, the reservation's own unsynced write and the stored " +
 	"response. See the duel's + CPU µs/req: that is what to cut, profiled with bench/profile.sh file: first. The duels against the two-append " +
 	"proxy (in the duel table) show the same gateway against the anchor before one sync a first call."
 
-const pebbleAnchored = "The anchor makes one synced append to Pebble's WAL a request, through the same commit pipeline; the gateway on the " +
-	"Pebble store makes two commits a first call (the reservation's unsynced, the outcome's synced), reads the key before each under its stripe's " +
-	"lock, keeps an expiry index entry beside each record, and Pebble flushes its memtables to tables and compacts them, on the same two cores, " +
-	"where the anchor's WAL is never flushed. See the duel's + CPU µs/req: that is what to cut, profiled with bench/profile.sh pebble:/tmp/idem-pebble " +
-	"first (docs/bench/PEBBLE.md). To close: the reservation held in memory until its completion commits both in one batch (one pass through " +
-	"the pipeline a first call, nothing to flush for a reservation)."
+const pebbleAnchored = "The anchor makes one synced append to Pebble's WAL a request; the gateway on the Pebble store makes one commit " +
+	"a first call too (OneSync holds the reservation in memory until the outcome is written with it), but first reads the key, which is " +
+	"not there: a seek in each memtable's skiplist and a probe of every table's Bloom filter, the larger part of what it adds. Then the " +
+	"memtable insert of the record and its expiry entry, which the anchor's WAL-only append skips, and the flushes and compactions that " +
+	"follow, on the same two cores. See the duel's + CPU µs/req, profiled with bench/profile.sh pebble:/tmp/idem-pebble first " +
+	"(docs/bench/PEBBLE.md). To close: a cheaper answer to \"is this key new\" than Pebble's Get (an in-memory filter of the keys " +
+	"the store holds, at the memory the file store's index costs), or the file store, whose index is in memory."
 
 const appendFloor = "log1 writes a pair as two frames, the reservation's buffered and indexed without a sync and the completion's synced by the " +
 	"group commit; wal1 hands Pebble one buffer of the same bytes to sync. Above the sync, the log encodes two records, writes twice, " +
