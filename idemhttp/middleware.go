@@ -127,16 +127,23 @@ func (m *middleware) withDefaults(mac func([]byte) string, sharedAnonymous bool)
 		m.log = slog.Default()
 	}
 	if m.tenant == nil {
-		if mac == nil {
-			mac = HashCredential
-		}
+		// "" and sharedAnonymous without credentials: the anonymous scope.
 		m.tenant = func(r *http.Request) (string, bool) {
-			if b := credentialLines(r.Header, r.TLS); b != nil {
-				return "cred:" + mac(b), true
+			if t, ok := CredentialTenant(r.Header, r.TLS); ok {
+				return t, true
 			}
-			return "", sharedAnonymous // "": the anonymous scope
+			return "", sharedAnonymous
 		}
-		m.former, m.formerMAC = true, mac
+		m.former, m.formerMAC = true, HashCredential
+		if mac != nil {
+			m.tenant = func(r *http.Request) (string, bool) {
+				if b := appendCredentialLines(nil, r.Header, r.TLS); b != nil {
+					return "cred:" + mac(b), true
+				}
+				return "", sharedAnonymous
+			}
+			m.formerMAC = mac
+		}
 	}
 }
 

@@ -62,16 +62,23 @@ var callerCredentialHeaders = []string{
 // Cookie source). Other transports (gRPC metadata) reuse it, with h's keys
 // in canonical form (http.CanonicalHeaderKey), as net/http makes them.
 func CredentialTenant(h http.Header, cs *tls.ConnectionState) (string, bool) {
-	b := credentialLines(h, cs)
-	if b == nil {
+	// Every keyed request of the default tenant comes here: its lines are
+	// made on the stack for most requests, and the tenant is the one
+	// allocation.
+	var stack [512]byte
+	b := appendCredentialLines(stack[:0], h, cs)
+	if len(b) == 0 {
 		return "", false
 	}
-	return "cred:" + HashCredential(b), true
+	sum := credentialSum(b)
+	var out [len("cred:") + 32]byte
+	hex.Encode(out[copy(out[:], "cred:"):], sum[:16])
+	return string(out[:]), true
 }
 
-// credentialLines is what CredentialTenant hashes: a line per credential.
-func credentialLines(h http.Header, cs *tls.ConnectionState) []byte {
-	var b []byte
+// appendCredentialLines appends what CredentialTenant hashes to b: a line
+// per credential, none when the request carries none.
+func appendCredentialLines(b []byte, h http.Header, cs *tls.ConnectionState) []byte {
 	for _, n := range callerCredentialHeaders {
 		b = appendHeader(b, h, n)
 	}
@@ -239,14 +246,18 @@ func appendCookie(b []byte, r *http.Request, name string) []byte {
 // secret is set (the store seals it); where it is printed, the printer
 // keys it.
 func HashCredential(b []byte) string {
-	// One buffer on the stack for most requests, and one allocation (the
-	// string) in all: every keyed request hashes its credentials.
-	const domain = "idem tenant credentials v1\x00"
-	var stack [512]byte
-	sum := sha256.Sum256(append(append(stack[:0], domain...), b...))
+	sum := credentialSum(b)
 	var out [32]byte
 	hex.Encode(out[:], sum[:16])
-	return string(out[:])
+	return string(out[:]) // the one allocation
+}
+
+// credentialSum is the SHA-256 that HashCredential takes the first half
+// of, with its domain prefix in a buffer on the stack for most requests.
+func credentialSum(b []byte) [sha256.Size]byte {
+	const domain = "idem tenant credentials v1\x00"
+	var stack [512]byte
+	return sha256.Sum256(append(append(stack[:0], domain...), b...))
 }
 
 // normalizeCredential trims v and, for the authorization headers, lowers the
@@ -304,7 +315,7 @@ func (x *exchange) formerScopes(scope string) []string {
 		}
 	}
 	old, ok := formerLines(h)
-	if !ok || bytes.Equal(old, credentialLines(h, x.r.TLS)) {
+	if !ok || bytes.Equal(old, appendCredentialLines(nil, h, x.r.TLS)) {
 		return nil
 	}
 	if s := x.rt.Scope(x.r, "cred:"+x.m.formerMAC(old)); s != scope {
