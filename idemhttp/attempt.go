@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type attempt struct {
 	rt    *route
 	body  []byte
 	reqID string
+	// expires is the Idempotency-Key-Expires value of the first response,
+	// made by run with the replayed mark's.
+	expires []string
 
 	// Under Route.AnswerWithin, the engine runs on a worker (a.background)
 	// and the caller waits on ev alone: the handler arms the timer as it
@@ -158,8 +162,13 @@ func (a *attempt) run(ctx context.Context) (v []byte, err error) {
 	tok, hasToken := idem.TokenFromContext(ctx)
 	a.token = tok
 	r := a.m.handlerRequest(ctx, a.r, a.body, a.reqID, tok, hasToken)
+	// One array for the two fields idem adds to a first response: the
+	// replayed mark now, the expiry once the outcome is recorded (finish).
+	vs := make([]string, 2)
+	a.expires = vs[1:2:2]
 	if h := a.rt.profile.ReplayedHeader; h != "" {
-		a.cap.Header().Set(h, "false")
+		vs[0] = "false"
+		a.cap.Header()[textproto.CanonicalMIMEHeaderKey(h)] = vs[0:1:1]
 	}
 	defer func() {
 		if p := recover(); p != nil {

@@ -21,6 +21,20 @@ func FuzzHTTPDate(f *testing.F) {
 	})
 }
 
+// TestExpiresDate: a route's first calls share the HTTP-date of their
+// expiry's second, and a call whose expiry is in another second, later or
+// earlier, or a fraction either side, gets its own.
+func TestExpiresDate(t *testing.T) {
+	var rt route
+	at := time.Date(2026, 11, 28, 23, 5, 9, 0, time.UTC)
+	for _, d := range []time.Duration{0, 999 * time.Millisecond, time.Second, 0, -time.Nanosecond, 24 * time.Hour, 500 * time.Millisecond} {
+		x := at.Add(d).In(time.FixedZone("z", 3600))
+		if got, want := rt.expiresDate(x), x.UTC().Format(http.TimeFormat); got != want {
+			t.Fatalf("expiresDate(%v) = %q, want %q", x, got, want)
+		}
+	}
+}
+
 func BenchmarkHTTPDate(b *testing.B) {
 	at := time.Date(2026, 11, 28, 23, 5, 9, 0, time.UTC)
 	b.Run("idem", func(b *testing.B) {

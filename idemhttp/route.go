@@ -98,6 +98,26 @@ type route struct {
 	// a route go to one endpoint (POST /charges), which then needs no new
 	// string per request.
 	lastBinding atomic.Pointer[string]
+	// lastExpires is the expiry a first call last sent: the first calls of
+	// one second expire in one second (the store's now plus the route's
+	// TTL), and share its HTTP-date.
+	lastExpires atomic.Pointer[unixDate]
+}
+
+// unixDate is the HTTP-date of a second.
+type unixDate struct {
+	unix int64
+	date string
+}
+
+// expiresDate is httpDate(t) for a first call's expiry.
+func (r *route) expiresDate(t time.Time) string {
+	if d := r.lastExpires.Load(); d != nil && d.unix == t.Unix() {
+		return d.date
+	}
+	d := &unixDate{t.Unix(), httpDate(t)}
+	r.lastExpires.Store(d)
+	return d.date
 }
 
 // defaultBinding is "METHOD /path".

@@ -226,7 +226,13 @@ func (x *exchange) finish(a *attempt) {
 	default:
 		// The record is retained: the first answer tells until when, as
 		// replays do (zero, and no header, when the key was released).
-		setExpires(x.w.Header(), a.res.ExpiresAt)
+		if t := a.res.ExpiresAt; !t.IsZero() {
+			if a.expires == nil {
+				a.expires = make([]string, 1)
+			}
+			a.expires[0] = x.rt.expiresDate(t)
+			x.w.Header()[ExpiresHeader] = a.expires
+		}
 		x.commit(cap)
 	}
 }
