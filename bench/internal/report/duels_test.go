@@ -97,11 +97,14 @@ func TestCallGoal(t *testing.T) {
 	if l := line(1500, 8); !strings.Contains(l, "+1.50 µs CPU (median of 3 pairs") || !strings.Contains(l, "+8 allocations") || !strings.Contains(l, "| yes |") {
 		t.Errorf("within: %q", l)
 	}
-	if l := line(2500, 8); !strings.Contains(l, "| **no** |") {
+	if l := line(2500, 8); !strings.Contains(l, "| **no** |") || !strings.Contains(l, "CPU is over the goal; allocations are within it.") {
 		t.Errorf("CPU over: %q", l)
 	}
-	if l := line(1000, 12); !strings.Contains(l, "| **no** |") {
+	if l := line(1000, 12); !strings.Contains(l, "| **no** |") || !strings.Contains(l, "Allocations are over the goal; CPU is within it.") {
 		t.Errorf("allocations over: %q", l)
+	}
+	if l := line(2500, 12); !strings.Contains(l, "CPU and allocations are both over the goal.") {
+		t.Errorf("both over: %q", l)
 	}
 }
 

@@ -83,6 +83,7 @@ const appendFloor = "log1 writes a pair as two frames, the reservation's buffere
 const middleware = "The reference keeps a SHA-256 of the raw body in a sync.Map entry and the handler's buffer; idem's middleware also " +
 	"canonicalises the JSON before hashing and hashes the key with its tenant, writes a store record with a fencing token, a lease and an expiry " +
 	"(the memory store's packed record and expiry index), gives the handler its own copy of the request with the request ID, reads the body under a " +
-	"deadline and encodes the response into the stored value; the profile in BENCHMARKS.md's Profile section prices each part. Allocations are within " +
-	"the goal; CPU is near it, and this run's machine (see Machine) multiplied every CPU figure, the reference's too, several times over its quiet value. " +
-	"To close: the response kept as the handler wrote it rather than encoded, the request copy made only when the handler asks for the token."
+	"deadline and encodes the response into the stored value; the profile in BENCHMARKS.md's Profile section prices each part " +
+	"(docs/bench/MIDDLEWARE.md has each cut and what it saved). A loaded machine (see Machine) multiplies every CPU figure, the reference's too, " +
+	"so compare the two sides' CPU in the same run. To close: the response kept as the handler wrote it rather than encoded, the request copy " +
+	"made only when the handler asks for the token."
