@@ -52,25 +52,51 @@ func (rt *route) parseKey(r *http.Request) (string, *Problem) {
 // Idempotency-Token and never one the client sent).
 func (m *middleware) handlerRequest(ctx context.Context, r *http.Request, body []byte, reqID string, token uint64, hasToken bool) *http.Request {
 	fr := r.WithContext(ctx)
-	fr.Header = handlerHeader(r.Header, m.reqIDHeader, reqID, token, hasToken)
+	var vals []string
+	var p *handlerParts
+	if body != nil || countValues(r.Header) <= inlineValues {
+		p = new(handlerParts)
+		vals = p.vals[:0]
+	}
+	fr.Header = handlerHeader(r.Header, vals, m.reqIDHeader, reqID, token, hasToken)
 	if body != nil {
-		b := &requestBody{body: body}
+		b := &p.body
+		b.body = body
 		b.Reset(body)
 		fr.Body, fr.GetBody = b, b.reopen
 	}
 	return fr
 }
 
-// handlerHeader is a copy of the client's header with the request ID and
-// the token set, as Clone then Set would make it, in three allocations: the
-// map, sized for all, one array for every value, the token's digits.
-// reqIDHeader is in canonical form.
-func handlerHeader(h http.Header, reqIDHeader, reqID string, token uint64, hasToken bool) http.Header {
+// handlerParts is what the handler's request holds of its own beside the
+// copy WithContext makes, in one allocation: its body's reader and the
+// values of its header, when they fit (most requests carry fewer fields).
+type handlerParts struct {
+	body requestBody
+	vals [inlineValues]string
+}
+
+const inlineValues = 16
+
+// countValues is how many values handlerHeader gives the handler at most:
+// the client's and the two it sets.
+func countValues(h http.Header) int {
 	nv := 2
 	for _, vs := range h {
 		nv += len(vs)
 	}
-	vals := make([]string, 0, nv)
+	return nv
+}
+
+// handlerHeader is a copy of the client's header with the request ID and
+// the token set, as Clone then Set would make it, in two allocations: the
+// map, sized for all, and the token's digits; every value goes in vals
+// (appended to), grown in one allocation when it cannot hold them all.
+// reqIDHeader is in canonical form.
+func handlerHeader(h http.Header, vals []string, reqIDHeader, reqID string, token uint64, hasToken bool) http.Header {
+	if nv := countValues(h); cap(vals)-len(vals) < nv {
+		vals = make([]string, 0, nv)
+	}
 	out := make(http.Header, len(h)+2)
 	for k, vs := range h {
 		if vs == nil || k == reqIDHeader || k == TokenHeader {
@@ -94,7 +120,7 @@ func handlerHeader(h http.Header, reqIDHeader, reqID string, token uint64, hasTo
 }
 
 // requestBody is the handler's re-readable copy of the body: the reader,
-// its Close and GetBody in one allocation.
+// its Close and GetBody in one value.
 type requestBody struct {
 	bytes.Reader
 	body []byte
