@@ -37,7 +37,7 @@ type attempt struct {
 	body  []byte
 	reqID string
 	// expires is the Idempotency-Key-Expires value of the first response,
-	// made by run with the replayed mark's.
+	// made by run (runParts).
 	expires []string
 
 	// Under Route.AnswerWithin, the engine runs on a worker (a.background)
@@ -161,14 +161,14 @@ func (a *attempt) run(ctx context.Context) (v []byte, err error) {
 	}
 	tok, hasToken := idem.TokenFromContext(ctx)
 	a.token = tok
-	r := a.m.handlerRequest(ctx, a.r, a.body, a.reqID, tok, hasToken)
-	// One array for the two fields idem adds to a first response: the
-	// replayed mark now, the expiry once the outcome is recorded (finish).
-	vs := make([]string, 2)
-	a.expires = vs[1:2:2]
+	p := new(runParts)
+	r := a.m.handlerRequest(ctx, a.r, p, a.body, a.reqID, tok, hasToken)
+	// The replayed mark now, the expiry once the outcome is recorded
+	// (finish).
+	a.expires = p.marks[1:2:2]
 	if h := a.rt.profile.ReplayedHeader; h != "" {
-		vs[0] = "false"
-		a.cap.Header()[textproto.CanonicalMIMEHeaderKey(h)] = vs[0:1:1]
+		p.marks[0] = "false"
+		a.cap.Header()[textproto.CanonicalMIMEHeaderKey(h)] = p.marks[0:1:1]
 	}
 	defer func() {
 		if p := recover(); p != nil {

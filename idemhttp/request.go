@@ -49,16 +49,11 @@ func (rt *route) parseKey(r *http.Request) (string, *Problem) {
 
 // handlerRequest is the request the handler gets: a copy of r with ctx, a
 // re-readable body and its own headers (a request ID, the reservation's
-// Idempotency-Token and never one the client sent).
-func (m *middleware) handlerRequest(ctx context.Context, r *http.Request, body []byte, reqID string, token uint64, hasToken bool) *http.Request {
+// Idempotency-Token and never one the client sent), made in p where they
+// fit.
+func (m *middleware) handlerRequest(ctx context.Context, r *http.Request, p *runParts, body []byte, reqID string, token uint64, hasToken bool) *http.Request {
 	fr := r.WithContext(ctx)
-	var vals []string
-	var p *handlerParts
-	if body != nil || countValues(r.Header) <= inlineValues {
-		p = new(handlerParts)
-		vals = p.vals[:0]
-	}
-	fr.Header = handlerHeader(r.Header, vals, m.reqIDHeader, reqID, token, hasToken)
+	fr.Header = handlerHeader(r.Header, p.vals[:0], m.reqIDHeader, reqID, token, hasToken)
 	if body != nil {
 		b := &p.body
 		b.body = body
@@ -68,12 +63,15 @@ func (m *middleware) handlerRequest(ctx context.Context, r *http.Request, body [
 	return fr
 }
 
-// handlerParts is what the handler's request holds of its own beside the
-// copy WithContext makes, in one allocation: its body's reader and the
-// values of its header, when they fit (most requests carry fewer fields).
-type handlerParts struct {
-	body requestBody
-	vals [inlineValues]string
+// runParts is what a handler's run holds of its own beside the request
+// copy WithContext makes, in one allocation: its body's reader, the
+// values of its header when they fit (most requests carry fewer fields),
+// and the values of the two fields idem adds to the first response
+// (Idempotent-Replayed, Idempotency-Key-Expires).
+type runParts struct {
+	body  requestBody
+	vals  [inlineValues]string
+	marks [2]string
 }
 
 const inlineValues = 16

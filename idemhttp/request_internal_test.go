@@ -34,7 +34,7 @@ func TestHandlerRequest(t *testing.T) {
 			if body != "" {
 				b = []byte(body)
 			}
-			fr := m.handlerRequest(context.Background(), r, b, "rid", 42, true)
+			fr := m.handlerRequest(context.Background(), r, new(runParts), b, "rid", 42, true)
 			if !reflect.DeepEqual(fr.Header, want) {
 				t.Fatalf("%d fields, body %q: header %v, want %v", fields, body, fr.Header, want)
 			}
