@@ -52,7 +52,9 @@
 //
 // A store may also implement Notifier, an optional capability: it carries
 // word that a record left in_progress to waiters in other processes, so
-// that they need not poll.
+// that they need not poll. A store that can hold no record an earlier
+// version of idem wrote (the memory store, empty at every start) may say
+// so (LegacyFree): engines over it then look for none.
 //
 // Every store runs the conformance suite in package storetest.
 package store
