@@ -218,7 +218,9 @@ func (s *Store) withKeyAs(ctx context.Context, op, keyHash string, holder bool, 
 		return fmt.Errorf("file: %s: %w", op, err)
 	}
 	if !holder {
-		s.settlePending(st, &id)
+		if err := s.settlePending(st, &id); err != nil {
+			return fmt.Errorf("file: %s: %w", op, err)
+		}
 	}
 	if err := fn(st, id); err != nil {
 		return fmt.Errorf("file: %s: %w", op, err)
@@ -288,8 +290,11 @@ func (s *Store) undo(st *stripe, p *pending) {
 // failed: their frames never reached the disk, and nothing may read them
 // or keep an entry that points to them. Reserve and Get settle a key
 // before they read it, so that every other caller sees a reservation that
-// stands, or its undoing; Close settles every stripe. The stripe is held.
-func (s *Store) settlePending(st *stripe, id *keyID) { s.settleSome(st, id, true) }
+// stands, or its undoing; Close settles every stripe. A reservation kept
+// in memory whose frame cannot be made durable (a full disk) stays in
+// memory, its holder's, and its error is returned: the caller must not
+// read the key. The stripe is held.
+func (s *Store) settlePending(st *stripe, id *keyID) error { return s.settleSome(st, id, true) }
 
 // settleWritten is settlePending for every key of st whose frame is
 // written, leaving those kept in memory as they are: the index snapshot
@@ -299,46 +304,55 @@ func (s *Store) settlePending(st *stripe, id *keyID) { s.settleSome(st, id, true
 func (s *Store) settleWritten(st *stripe) { s.settleSome(st, nil, false) }
 
 // settleSome is settlePending, and settleWritten unless write is set.
-func (s *Store) settleSome(st *stripe, id *keyID, write bool) {
+func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 	if len(st.pend) == 0 {
-		return
+		return nil
 	}
+	var failed error
 	keep := st.pend[:0]
 	for i := range st.pend {
 		p := st.pend[i]
-		if id != nil && p.id != *id || p.b == nil && !write {
+		switch {
+		case id != nil && p.id != *id || p.b == nil && !write:
 			keep = append(keep, p)
-			continue
-		}
-		if p.b == nil && !s.writeKept(st, &p) {
-			continue
-		}
-		if err := s.log.wait(p.b); err != nil {
-			s.undo(st, &p)
+		case p.b == nil:
+			if err := s.writeKept(st, &p); err != nil {
+				keep = append(keep, p)
+				failed = err
+			}
+		default:
+			if err := s.log.wait(p.b); err != nil {
+				s.undo(st, &p)
+			}
 		}
 	}
 	clear(st.pend[len(keep):])
 	st.pend = keep
+	return failed
 }
 
-// writeKept appends the frame of p, a reservation kept in memory, and
-// points the index at it, making p the write to wait for; it returns
-// false if there is none to wait for: the key's entry is no longer p's
-// (it expired and was swept), or the frame could not be made (it is
-// undone then). The stripe is held.
-func (s *Store) writeKept(st *stripe, p *pending) bool {
+// writeKept writes the frame of p, a reservation kept in memory, points
+// the index at it and waits for its sync; nothing is left to settle then,
+// nor when the key's entry is no longer p's (it expired and was swept). A
+// frame too large for the log undoes the reservation, as Reserve would
+// have refused it. If the sync fails, the index points at the entry kept
+// in memory again, and writeKept returns the error: p stays pending. The
+// stripe is held.
+func (s *Store) writeKept(st *stripe, p *pending) error {
 	slot, cur := lookup(st, &p.id)
 	if slot < 0 || cur.seg != inMemory || cur.off != p.e.off {
-		return false
+		return nil
 	}
 	w, err := s.putAsync(st, p.id, slot, &p.rec, p.lease)
 	if err != nil {
 		s.undo(st, p)
-		return false
+		return nil
 	}
-	w.before, w.rec, w.lease = p.before, p.rec, p.lease
-	*p = w
-	return true
+	if err := s.log.wait(w.b); err != nil {
+		s.undo(st, &w) // back to the entry kept in memory
+		return err
+	}
+	return nil
 }
 
 // prune drops the pending reservations of st whose syncs have ended,
@@ -759,7 +773,9 @@ func (s *Store) Close() error {
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		s.settlePending(st, nil)
+		if err := s.settlePending(st, nil); err != nil {
+			s.logger.Warn("file: a reservation not yet written could not be at close; its key is free at the next open", "err", err)
+		}
 		st.mu.Unlock()
 	}
 	// The next Open reads the index from here, not from the whole log.

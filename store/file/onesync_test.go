@@ -254,3 +254,35 @@ func TestOneSyncWritesOneFrame(t *testing.T) {
 	}
 	checkIndex(t, s)
 }
+
+// TestOneSyncUnwrittenStaysHeld: another caller's read of a key whose
+// reservation is kept in memory writes it first; when that write fails
+// (here: the log refuses every write), the read fails with it, and the
+// reservation stays its holder's: the key is not freed for another
+// caller to run, and the holder completes it once the log writes again.
+func TestOneSyncUnwrittenStaysHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openT(t, t.TempDir(), oneSync)
+	held := localtest.ReserveReq("held", time.Hour)
+	if res, err := s.Reserve(ctx, held); err != nil || !res.Acquired {
+		t.Fatalf("reserve: %+v, %v", res, err)
+	}
+	failed := errors.New("injected: the log refuses writes")
+	s.log.broken.Store(&failed)
+	if _, err := s.Get(ctx, held.Record.Scope, held.Record.KeyHash); !errors.Is(err, failed) {
+		t.Fatalf("a Get whose write of the reservation failed: %v, want the injected error", err)
+	}
+	other := localtest.ReserveReq("held", time.Hour)
+	if res, err := s.Reserve(ctx, other); !errors.Is(err, failed) || res.Acquired {
+		t.Fatalf("another caller's Reserve while the reservation cannot be written: %+v, %v; want the injected error", res, err)
+	}
+	s.log.broken.Store(nil)
+	s.log.unwritable.Store(nil)
+	r, err := s.Get(ctx, held.Record.Scope, held.Record.KeyHash)
+	if err != nil || r.State != store.InProgress || r.Token != held.Record.Token {
+		t.Fatalf("the key once the log writes again: %+v, %v; want the holder's reservation", r, err)
+	}
+	localtest.Complete(t, s, held, "v", time.Hour)
+	checkIndex(t, s)
+}
