@@ -17,6 +17,7 @@ import (
 	"github.com/idem-dev/idem/internal/wakeup"
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/dirlock"
+	"github.com/idem-dev/idem/store/internal/hold"
 	"github.com/idem-dev/idem/store/internal/monoclock"
 )
 
@@ -75,6 +76,15 @@ type Options struct {
 	// over (on_stale: conflict) waits for its sync as before. The
 	// gateway sets it.
 	OneSync bool
+	// HoldFor bounds how long OneSync keeps a reservation's frame
+	// unwritten: one held longer is appended and written, without its
+	// holder waiting, by a goroutine that looks every half HoldFor (see
+	// sweepHeld), so that a process killed during a slow call leaves the
+	// key in progress, outcome unknown, rather than no trace of it. A
+	// call that completes within the bound still appends one frame. Zero
+	// means 50 ms (hold.Default); negative means every reservation's
+	// frame is appended at once, to be synced by the next write's sync.
+	HoldFor time.Duration
 
 	// now, in tests, replaces the store's clock: every instant is read
 	// from it, jumps included.
@@ -102,6 +112,12 @@ type Store struct {
 	oneSync     bool          // Options.OneSync
 	swept       atomic.Int64  // records the sweeps on rotation removed, for tests
 	kept        atomic.Uint32 // numbers the reservations kept in memory (reserveAsync)
+	// nkept counts the pending reservations kept in memory (b nil), so
+	// that a sweep skips the stripes while there are none; holdFor is
+	// Options.HoldFor's bound, and sweeper writes those held longer.
+	nkept   atomic.Int64
+	holdFor time.Duration
+	sweeper *hold.Sweeper
 
 	// snapMu serializes index snapshots (snapshot.go); snapFirst is the
 	// first segment the last one written or read needs replayed.
@@ -164,6 +180,7 @@ func Open(dir string, opts Options) (*Store, error) {
 
 		cleanupOnly: opts.cleanupOnly,
 		oneSync:     opts.OneSync,
+		holdFor:     hold.Bound(opts.HoldFor),
 	}
 	for i := range s.stripes {
 		s.stripes[i].n = uint8(i)
@@ -174,6 +191,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
 	s.log.onRotate = s.rotated
+	if s.oneSync && !hold.AtOnce(s.holdFor) {
+		s.sweeper = hold.Start(s.holdFor, s.sweepHeld)
+	}
 	return s, nil
 }
 
@@ -260,6 +280,11 @@ type pending struct {
 	before entry         // the key's entry before it (stateFree: none)
 	rec    store.Record  // the record written (for a reservation: no value)
 	lease  time.Duration // the lease rec.LeaseUntil was set from
+	at     time.Time     // when a reservation was kept in memory (b nil, or kept)
+	// kept: the frame was written by a sweep (sweepHeld) for a
+	// reservation kept in memory, whose entry is before; should its sync
+	// fail, it is kept in memory again (see unwrite).
+	kept bool
 }
 
 // inMemory is the segment of an index entry whose frame is not written:
@@ -309,6 +334,7 @@ func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 		return nil
 	}
 	var failed error
+	before := keptIn(st.pend)
 	keep := st.pend[:0]
 	for i := range st.pend {
 		p := st.pend[i]
@@ -321,13 +347,22 @@ func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 				failed = err
 			}
 		default:
-			if err := s.log.wait(p.b); err != nil {
-				s.undo(st, &p)
+			if err := s.log.wait(p.b); err == nil {
+				break
+			}
+			if r, ok := s.unwrite(st, &p); ok {
+				if !write {
+					keep = append(keep, r)
+				} else if err := s.writeKept(st, &r); err != nil {
+					keep = append(keep, r)
+					failed = err
+				}
 			}
 		}
 	}
 	clear(st.pend[len(keep):])
 	st.pend = keep
+	s.nkept.Add(keptIn(keep) - before)
 	return failed
 }
 
@@ -359,6 +394,7 @@ func (s *Store) writeKept(st *stripe, p *pending) error {
 // undoing those that failed, and those kept in memory whose entry is gone
 // (swept), without waiting for the others. The stripe is held.
 func (s *Store) prune(st *stripe) {
+	before := keptIn(st.pend)
 	keep := st.pend[:0]
 	for i := range st.pend {
 		p := st.pend[i]
@@ -370,8 +406,11 @@ func (s *Store) prune(st *stripe) {
 		}
 		select {
 		case <-p.b.done:
-			if p.b.err != nil {
-				s.undo(st, &p)
+			if p.b.err == nil {
+				break
+			}
+			if r, ok := s.unwrite(st, &p); ok {
+				keep = append(keep, r)
 			}
 		default:
 			keep = append(keep, p)
@@ -379,6 +418,7 @@ func (s *Store) prune(st *stripe) {
 	}
 	clear(st.pend[len(keep):])
 	st.pend = keep
+	s.nkept.Add(keptIn(keep) - before)
 }
 
 // pendingOf returns the index in st.pend of id's pending reservation, or
@@ -394,8 +434,11 @@ func pendingOf(st *stripe, id *keyID) int {
 
 // forget drops id's pending reservation from st, if any. The stripe is
 // held.
-func forget(st *stripe, id *keyID) {
+func (s *Store) forget(st *stripe, id *keyID) {
 	if i := pendingOf(st, id); i >= 0 {
+		if st.pend[i].b == nil {
+			s.nkept.Add(-1)
+		}
 		n := len(st.pend) - 1
 		copy(st.pend[i:], st.pend[i+1:])
 		st.pend[n] = pending{} // keeps no record alive
@@ -580,7 +623,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 // should its sync fail, the undoing points the key back at a frame on
 // disk. The stripe is held.
 func (s *Store) reserveAsync(st *stripe, id keyID, slot int, r *store.Record, lease time.Duration) error {
-	if slot >= 0 {
+	if slot >= 0 || hold.AtOnce(s.holdFor) {
 		p, err := s.putAsync(st, id, slot, r, lease)
 		if err != nil {
 			return err
@@ -593,7 +636,8 @@ func (s *Store) reserveAsync(st *stripe, id keyID, slot int, r *store.Record, le
 	e := entry{tag: tagOf(&id), state: stateOf(r.State), exp: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil),
 		seg: inMemory, off: uint32(s.kept.Add(1))}
 	s.index(st, -1, &e)
-	st.pend = append(st.pend, pending{id: id, e: e, rec: *r, lease: lease})
+	st.pend = append(st.pend, pending{id: id, e: e, rec: *r, lease: lease, at: time.Now()})
+	s.nkept.Add(1)
 	return nil
 }
 
@@ -654,14 +698,14 @@ func (s *Store) held(ctx context.Context, op string, f store.Fence, fn func(st *
 				// the reservation goes with it, as two frames of one
 				// failed sync would.
 				s.undo(st, own)
-				forget(st, &id)
+				s.forget(st, &id)
 			}
 			return err
 		}
 		if own != nil {
 			// Written after the reservation, and durable: so is the
 			// reservation, or the key's latest frame stands for it.
-			forget(st, &id)
+			s.forget(st, &id)
 		}
 		return nil
 	})
@@ -681,7 +725,13 @@ func (s *Store) ownPending(st *stripe, id *keyID) *pending {
 	}
 	select {
 	case <-own.b.done:
-		s.settlePending(st, id) // done: settles without waiting
+		// Done: settles without waiting. A frame a sweep wrote whose
+		// sync failed leaves the reservation kept in memory again, or
+		// written now.
+		s.settlePending(st, id)
+		if i := pendingOf(st, id); i >= 0 {
+			return &st.pend[i]
+		}
 		return nil
 	default:
 		return own
@@ -761,6 +811,8 @@ func (s *Store) Writable(ctx context.Context) error {
 // closes the log and releases the directory. Every acknowledged write is
 // already on disk: there is nothing to flush.
 func (s *Store) Close() error {
+	// Before closeMu: a sweep read-holds it.
+	s.sweeper.Stop()
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed {

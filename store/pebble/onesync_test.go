@@ -27,7 +27,7 @@ func TestOneSyncSyncsOnce(t *testing.T) {
 	dir := t.TempDir()
 	var syncs atomic.Int64
 	opts := func(o *Options) {
-		o.OneSync = true
+		o.OneSync, o.HoldFor = true, time.Hour
 		o.fs = func(fs vfs.FS) vfs.FS { return countFS{FS: fs, syncs: &syncs} }
 	}
 	s := openT(t, dir, opts)
@@ -104,7 +104,9 @@ func (f countFile) SyncData() error { f.syncs.Add(1); return f.File.SyncData() }
 func TestConformanceOneSync(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) store.Store { return openT(t, t.TempDir(), func(o *Options) { o.OneSync = true }) },
+		New: func(t *testing.T) store.Store {
+			return openT(t, t.TempDir(), func(o *Options) { o.OneSync, o.HoldFor = true, time.Hour })
+		},
 		IndexKeys: func(t *testing.T, s store.Store) []string {
 			return append(allKeys(t, s.(*Store)), pendingKeys(s.(*Store))...)
 		},
@@ -138,7 +140,7 @@ func TestOneSyncPending(t *testing.T) {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
-	s := openT(t, t.TempDir(), func(o *Options) { o.OneSync = true; o.now = now })
+	s := openT(t, t.TempDir(), func(o *Options) { o.OneSync, o.HoldFor = true, time.Hour; o.now = now })
 	onDisk := func(req store.ReserveRequest) *store.Record { return checkIndex(t, s)[req.Record.KeyHash] }
 
 	a := localtest.Reserved(t, s, "a", time.Hour)

@@ -26,6 +26,7 @@ import (
 	"github.com/idem-dev/idem/store"
 	"github.com/idem-dev/idem/store/internal/dirlock"
 	"github.com/idem-dev/idem/store/internal/diskroom"
+	"github.com/idem-dev/idem/store/internal/hold"
 	"github.com/idem-dev/idem/store/internal/monoclock"
 )
 
@@ -67,6 +68,14 @@ type Options struct {
 	// reservation that may not be taken over (on_stale: conflict) is
 	// synced as before. The gateway sets it.
 	OneSync bool
+	// HoldFor bounds how long OneSync keeps a reservation in memory: one
+	// held longer is committed, and the WAL synced once the key's stripe
+	// is free again, by a goroutine that looks every half HoldFor (see
+	// sweepHeld), so that a process killed during a slow call leaves the
+	// key in progress, outcome unknown, rather than no trace of it. A call
+	// that completes within the bound still makes one commit. Zero means 50 ms (hold.Default); negative means a reservation
+	// is never kept in memory: it is committed and synced at once.
+	HoldFor time.Duration
 
 	// now, in tests, replaces the store's clock: every instant is read
 	// from it, jumps included.
@@ -144,6 +153,10 @@ type Store struct {
 	// them, so that sweeps skip the stripes while there are none.
 	pending  [1024]map[string]*pending
 	npending atomic.Int64
+	// holdFor is Options.HoldFor's bound (see hold.Bound); sweeper
+	// writes the pending reservations held longer (see sweepHeld).
+	holdFor time.Duration
+	sweeper *hold.Sweeper
 	// cleanMu serializes Cleanup, the only caller that holds several
 	// stripes at once, so that two of them cannot deadlock.
 	cleanMu sync.Mutex
@@ -224,6 +237,10 @@ func open(dir string, opts Options) (*Store, error) {
 	}
 	if s.readOnly {
 		s.recover()
+	}
+	s.holdFor = hold.Bound(opts.HoldFor)
+	if opts.OneSync && !hold.AtOnce(s.holdFor) {
+		s.sweeper = hold.Start(s.holdFor, s.sweepHeld)
 	}
 	return s, nil
 }
@@ -891,11 +908,11 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 		// With OneSync, excluding every other caller takes the
 		// reservation kept under the stripe; its holder's Complete writes
 		// it (see pending).
-		if s.opts.OneSync && req.TakeOverStale {
+		if s.opts.OneSync && req.TakeOverStale && !hold.AtOnce(s.holdFor) {
 			if err := s.writable(); err != nil {
 				return err
 			}
-			s.hold(r.KeyHash, &pending{rec: r, lease: req.Lease, old: disk})
+			s.hold(r.KeyHash, &pending{rec: r, lease: req.Lease, old: disk, at: time.Now()})
 			res.Acquired = true
 			return nil
 		}
@@ -1144,6 +1161,8 @@ func (s *Store) cleanup(from, upTo []byte, max int) (deleted int, next []byte, e
 // Close implements store.Store. It waits for the calls in progress, then
 // closes the engine and releases the directory.
 func (s *Store) Close() error {
+	// Before closeMu: a sweep read-holds it.
+	s.sweeper.Stop()
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()

@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"context"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -12,15 +13,19 @@ import (
 // over once stale: it is held in memory, under its key's stripe, until
 // its holder's Complete writes the outcome in one batch, with one pass
 // through Pebble's commit pipeline and nothing for its memtable to keep
-// of the reservation. A crash loses it with its holder, and the key is
-// free again, as on_stale: retry would make it after a lease; Close
-// writes the ones left (see writePending).
+// of the reservation. It is held so for Options.HoldFor at most: the
+// sweeper commits those held longer without a sync (sweepHeld), so that
+// a process killed during a slow call leaves the key in progress; a
+// crash before that loses it with its holder, and the key is free again,
+// as on_stale: retry would make it after a lease. Close writes the ones
+// left (see writePending).
 type pending struct {
 	rec   store.Record  // in_progress
 	lease time.Duration // the lease rec.LeaseUntil was set from
 	// old is the record the engine holds for the key, which rec
 	// replaces (expired, or stale and taken over); nil when none.
 	old *store.Record
+	at  time.Time // when it was taken, on the monotonic clock
 }
 
 // current returns keyHash's record as callers see it (cur: its pending
@@ -123,4 +128,74 @@ func (s *Store) writePending() error {
 		}
 		return b.Commit(pebble.Sync)
 	})
+}
+
+// sweepHeld commits the pending reservations held longer than
+// Options.HoldFor, a stripe at a time and without a sync, and forgets
+// them: from then on they are records like others. Pebble keeps a commit
+// without a sync in its WAL's buffer until a block fills or a sync asks
+// for it, so that on an idle store a kill would still lose it: once the
+// stripes are released, one synced empty log record writes them all
+// out. Each stripe is so held for a commit that waits for no disk, and a
+// sweep syncs once, only when it wrote something. A commit that fails
+// leaves its reservations pending, to be tried again at the next sweep.
+func (s *Store) sweepHeld() {
+	if s.npending.Load() == 0 {
+		return
+	}
+	if err := s.begin(context.Background()); err != nil {
+		return
+	}
+	defer s.closeMu.RUnlock()
+	now := time.Now()
+	wrote := false
+	for i := range s.stripes {
+		if s.npending.Load() == 0 {
+			break
+		}
+		s.stripes[i].Lock()
+		n, err := s.writeHeld(i, now)
+		s.stripes[i].Unlock()
+		wrote = wrote || n > 0
+		if err != nil {
+			break
+		}
+	}
+	if wrote {
+		_ = s.commit(func(db *pebble.DB) error { return db.LogData(nil, pebble.Sync) })
+	}
+}
+
+// writeHeld commits stripe i's pending reservations held longer than the
+// bound at now, without a sync, forgets them and returns how many; the
+// caller holds the stripe.
+func (s *Store) writeHeld(i int, now time.Time) (int, error) {
+	var due []string
+	for k, p := range s.pending[i] {
+		if now.Sub(p.at) >= s.holdFor {
+			due = append(due, k)
+		}
+	}
+	if len(due) == 0 || s.failed.isSet() {
+		return 0, nil
+	}
+	err := s.commit(func(db *pebble.DB) error {
+		b := db.NewBatch()
+		defer b.Close()
+		for _, k := range due {
+			p := s.pending[i][k]
+			if err := s.addRecord(b, &p.rec, p.old, p.lease); err != nil {
+				return err
+			}
+		}
+		s.gate.Wrote(len(b.Repr()))
+		return b.Commit(pebble.NoSync)
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range due {
+		s.drop(k)
+	}
+	return len(due), nil
 }

@@ -102,6 +102,8 @@ func Main(m *testing.M, h Harness, own map[string]func(dir, round string) int) {
 		os.Exit(holdChild(h, dir))
 	case "reserve":
 		os.Exit(reserveChild(h, dir))
+	case "held":
+		os.Exit(heldChild(h, dir))
 	case "fill":
 		os.Exit(fullChild(h, dir, round))
 	}
@@ -149,7 +151,7 @@ func ChildCommand(name, dir string, round int) *exec.Cmd {
 // Run runs the shared tests on the store, each in parallel with the
 // others: Conformance, Locked, WallClockJump, RestartClockJump, ReadsFormat1,
 // IndexConsistent, GroupCommit, CountExpired, CleanupReadsOnlyDue, Crash,
-// HistoryCrash, HistoryCrashOneSync and FullDiskKill.
+// HistoryCrash, HistoryCrashOneSync, HeldKill and FullDiskKill.
 func Run(t *testing.T, h Harness) {
 	for _, tc := range []struct {
 		name string
@@ -167,6 +169,7 @@ func Run(t *testing.T, h Harness) {
 		{"Crash", Crash},
 		{"HistoryCrash", HistoryCrash},
 		{"HistoryCrashOneSync", HistoryCrashOneSync},
+		{"HeldKill", HeldKill},
 		{"FullDiskKill", FullDiskKill},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

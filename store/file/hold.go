@@ -1,0 +1,91 @@
+package file
+
+import (
+	"context"
+	"time"
+)
+
+// sweepHeld appends the frames of the reservations kept in memory for
+// longer than Options.HoldFor, a stripe at a time, and then, with no
+// stripe held, waits for their batch: the wait writes the frames, joining
+// or starting a group commit, so that a process killed during a slow call
+// leaves its key in progress. Such a reservation is then pending like a
+// taken-over one: its holder's write goes after it, anyone else settles
+// it, and should its sync fail it is kept in memory again (see unwrite).
+func (s *Store) sweepHeld() {
+	if s.nkept.Load() == 0 {
+		return
+	}
+	if err := s.begin(context.Background()); err != nil {
+		return
+	}
+	defer s.closeMu.RUnlock()
+	now := time.Now()
+	var batches []*batch
+	for i := range s.stripes {
+		if s.nkept.Load() == 0 {
+			break
+		}
+		st := &s.stripes[i]
+		st.mu.Lock()
+		batches = s.writeHeld(st, now, batches)
+		st.mu.Unlock()
+	}
+	for _, b := range batches {
+		_ = s.log.wait(b) // a failure is settled by the key's next caller
+	}
+}
+
+// writeHeld appends the frames of st's reservations kept in memory for
+// longer than the bound at now, points the index at them, and returns
+// batches with theirs added. The stripe is held.
+func (s *Store) writeHeld(st *stripe, now time.Time, batches []*batch) []*batch {
+	for i := range st.pend {
+		p := &st.pend[i]
+		if p.b != nil || now.Sub(p.at) < s.holdFor {
+			continue
+		}
+		slot, cur := lookup(st, &p.id)
+		if slot < 0 || cur.seg != inMemory || cur.off != p.e.off {
+			continue // gone (swept): prune drops it
+		}
+		w, err := s.putAsync(st, p.id, slot, &p.rec, p.lease)
+		if err != nil {
+			continue // too large: a reservation, without a value, is not
+		}
+		w.rec, w.lease, w.at, w.kept = p.rec, p.lease, p.at, true
+		*p = w
+		s.nkept.Add(-1)
+		if n := len(batches); n == 0 || batches[n-1] != w.b {
+			batches = append(batches, w.b)
+		}
+	}
+	return batches
+}
+
+// unwrite undoes p, a frame whose sync failed, and returns, if p was a
+// sweep's frame of a reservation kept in memory (kept) and the key's
+// entry is that reservation's again, the reservation kept in memory as
+// before the sweep: it is still its holder's. The stripe is held.
+func (s *Store) unwrite(st *stripe, p *pending) (pending, bool) {
+	s.undo(st, p)
+	if !p.kept {
+		return pending{}, false
+	}
+	slot, cur := lookup(st, &p.id)
+	if slot < 0 || cur.seg != inMemory || cur.off != p.before.off {
+		return pending{}, false
+	}
+	return pending{id: p.id, e: p.before, rec: p.rec, lease: p.lease, at: p.at}, true
+}
+
+// keptIn counts the reservations kept in memory in pend.
+func keptIn(pend []pending) int64 {
+	n := int64(0)
+	for i := range pend {
+		if pend[i].b == nil {
+			n++
+		}
+	}
+	return n
+}
