@@ -20,8 +20,12 @@
 // Options.OneSync (the gateway's setting) a reservation that may be taken
 // over once stale (on_stale: retry) returns before its sync, and is
 // durable once its holder's Complete returns, whose frame holds the whole
-// record: a first call writes one frame and waits for one fsync. A crash
-// before that frees the key, as that policy would a lease later;
+// record: a first call writes one frame and waits for one fsync. A
+// reservation of a new key is kept in memory for Options.HoldFor at most
+// (50 ms by default): one held longer (a slow call) is written without
+// its holder waiting, so that a process killed during a slow call leaves
+// the key in progress, its outcome unknown, for an operator to find. A
+// crash before either frees the key, as that policy would a lease later;
 // docs/stores/FILE.md says what a crash does under each policy.
 //
 // One process at a time: Open takes an exclusive lock on idem.lock in the

@@ -28,7 +28,11 @@
 // over once stale (on_stale: retry) is kept in memory until its holder's
 // Complete writes it with the outcome, in one synced commit: a first call
 // makes one pass through Pebble's commit pipeline and waits for one sync.
-// A crash before that frees the key, as that policy would a lease later
+// It is kept so for Options.HoldFor at most (50 ms by default): one held
+// longer (a slow call) is committed and the WAL synced in the background,
+// so that a process killed during a slow call leaves the key in progress,
+// its outcome unknown, for an operator to find. A crash before either
+// frees the key, as that policy would a lease later
 // (docs/stores/FILE.md, "One synced append per first call", says the same
 // of the file store). Each key's
 // check-then-write runs under one of 1024 striped mutexes, and every write
