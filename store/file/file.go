@@ -280,7 +280,7 @@ type pending struct {
 	before entry         // the key's entry before it (stateFree: none)
 	rec    store.Record  // the record written (for a reservation: no value)
 	lease  time.Duration // the lease rec.LeaseUntil was set from
-	at     time.Time     // when a reservation was kept in memory (b nil, or kept)
+	tick   uint32        // the sweep count when a reservation was kept in memory (hold.Due)
 	// kept: the frame was written by a sweep (sweepHeld) for a
 	// reservation kept in memory, whose entry is before; should its sync
 	// fail, it is kept in memory again (see unwrite).
@@ -334,7 +334,7 @@ func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 		return nil
 	}
 	var failed error
-	before := keptIn(st.pend)
+	var kept int64 // the change in reservations kept in memory
 	keep := st.pend[:0]
 	for i := range st.pend {
 		p := st.pend[i]
@@ -345,6 +345,8 @@ func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 			if err := s.writeKept(st, &p); err != nil {
 				keep = append(keep, p)
 				failed = err
+			} else {
+				kept--
 			}
 		default:
 			if err := s.log.wait(p.b); err == nil {
@@ -352,9 +354,9 @@ func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 			}
 			if r, ok := s.unwrite(st, &p); ok {
 				if !write {
-					keep = append(keep, r)
+					keep, kept = append(keep, r), kept+1
 				} else if err := s.writeKept(st, &r); err != nil {
-					keep = append(keep, r)
+					keep, kept = append(keep, r), kept+1
 					failed = err
 				}
 			}
@@ -362,7 +364,9 @@ func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 	}
 	clear(st.pend[len(keep):])
 	st.pend = keep
-	s.nkept.Add(keptIn(keep) - before)
+	if kept != 0 {
+		s.nkept.Add(kept)
+	}
 	return failed
 }
 
@@ -394,13 +398,15 @@ func (s *Store) writeKept(st *stripe, p *pending) error {
 // undoing those that failed, and those kept in memory whose entry is gone
 // (swept), without waiting for the others. The stripe is held.
 func (s *Store) prune(st *stripe) {
-	before := keptIn(st.pend)
+	var kept int64 // the change in reservations kept in memory
 	keep := st.pend[:0]
 	for i := range st.pend {
 		p := st.pend[i]
 		if p.b == nil {
 			if slot, cur := lookup(st, &p.id); slot >= 0 && cur.seg == inMemory && cur.off == p.e.off {
 				keep = append(keep, p) // its holder's next write ends it
+			} else {
+				kept--
 			}
 			continue
 		}
@@ -410,7 +416,7 @@ func (s *Store) prune(st *stripe) {
 				break
 			}
 			if r, ok := s.unwrite(st, &p); ok {
-				keep = append(keep, r)
+				keep, kept = append(keep, r), kept+1
 			}
 		default:
 			keep = append(keep, p)
@@ -418,7 +424,9 @@ func (s *Store) prune(st *stripe) {
 	}
 	clear(st.pend[len(keep):])
 	st.pend = keep
-	s.nkept.Add(keptIn(keep) - before)
+	if kept != 0 {
+		s.nkept.Add(kept)
+	}
 }
 
 // pendingOf returns the index in st.pend of id's pending reservation, or
@@ -636,7 +644,7 @@ func (s *Store) reserveAsync(st *stripe, id keyID, slot int, r *store.Record, le
 	e := entry{tag: tagOf(&id), state: stateOf(r.State), exp: nanos(r.ExpiresAt), lease: nanos(r.LeaseUntil),
 		seg: inMemory, off: uint32(s.kept.Add(1))}
 	s.index(st, -1, &e)
-	st.pend = append(st.pend, pending{id: id, e: e, rec: *r, lease: lease, at: time.Now()})
+	st.pend = append(st.pend, pending{id: id, e: e, rec: *r, lease: lease, tick: s.sweeper.Now()})
 	s.nkept.Add(1)
 	return nil
 }

@@ -2,7 +2,8 @@ package file
 
 import (
 	"context"
-	"time"
+
+	"github.com/idem-dev/idem/store/internal/hold"
 )
 
 // sweepHeld appends the frames of the reservations kept in memory for
@@ -12,7 +13,7 @@ import (
 // leaves its key in progress. Such a reservation is then pending like a
 // taken-over one: its holder's write goes after it, anyone else settles
 // it, and should its sync fail it is kept in memory again (see unwrite).
-func (s *Store) sweepHeld() {
+func (s *Store) sweepHeld(now uint32) {
 	if s.nkept.Load() == 0 {
 		return
 	}
@@ -20,7 +21,6 @@ func (s *Store) sweepHeld() {
 		return
 	}
 	defer s.closeMu.RUnlock()
-	now := time.Now()
 	var batches []*batch
 	for i := range s.stripes {
 		if s.nkept.Load() == 0 {
@@ -37,12 +37,12 @@ func (s *Store) sweepHeld() {
 }
 
 // writeHeld appends the frames of st's reservations kept in memory for
-// longer than the bound at now, points the index at them, and returns
+// longer than the bound at sweep now, points the index at them, and returns
 // batches with theirs added. The stripe is held.
-func (s *Store) writeHeld(st *stripe, now time.Time, batches []*batch) []*batch {
+func (s *Store) writeHeld(st *stripe, now uint32, batches []*batch) []*batch {
 	for i := range st.pend {
 		p := &st.pend[i]
-		if p.b != nil || now.Sub(p.at) < s.holdFor {
+		if p.b != nil || !hold.Due(p.tick, now) {
 			continue
 		}
 		slot, cur := lookup(st, &p.id)
@@ -53,7 +53,7 @@ func (s *Store) writeHeld(st *stripe, now time.Time, batches []*batch) []*batch 
 		if err != nil {
 			continue // too large: a reservation, without a value, is not
 		}
-		w.rec, w.lease, w.at, w.kept = p.rec, p.lease, p.at, true
+		w.rec, w.lease, w.tick, w.kept = p.rec, p.lease, p.tick, true
 		*p = w
 		s.nkept.Add(-1)
 		if n := len(batches); n == 0 || batches[n-1] != w.b {
@@ -76,16 +76,5 @@ func (s *Store) unwrite(st *stripe, p *pending) (pending, bool) {
 	if slot < 0 || cur.seg != inMemory || cur.off != p.before.off {
 		return pending{}, false
 	}
-	return pending{id: p.id, e: p.before, rec: p.rec, lease: p.lease, at: p.at}, true
-}
-
-// keptIn counts the reservations kept in memory in pend.
-func keptIn(pend []pending) int64 {
-	n := int64(0)
-	for i := range pend {
-		if pend[i].b == nil {
-			n++
-		}
-	}
-	return n
+	return pending{id: p.id, e: p.before, rec: p.rec, lease: p.lease, tick: p.tick}, true
 }

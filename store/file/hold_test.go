@@ -69,6 +69,9 @@ func TestHeldWritten(t *testing.T) {
 		t.Fatalf("the key once the log writes again: %+v, %v; want the holder's reservation", r, err)
 	}
 	localtest.Complete(t, s, c, "v", time.Hour)
+	if n := s.nkept.Load(); n != 0 {
+		t.Fatalf("%d reservations counted as kept in memory, none is", n)
+	}
 	s.Close()
 	s = openT(t, s.log.dir, oneSync)
 	for _, req := range []store.ReserveRequest{a, c} {

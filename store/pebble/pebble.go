@@ -912,7 +912,7 @@ func (s *Store) Reserve(ctx context.Context, req store.ReserveRequest) (store.Re
 			if err := s.writable(); err != nil {
 				return err
 			}
-			s.hold(r.KeyHash, &pending{rec: r, lease: req.Lease, old: disk, at: time.Now()})
+			s.hold(r.KeyHash, &pending{rec: r, lease: req.Lease, old: disk, tick: s.sweeper.Now()})
 			res.Acquired = true
 			return nil
 		}

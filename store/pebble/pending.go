@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/idem-dev/idem/store"
+	"github.com/idem-dev/idem/store/internal/hold"
 )
 
 // pending is a reservation taken under Options.OneSync that may be taken
@@ -24,8 +25,8 @@ type pending struct {
 	lease time.Duration // the lease rec.LeaseUntil was set from
 	// old is the record the engine holds for the key, which rec
 	// replaces (expired, or stale and taken over); nil when none.
-	old *store.Record
-	at  time.Time // when it was taken, on the monotonic clock
+	old  *store.Record
+	tick uint32 // the sweep count when it was taken (hold.Due)
 }
 
 // current returns keyHash's record as callers see it (cur: its pending
@@ -139,7 +140,7 @@ func (s *Store) writePending() error {
 // out. Each stripe is so held for a commit that waits for no disk, and a
 // sweep syncs once, only when it wrote something. A commit that fails
 // leaves its reservations pending, to be tried again at the next sweep.
-func (s *Store) sweepHeld() {
+func (s *Store) sweepHeld(now uint32) {
 	if s.npending.Load() == 0 {
 		return
 	}
@@ -147,7 +148,6 @@ func (s *Store) sweepHeld() {
 		return
 	}
 	defer s.closeMu.RUnlock()
-	now := time.Now()
 	wrote := false
 	for i := range s.stripes {
 		if s.npending.Load() == 0 {
@@ -167,12 +167,12 @@ func (s *Store) sweepHeld() {
 }
 
 // writeHeld commits stripe i's pending reservations held longer than the
-// bound at now, without a sync, forgets them and returns how many; the
-// caller holds the stripe.
-func (s *Store) writeHeld(i int, now time.Time) (int, error) {
+// bound at sweep now, without a sync, forgets them and returns how many;
+// the caller holds the stripe.
+func (s *Store) writeHeld(i int, now uint32) (int, error) {
 	var due []string
 	for k, p := range s.pending[i] {
-		if now.Sub(p.at) >= s.holdFor {
+		if hold.Due(p.tick, now) {
 			due = append(due, k)
 		}
 	}

@@ -14,6 +14,7 @@ package hold
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,17 +38,31 @@ func AtOnce(d time.Duration) bool { return d < 0 }
 
 // Sweeper calls a store's sweep every half bound in a goroutine of its
 // own, so that a reservation is written at most one and a half bounds
-// after it was taken. The zero value is not usable: see Start.
+// after it was taken. It counts its sweeps: a store marks a reservation
+// it keeps with Now, an atomic load where a reading of the clock would
+// cost more on a first call's path, and writes it once Due. The zero
+// value is not usable: see Start.
 type Sweeper struct {
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	ticks atomic.Uint32 // sweeps started
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
 }
 
+// Now returns the count of sweeps started, to mark a reservation kept
+// now.
+func (w *Sweeper) Now() uint32 { return w.ticks.Load() }
+
+// Due reports whether a reservation marked kept (Now) is held longer than
+// the bound at sweep now: sweeps run every half bound, so sweep kept+1
+// may come at once, and sweep kept+3 comes at least a bound later.
+func Due(kept, now uint32) bool { return now-kept >= 3 }
+
 // Start starts calling sweep every half of bound (at least every
-// millisecond) until Stop. sweep writes the reservations held longer
-// than bound; it runs in one goroutine, never concurrently with itself.
-func Start(bound time.Duration, sweep func()) *Sweeper {
+// millisecond) until Stop, with the sweep's count. sweep writes the
+// reservations Due; it runs in one goroutine, never concurrently with
+// itself.
+func Start(bound time.Duration, sweep func(now uint32)) *Sweeper {
 	w := &Sweeper{stop: make(chan struct{}), done: make(chan struct{})}
 	every := max(bound/2, time.Millisecond)
 	go func() {
@@ -59,7 +74,7 @@ func Start(bound time.Duration, sweep func()) *Sweeper {
 			case <-w.stop:
 				return
 			case <-t.C:
-				sweep()
+				sweep(w.ticks.Add(1))
 			}
 		}
 	}()

@@ -16,13 +16,17 @@ func TestBound(t *testing.T) {
 	if !AtOnce(Bound(-1)) || AtOnce(Bound(0)) {
 		t.Error("a negative bound keeps nothing; zero keeps for Default")
 	}
+	// Kept at 5: sweep 6 may follow at once, sweep 8 is a bound later.
+	if Due(5, 7) || !Due(5, 8) || !Due(^uint32(0), 2) {
+		t.Error("Due: a reservation is due three sweeps after it was kept, across the counter's wrap")
+	}
 }
 
 // TestSweeperStops: the sweeps run, and none runs after Stop returns.
 func TestSweeperStops(t *testing.T) {
 	var n atomic.Int64
 	ran := make(chan struct{}, 1)
-	w := Start(2*time.Millisecond, func() {
+	w := Start(2*time.Millisecond, func(uint32) {
 		n.Add(1)
 		select {
 		case ran <- struct{}{}:
