@@ -73,8 +73,9 @@ type Options struct {
 	// is free again, by a goroutine that looks every half HoldFor (see
 	// sweepHeld), so that a process killed during a slow call leaves the
 	// key in progress, outcome unknown, rather than no trace of it. A call
-	// that completes within the bound still makes one commit. Zero means 50 ms (hold.Default); negative means a reservation
-	// is never kept in memory: it is committed and synced at once.
+	// that completes within the bound still makes one commit. Zero means
+	// 50 ms (hold.Default); negative means a reservation is never kept
+	// in memory: it is committed and synced at once.
 	HoldFor time.Duration
 
 	// now, in tests, replaces the store's clock: every instant is read

@@ -9,7 +9,8 @@
 // reservation held longer than the bound is written, without waiting for
 // a sync: once in the operating system's hands it survives the process,
 // though not a power loss before the next sync, which the stores' crash
-// model allows. The stores and the gateway share the bound here.
+// model allows. Both embedded stores take the bound and its sweeper from
+// here.
 package hold
 
 import (
