@@ -378,8 +378,8 @@ func (s *Store) settleSome(st *stripe, id *keyID, write bool) error {
 // in memory again, and writeKept returns the error: p stays pending. The
 // stripe is held.
 func (s *Store) writeKept(st *stripe, p *pending) error {
-	slot, cur := lookup(st, &p.id)
-	if slot < 0 || cur.seg != inMemory || cur.off != p.e.off {
+	slot := keptSlot(st, &p.id, p.e.off)
+	if slot < 0 {
 		return nil
 	}
 	w, err := s.putAsync(st, p.id, slot, &p.rec, p.lease)
@@ -394,6 +394,17 @@ func (s *Store) writeKept(st *stripe, p *pending) error {
 	return nil
 }
 
+// keptSlot returns the index slot of id's entry while it is still the
+// reservation kept in memory numbered off (neither swept nor replaced
+// since), or -1. The stripe is held.
+func keptSlot(st *stripe, id *keyID, off uint32) int {
+	slot, cur := lookup(st, id)
+	if slot < 0 || cur.seg != inMemory || cur.off != off {
+		return -1
+	}
+	return slot
+}
+
 // prune drops the pending reservations of st whose syncs have ended,
 // undoing those that failed, and those kept in memory whose entry is gone
 // (swept), without waiting for the others. The stripe is held.
@@ -403,7 +414,7 @@ func (s *Store) prune(st *stripe) {
 	for i := range st.pend {
 		p := st.pend[i]
 		if p.b == nil {
-			if slot, cur := lookup(st, &p.id); slot >= 0 && cur.seg == inMemory && cur.off == p.e.off {
+			if keptSlot(st, &p.id, p.e.off) >= 0 {
 				keep = append(keep, p) // its holder's next write ends it
 			} else {
 				kept--

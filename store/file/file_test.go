@@ -720,16 +720,7 @@ func TestFailedSyncKeepsSegment(t *testing.T) {
 	if err := <-cleaned; err != nil {
 		t.Fatal(err)
 	}
-	check := func(when string) {
-		r, err := s.Get(ctx, stale.Record.Scope, stale.Record.KeyHash)
-		if err != nil || r.State != store.InProgress || r.Token != stale.Record.Token {
-			t.Fatalf("%s, the key whose take-over's sync failed: %+v, %v; want the stale reservation (token %d)", when, r, err, stale.Record.Token)
-		}
-	}
-	check("at once")
-	s.Close()
-	s = openT(t, dir, opts)
-	check("after a reopen")
+	staleStands(t, s, dir, opts, stale)
 }
 
 // fillHeld writes to s, reserving big first, released fillers after,

@@ -45,8 +45,8 @@ func (s *Store) writeHeld(st *stripe, now uint32, batches []*batch) []*batch {
 		if p.b != nil || !hold.Due(p.tick, now) {
 			continue
 		}
-		slot, cur := lookup(st, &p.id)
-		if slot < 0 || cur.seg != inMemory || cur.off != p.e.off {
+		slot := keptSlot(st, &p.id, p.e.off)
+		if slot < 0 {
 			continue // gone (swept): prune drops it
 		}
 		w, err := s.putAsync(st, p.id, slot, &p.rec, p.lease)
@@ -72,8 +72,7 @@ func (s *Store) unwrite(st *stripe, p *pending) (pending, bool) {
 	if !p.kept {
 		return pending{}, false
 	}
-	slot, cur := lookup(st, &p.id)
-	if slot < 0 || cur.seg != inMemory || cur.off != p.before.off {
+	if keptSlot(st, &p.id, p.before.off) < 0 {
 		return pending{}, false
 	}
 	return pending{id: p.id, e: p.before, rec: p.rec, lease: p.lease, tick: p.tick}, true

@@ -190,16 +190,7 @@ func TestOneSyncFailedSyncKeepsSegment(t *testing.T) {
 	if _, err := s.Cleanup(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	check := func(when string) {
-		r, err := s.Get(ctx, stale.Record.Scope, stale.Record.KeyHash)
-		if err != nil || r.State != store.InProgress || r.Token != stale.Record.Token {
-			t.Fatalf("%s, the key whose take-over's sync failed: %+v, %v; want the stale reservation (token %d)", when, r, err, stale.Record.Token)
-		}
-	}
-	check("at once")
-	s.Close()
-	s = openT(t, dir, opts)
-	check("after a reopen")
+	staleStands(t, s, dir, opts, stale)
 }
 
 // TestOneSyncWritesOneFrame: with OneSync a first call of a new key
@@ -289,4 +280,20 @@ func TestOneSyncUnwrittenStaysHeld(t *testing.T) {
 	}
 	localtest.Complete(t, s, held, "v", time.Hour)
 	checkIndex(t, s)
+}
+
+// staleStands fails t unless the key of stale, whose take-over's sync
+// failed, still reads stale's reservation, at once and after s is closed
+// and the store opened again from dir.
+func staleStands(t *testing.T, s *Store, dir string, opts func(*Options), stale store.ReserveRequest) {
+	t.Helper()
+	check := func(s *Store, when string) {
+		r, err := s.Get(context.Background(), stale.Record.Scope, stale.Record.KeyHash)
+		if err != nil || r.State != store.InProgress || r.Token != stale.Record.Token {
+			t.Fatalf("%s, the key whose take-over's sync failed: %+v, %v; want the stale reservation (token %d)", when, r, err, stale.Record.Token)
+		}
+	}
+	check(s, "at once")
+	s.Close()
+	check(openT(t, dir, opts), "after a reopen")
 }
